@@ -1,0 +1,214 @@
+"""The public Python API; the command line only parses arguments and calls these functions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from capmark.collect import os as oscollect
+from capmark.collect.environment import fingerprint
+from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, default_jobs, env_dsn, redact_dsn
+from capmark.driver.step import StepContext, StepFailed, StepPlan, run_step
+from capmark.engines import embedded
+from capmark.engines.postgres import connect, describe
+from capmark.errors import CapmarkError, RunInterrupted
+from capmark.measure import kpm
+from capmark.results import RunResult, StepResult, TestResult
+from capmark.store import RunStore, load_run, new_run_id, resolve_run
+from capmark.workloads import datamodel, registry
+from capmark.workloads.base import Workload
+
+
+class RunObserver:
+    """Hooks a front end implements to show progress; the defaults do nothing."""
+
+    def say(self, message: str) -> None: ...
+
+    def test_started(self, test: TestResult, plan: list[int]) -> None: ...
+
+    def step_progress(self, test: TestResult, jobs: int, phase: str, seconds_left: float) -> None: ...
+
+    def step_done(self, test: TestResult, step: StepResult) -> None: ...
+
+    def test_done(self, test: TestResult) -> None: ...
+
+
+def list_workloads() -> list[Workload]:
+    return list(registry.WORKLOADS.values())
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C: stop the jobs, keep completed steps, exit non-zero."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _resolve_target(spec: RunSpec, observer: RunObserver) -> tuple[str, bool]:
+    dsn = spec.dsn or env_dsn()
+    if dsn:
+        return dsn, False
+    observer.say(f"Starting the embedded PostgreSQL in {spec.data_dir or embedded.default_data_dir()} ...")
+    return embedded.start(spec.data_dir), True
+
+
+def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
+    """Measure the selected workloads at every step of the plan and store everything."""
+    observer = observer or RunObserver()
+    spec.validate()
+    workloads = registry.select(spec.workloads)
+    params = registry.check_params(workloads, spec.params)
+    store = RunStore.create(spec.results_dir, new_run_id())
+    try:
+        return _run(spec, workloads, params, store, observer)
+    finally:
+        store.close()
+
+
+def _run(spec: RunSpec, workloads: list[Workload], params: dict[str, dict[str, int]], store: RunStore,
+         observer: RunObserver) -> RunResult:
+    dsn, is_embedded = _resolve_target(spec, observer)
+    control = connect(dsn, application_name="capmark control")
+    try:
+        info = describe(control, dsn, embedded=is_embedded)
+        jobs_plan = spec.jobs or default_jobs(os.cpu_count() or 1)
+        _check_connections(control, max(jobs_plan))
+        size = datamodel.size_for(spec.scale)
+        notes: list[str] = []
+        datamodel.setup(control, size, say=lambda m: (notes.append(m), observer.say(m)))
+        datamodel.install_procedures(control, [w.procedure_sql for w in workloads])
+        devices, device_note = _devices(info)
+        for name, cap in info.capabilities.items():
+            if not cap.available:
+                notes.append(f"n/a: {name}: {cap.reason}")
+        if device_note:
+            notes.append(f"n/a: disk counters: {device_note}")
+        spec_stored = {**asdict(spec), "dsn": redact_dsn(dsn) if spec.dsn or env_dsn() else None,
+                       "jobs": jobs_plan, "data_dir": str(spec.data_dir) if spec.data_dir else None,
+                       "results_dir": str(spec.results_dir)}
+        run_result = RunResult(
+            run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            folder=str(store.folder), status="running", spec=spec_stored, environment=fingerprint(info),
+            target={**asdict(info), "devices": devices}, setup_notes=notes)
+        store.save_run(run_result)
+        ctx = StepContext(dsn=dsn, info=info, control=control, devices=devices, device_note=device_note)
+        with _sigterm_as_interrupt():
+            try:
+                for ordinal, workload in enumerate(workloads, start=1):
+                    test = _run_test(ctx, store, run_result, ordinal, workload, params[workload.name], size,
+                                     jobs_plan, spec, observer)
+                    run_result.tests.append(test)
+            except KeyboardInterrupt:
+                run_result.status = "interrupted"
+                store.set_status(run_result.run_id, "interrupted")
+                _write_report(store.folder)
+                raise RunInterrupted(f"Interrupted; the completed steps are stored in {store.folder}.") from None
+        run_result.status = "complete"
+        store.set_status(run_result.run_id, "complete")
+        _write_report(store.folder)
+        return load_run(store.folder)
+    finally:
+        control.close()
+
+
+def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal: int, workload: Workload,
+              params: dict[str, int], size: datamodel.DataSize, jobs_plan: list[int], spec: RunSpec,
+              observer: RunObserver) -> TestResult:
+    test = TestResult(ordinal=ordinal, workload=workload.name, family=workload.family,
+                      description=workload.description, unit=workload.unit,
+                      throughput_label=workload.throughput_label, mode=spec.mode, params=params,
+                      kpms=list(workload.kpms))
+    store.save_test(run_result.run_id, test)
+    if workload.extra.get("warm"):
+        datamodel.warm_cache(ctx.control, workload.extra["warm"])
+    observer.test_started(test, jobs_plan)
+    for step_no, jobs in enumerate(jobs_plan, start=1):
+        plan = StepPlan(step_no, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.collectors)
+        try:
+            step = run_step(ctx, workload, params, size, plan,
+                            lambda phase, left, j=jobs: observer.step_progress(test, j, phase, left))
+        except StepFailed as err:
+            test.status = "failed"
+            store.save_test(run_result.run_id, test)
+            observer.say(f"{workload.name} step {step_no} ({jobs} jobs) failed: {err}; skipping the rest of "
+                         "this test.")
+            break
+        values, reasons = kpm.compute(step)
+        step.kpm = {**values, "na_reasons": reasons}
+        test.steps.append(step)
+        store.save_step(run_result.run_id, test, step)
+        observer.step_done(test, step)
+    store.save_test(run_result.run_id, test)
+    observer.test_done(test)
+    return test
+
+
+def _check_connections(control: Any, jobs: int) -> None:
+    max_conn = int(control.execute("select current_setting('max_connections')").fetchone()[0])
+    used = int(control.execute("select count(*) from pg_stat_activity where backend_type = 'client backend'"
+                               ).fetchone()[0])
+    if jobs + used + 2 > max_conn:
+        raise CapmarkError(f"The plan needs {jobs} job connections but the server allows {max_conn} with {used} in "
+                           "use; lower --jobs or raise max_connections.")
+
+
+def _devices(info: Any) -> tuple[list[str], str]:
+    if not info.has("os"):
+        return [], info.why_not("os")
+    if not info.data_directory:
+        return [], "the role may not read data_directory, so the data device is unknown"
+    dev, why = oscollect.device_for_path(info.data_directory)
+    return ([dev], "") if dev else ([], why)
+
+
+# --- stored runs -------------------------------------------------------------------------------------
+
+def open_run(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> RunResult:
+    return load_run(resolve_run(ref, results_dir))
+
+
+def _write_report(folder: Path) -> Path:
+    from capmark.report.html import write_report
+
+    return write_report(load_run(folder))
+
+
+def report(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> tuple[RunResult, Path]:
+    """Re-render a stored run's report.html from storage alone."""
+    folder = resolve_run(ref, results_dir)
+    run_result = load_run(folder)
+    from capmark.report.html import write_report
+
+    return run_result, write_report(run_result)
+
+
+# --- the embedded server -----------------------------------------------------------------------------
+
+def db_start(data_dir: Path | None = None) -> str:
+    return embedded.start(data_dir)
+
+
+def db_stop(data_dir: Path | None = None) -> bool:
+    return embedded.stop(data_dir)
+
+
+def db_status(data_dir: Path | None = None) -> embedded.EmbeddedStatus:
+    return embedded.status(data_dir)
+
+

@@ -1,0 +1,206 @@
+"""Command line: parses, calls capmark.api, prints. Errors become one sentence and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from capmark import api
+from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, parse_duration, parse_jobs, parse_params
+from capmark.errors import CapmarkError, RunInterrupted
+from capmark.report.console import kpm_table, print_run
+from capmark.report.export import run_to_json
+from capmark.results import StepResult, TestResult
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="capmark: measure a database platform, decompose, model, plan, diagnose, report.")
+db_app = typer.Typer(no_args_is_help=True, help="Manage the embedded PostgreSQL server capmark uses by default.")
+app.add_typer(db_app, name="db")
+err_console = Console(stderr=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", envvar="CAPMARK_DATA_DIR",
+                                              help="Data directory of the embedded server (default: user cache).")]
+ResultsDir = Annotated[Path, typer.Option("--results-dir", help="Folder holding one sub-folder per run.")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="table for people, json for scripts.")]
+
+
+class LiveObserver(api.RunObserver):
+    """Shows which test and step runs and the time left; prints each test's table when it ends."""
+
+    def __init__(self, console: Console, show_tables: bool) -> None:
+        self.console = console
+        self.show_tables = show_tables
+        self.live = Live(Text(""), console=console, refresh_per_second=4, transient=True)
+        self.plan: list[int] = []
+        self.done = 0
+
+    def say(self, message: str) -> None:
+        self.console.print(message)
+
+    def test_started(self, test: TestResult, plan: list[int]) -> None:
+        self.plan, self.done = plan, 0
+        self.live.start()
+
+    def step_progress(self, test: TestResult, jobs: int, phase: str, seconds_left: float) -> None:
+        step = self.plan.index(jobs) + 1 if jobs in self.plan else "?"
+        self.live.update(Text(f"{test.workload} ({test.mode}-side): step {step}/{len(self.plan)}, {jobs} jobs, "
+                              f"{phase}: {seconds_left:4.0f} s left"))
+
+    def step_done(self, test: TestResult, step: StepResult) -> None:
+        self.done += 1
+        k = step.kpm
+        self.console.print(f"  {test.workload} step {step.ordinal} ({step.jobs} jobs): "
+                           f"{k.get('throughput', 0):,.0f} {test.throughput_label}, "
+                           f"p95 {k.get('rt_p95_ms') or 0:.3f} ms")
+
+    def test_done(self, test: TestResult) -> None:
+        self.live.stop()
+        if self.show_tables:
+            self.console.print(kpm_table(test))
+
+
+@app.command()
+def run(
+    workloads: Annotated[list[str] | None, typer.Argument(help="Workloads by name (default suite: srv-query1 "
+                                                               "tp-light); `capmark list` shows all.")] = None,
+    jobs: Annotated[str | None, typer.Option("--jobs", help="Step plan, e.g. 1,2,4,8 (default: 1, 2, 4 ... "
+                                                             "up to 2 x the host's cores).")] = None,
+    warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per step: 30, 30s, 2m.")] = "5s",
+    duration: Annotated[str, typer.Option("--duration", help="Measured time per step: 30, 30s, 2m.")] = "15s",
+    mode: Annotated[str, typer.Option("--mode", help="server: PL/pgSQL loops in the database (default); "
+                                                      "client: the driver issues every unit.")] = "server",
+    scale: Annotated[int, typer.Option("--scale", help="Data model size: 100,000 rows per table per unit.")] = 1,
+    param: Annotated[list[str] | None, typer.Option("--param", help="Workload parameter name=value, e.g. "
+                                                                     "update_pct=20; repeatable.")] = None,
+    dsn: Annotated[str | None, typer.Option("--dsn", envvar="CAPMARK_DSN", show_envvar=True,
+                                            help="Measure this PostgreSQL 14-18 instead of the embedded one.")] = None,
+    data_dir: DataDir = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    no_collectors: Annotated[bool, typer.Option("--no-collectors", help="Turn off the 10 Hz wait and 1 Hz OS "
+                                                                         "sampling (overhead checks).")] = False,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Measure workloads at stepped concurrency and store the run (tables, report.html, raw data)."""
+    spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs else None,
+                   warmup_s=parse_duration(warmup, "warm-up"), duration_s=parse_duration(duration, "duration"),
+                   mode=mode, scale=scale, params=parse_params(param), dsn=dsn, data_dir=data_dir,
+                   results_dir=results_dir, collectors=not no_collectors)
+    console = err_console if fmt == Format.json else Console()
+    result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
+    if fmt == Format.json:
+        print(json.dumps(run_to_json(result), indent=1))
+    else:
+        console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}")
+
+
+@app.command("list")
+def list_cmd(fmt: FormatOpt = Format.table) -> None:
+    """List the workloads, their unit of work and parameters."""
+    items = api.list_workloads()
+    if fmt == Format.json:
+        print(json.dumps([{"name": w.name, "family": w.family, "unit": w.unit, "throughput_unit":
+                           w.throughput_label, "description": w.description, "kpms": list(w.kpms),
+                           "params": [{"name": p.name, "default": p.default, "min": p.minimum, "max": p.maximum,
+                                       "help": p.help} for p in w.params]} for w in items], indent=1))
+        return
+    table = Table(title="capmark workloads", title_justify="left")
+    for col in ("name", "family", "unit", "parameters", "description"):
+        table.add_column(col)
+    for w in items:
+        params = ", ".join(f"{p.name}={p.default} ({p.minimum}-{p.maximum})" for p in w.params) or "-"
+        table.add_row(w.name, w.family, f"{w.unit} [{w.throughput_label}]", params, w.description)
+    Console().print(table)
+
+
+@app.command()
+def report(
+    run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="Run id or run folder (default: latest).")]
+    = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Re-render a stored run's report.html and print its tables, without any database."""
+    result, path = api.report(run_ref, results_dir)
+    if fmt == Format.json:
+        print(json.dumps(run_to_json(result), indent=1))
+        return
+    print_run(result)
+    Console().print(f"Report: {path}")
+
+
+@db_app.command("start")
+def db_start(data_dir: DataDir = None) -> None:
+    """Start (and on first use initialise and configure) the embedded PostgreSQL."""
+    print(api.db_start(data_dir))
+
+
+@db_app.command("stop")
+def db_stop(data_dir: DataDir = None) -> None:
+    """Stop the embedded PostgreSQL."""
+    print("stopped" if api.db_stop(data_dir) else "not running")
+
+
+@db_app.command("status")
+def db_status(data_dir: DataDir = None, fmt: FormatOpt = Format.table) -> None:
+    """Say whether the embedded PostgreSQL is initialised and running."""
+    st = api.db_status(data_dir)
+    data = {"data_dir": str(st.data_dir), "initialized": st.initialized, "running": st.running, "pid": st.pid,
+            "url": st.url}
+    if fmt == Format.json:
+        print(json.dumps(data, indent=1))
+    else:
+        for k, v in data.items():
+            print(f"{k}: {v}")
+
+
+@db_app.command("url")
+def db_url(data_dir: DataDir = None) -> None:
+    """Print the connection URL of the running embedded PostgreSQL."""
+    st = api.db_status(data_dir)
+    if not st.running:
+        raise CapmarkError("The embedded PostgreSQL is not running; start it with `capmark db start`.")
+    print(st.url)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except CapmarkError as err:
+        err_console.print(f"capmark: {err}", highlight=False, markup=False)
+        sys.exit(err.exit_code)
+    except RunInterrupted as err:
+        err_console.print(f"capmark: {err}", highlight=False, markup=False)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("capmark: interrupted.")
+        sys.exit(130)
+    except typer.Exit as err:
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as err:  # click usage errors and the like
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""OS counters of the local database host from /proc: CPU, run queue, disks, memory, processes by role."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+DISK_FIELDS = ("reads", "reads_merged", "sectors_read", "read_ms", "writes", "writes_merged", "sectors_written",
+               "write_ms", "in_flight", "io_ms", "weighted_io_ms", "discards", "discards_merged",
+               "sectors_discarded", "discard_ms", "flushes", "flush_ms")
+ROLES = ("client backends", "walwriter", "checkpointer", "background writer", "autovacuum", "io workers",
+         "postmaster", "other", "exited processes")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class ProcStat:
+    """System-wide counters from /proc/stat: jiffies per CPU state, context switches, run queue."""
+
+    cpu: dict[str, int]
+    per_cpu: list[dict[str, int]]
+    ctxt: int
+    procs_running: int
+    procs_blocked: int
+
+
+def read_proc_stat(root: str = "/proc") -> ProcStat:
+    cpu: dict[str, int] = {}
+    per_cpu: list[dict[str, int]] = []
+    ctxt = running = blocked = 0
+    with open(f"{root}/stat") as fh:
+        for line in fh:
+            parts = line.split()
+            if parts[0] == "cpu":
+                cpu = dict(zip(CPU_FIELDS, map(int, parts[1:9]), strict=False))
+            elif parts[0].startswith("cpu"):
+                per_cpu.append(dict(zip(CPU_FIELDS, map(int, parts[1:9]), strict=False)))
+            elif parts[0] == "ctxt":
+                ctxt = int(parts[1])
+            elif parts[0] == "procs_running":
+                running = int(parts[1])
+            elif parts[0] == "procs_blocked":
+                blocked = int(parts[1])
+    return ProcStat(cpu, per_cpu, ctxt, running, blocked)
+
+
+def cpu_percentages(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """Share of each CPU state over an interval; the eight states sum to 100."""
+    delta = {k: max(0, after.get(k, 0) - before.get(k, 0)) for k in CPU_FIELDS}
+    total = sum(delta.values())
+    if total <= 0:
+        return {k: 0.0 for k in (*CPU_FIELDS, "busy")}
+    pct = {k: 100.0 * v / total for k, v in delta.items()}
+    pct["busy"] = 100.0 - pct["idle"] - pct["iowait"]
+    return pct
+
+
+def cpu_seconds(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    return {k: (after.get(k, 0) - before.get(k, 0)) / _TICK for k in CPU_FIELDS}
+
+
+def read_diskstats(devices: list[str], root: str = "/proc") -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    with open(f"{root}/diskstats") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) > 3 and parts[2] in devices:
+                out[parts[2]] = dict(zip(DISK_FIELDS, map(int, parts[3:]), strict=False))
+    return out
+
+
+def device_for_path(path: str | Path) -> tuple[str | None, str]:
+    """The block device (as named in /proc/diskstats) that holds path, or None and the reason."""
+    try:
+        st_dev = os.stat(path).st_dev
+    except OSError as err:
+        return None, f"cannot stat {path} ({err.strerror})"
+    major, minor = os.major(st_dev), os.minor(st_dev)
+    with open("/proc/diskstats") as fh:
+        for line in fh:
+            parts = line.split()
+            if int(parts[0]) == major and int(parts[1]) == minor:
+                return parts[2], ""
+    return None, f"the file system of {path} is not on a block device listed in /proc/diskstats ({major}:{minor})"
+
+
+def read_meminfo(root: str = "/proc") -> dict[str, int]:
+    """Bytes for the memory lines capmark reports."""
+    wanted = {"MemTotal", "MemFree", "MemAvailable", "Cached", "Dirty", "Writeback", "Shmem"}
+    out: dict[str, int] = {}
+    with open(f"{root}/meminfo") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in wanted:
+                out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+_CLUSTER_PREFIX = re.compile(r"^\d+/[\w.-]+:\s*")
+
+
+def role_of(cmdline: list[str], is_postmaster: bool) -> str:
+    """Map a PostgreSQL process title ('postgres: checkpointer') to a capmark role."""
+    if is_postmaster:
+        return "postmaster"
+    title = " ".join(cmdline)
+    if title.startswith("postgres:"):
+        title = _CLUSTER_PREFIX.sub("", title[len("postgres:"):].strip())
+    for prefix, role in (("walwriter", "walwriter"), ("checkpointer", "checkpointer"),
+                         ("background writer", "background writer"), ("autovacuum", "autovacuum"),
+                         ("io worker", "io workers"), ("logical replication", "other"), ("archiver", "other"),
+                         ("walsummarizer", "other"), ("stats collector", "other"), ("startup", "other"),
+                         ("walsender", "other"), ("walreceiver", "other")):
+        if title.startswith(prefix):
+            return role
+    return "client backends"
+
+
+@dataclass
+class ProcessSample:
+    """CPU seconds and memory of every process of the instance, plus the postmaster's reaped children."""
+
+    procs: dict[int, tuple[str, float, float, int]] = field(default_factory=dict)  # pid -> role, user, sys, rss
+    reaped_user_s: float = 0.0
+    reaped_sys_s: float = 0.0
+
+
+def sample_instance(postmaster_pid: int) -> ProcessSample:
+    sample = ProcessSample()
+    try:
+        master = psutil.Process(postmaster_pid)
+        times = master.cpu_times()
+        sample.reaped_user_s, sample.reaped_sys_s = times.children_user, times.children_system
+        members = [master, *master.children()]
+    except psutil.Error:
+        return sample
+    for proc in members:
+        try:
+            with proc.oneshot():
+                t = proc.cpu_times()
+                rss = proc.memory_info().rss
+                role = role_of(proc.cmdline(), proc.pid == postmaster_pid)
+            sample.procs[proc.pid] = (role, t.user, t.system, rss)
+        except psutil.Error:
+            continue
+    return sample
+
+
+def cpu_by_role(before: ProcessSample, after: ProcessSample) -> dict[str, dict[str, float]]:
+    """CPU seconds per role over the interval; processes that exited count under 'exited processes'.
+
+    A process that exits is reaped by the postmaster, whose children times then grow by its whole
+    lifetime CPU; subtract what was already attributed to it before it exited.
+    """
+    out = {role: {"user_s": 0.0, "sys_s": 0.0, "processes": 0} for role in ROLES}
+    for pid, (role, user, sys, _rss) in after.procs.items():
+        u0, s0 = (before.procs[pid][1], before.procs[pid][2]) if pid in before.procs else (0.0, 0.0)
+        out[role]["user_s"] += user - u0
+        out[role]["sys_s"] += sys - s0
+        out[role]["processes"] += 1
+    gone = [p for p in before.procs if p not in after.procs]
+    seen_user = sum(before.procs[p][1] for p in gone)
+    seen_sys = sum(before.procs[p][2] for p in gone)
+    exited = out["exited processes"]
+    exited["user_s"] = max(0.0, after.reaped_user_s - before.reaped_user_s - seen_user)
+    exited["sys_s"] = max(0.0, after.reaped_sys_s - before.reaped_sys_s - seen_sys)
+    exited["processes"] = len(gone)
+    return out
+
+
+def own_cpu_seconds() -> tuple[float, float]:
+    t = psutil.Process().cpu_times()
+    return t.user, t.system

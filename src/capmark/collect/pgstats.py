@@ -1,0 +1,117 @@
+"""Snapshots of PostgreSQL's cumulative statistics views, taken before and after each step."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any
+
+import psycopg
+
+from capmark.engines.base import TargetInfo
+
+# view -> columns identifying a row (rows are matched on these when taking deltas)
+KEYS: dict[str, tuple[str, ...]] = {
+    "database": ("datname",),
+    "io": ("backend_type", "object", "context"),
+    "wal": (),
+    "bgwriter": (),
+    "checkpointer": (),
+    "statements": ("queryid", "userid", "toplevel"),
+    "lsn": (),
+    "backend_io": ("backend_type", "object", "context"),
+    "backend_wal": (),
+}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    return value
+
+
+def _rows(conn: psycopg.Connection, sql: str, params: Any = None) -> list[dict[str, Any]]:
+    cur = conn.execute(sql, params)
+    names = [c.name for c in cur.description or []]
+    return [{n: _plain(v) for n, v in zip(names, row, strict=True)} for row in cur.fetchall()]
+
+
+def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int] | None = None
+             ) -> dict[str, list[dict[str, Any]]]:
+    """One consistent-enough reading of every view this server has; missing views are simply absent."""
+    conn.execute("select pg_stat_clear_snapshot()")
+    snap: dict[str, list[dict[str, Any]]] = {
+        "database": _rows(conn, "select * from pg_stat_database where datname = current_database()"),
+        "wal": _rows(conn, "select * from pg_stat_wal"),
+        "bgwriter": _rows(conn, "select * from pg_stat_bgwriter"),
+        "lsn": _rows(conn, "select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') as wal_lsn_bytes"),
+    }
+    if info.has("pg_stat_io"):
+        snap["io"] = _rows(conn, "select * from pg_stat_io")
+    if info.has("pg_stat_checkpointer"):
+        snap["checkpointer"] = _rows(conn, "select * from pg_stat_checkpointer")
+    if info.has("pg_stat_statements"):
+        snap["statements"] = _rows(conn, """
+            select s.*, left(s.query, 300) as query from pg_stat_statements s
+            where s.dbid = (select oid from pg_database where datname = current_database())
+              and s.query not like '%%pg_stat%%'""")
+    if info.has("per_backend_stats") and backend_pids:
+        snap["backend_io"] = _rows(conn, "select b.* from unnest(%s::int[]) p, pg_stat_get_backend_io(p) b",
+                                   (backend_pids,))
+        snap["backend_wal"] = _rows(conn, "select b.* from unnest(%s::int[]) p, pg_stat_get_backend_wal(p) b",
+                                    (backend_pids,))
+    return snap
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _sum_by_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
+    out: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        k = tuple(row.get(c) for c in keys)
+        if k not in out:
+            out[k] = dict(row)
+        else:
+            for name, v in row.items():
+                if _numeric(v) and _numeric(out[k].get(name)):
+                    out[k][name] += v
+    return out
+
+
+def delta(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """after - before for every numeric column, matching rows by their key columns."""
+    out: dict[str, list[dict]] = {}
+    for view, rows_after in after.items():
+        keys = KEYS.get(view, ())
+        b = _sum_by_key(before.get(view, []), keys)
+        a = _sum_by_key(rows_after, keys)
+        rows = []
+        for k, row in a.items():
+            base = b.get(k, {})
+            d = {}
+            for name, v in row.items():
+                if name in keys or not _numeric(v):
+                    d[name] = v
+                else:
+                    prev = base.get(name)
+                    d[name] = v - prev if _numeric(prev) else v
+            rows.append(d)
+        out[view] = rows
+    return out
+
+
+def total(rows: list[dict], column: str, **where: Any) -> float | None:
+    """Sum of a column over rows matching where; None when no row has the column."""
+    values = [r[column] for r in rows if column in r and _numeric(r[column])
+              and all(r.get(k) == v for k, v in where.items())]
+    return float(sum(values)) if values else None
+
+
+def flush_own_stats(conn: psycopg.Connection, info: TargetInfo) -> None:
+    """Make this backend publish its pending statistics now (PostgreSQL 15+), so the snapshot sees them."""
+    if info.has("force_flush"):
+        conn.execute("select pg_stat_force_next_flush()")

@@ -1,0 +1,45 @@
+"""Client-side execution: one connection, prepared statements, as little Python per call as possible."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import pq
+
+
+class ClientSession:
+    """Runs named prepared statements through libpq directly (psycopg's pq layer) to keep driver cost low."""
+
+    def __init__(self, conn: psycopg.Connection, statements: dict[str, str]) -> None:
+        self.conn = conn
+        self.pgconn = conn.pgconn
+        self.round_trips = 0
+        for name, sql in statements.items():
+            res = self.pgconn.prepare(name.encode(), sql.encode())
+            self._check(res)
+
+    def _check(self, res: pq.PGresult) -> pq.PGresult:
+        if res.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+            message = res.error_message.decode(errors="replace").strip()
+            raise psycopg.DatabaseError(message or "statement failed")
+        return res
+
+    def run(self, name: str, *params: object) -> pq.PGresult:
+        self.round_trips += 1
+        return self._check(self.pgconn.exec_prepared(name.encode(), [str(p).encode() for p in params]))
+
+    def _exec(self, sql: bytes) -> None:
+        self.round_trips += 1
+        self._check(self.pgconn.exec_(sql))
+
+    def begin(self) -> None:
+        self._exec(b"begin")
+
+    def commit(self) -> None:
+        self._exec(b"commit")
+
+    def rollback(self) -> None:
+        self._exec(b"rollback")
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.pgconn.transaction_status != pq.TransactionStatus.IDLE

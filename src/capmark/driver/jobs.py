@@ -1,0 +1,193 @@
+"""Jobs: one thread and one connection each, running units until told to stop, in phases.
+
+Phases are separated by a barrier shared with the step runner: warm-up, then a pause in which the
+runner snapshots every counter, then the measured window, then another pause for the closing
+snapshot. Jobs publish their statistics before each pause so that the snapshots are complete.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+
+from capmark.collect.pgstats import flush_own_stats
+from capmark.driver.client import ClientSession
+from capmark.driver.histogram import N_BUCKETS, LatencyHistogram, bucket_bounds
+from capmark.engines.base import TargetInfo
+from capmark.workloads.base import DataSize, Workload
+
+
+@dataclass
+class Tally:
+    """What one job did in the measured window."""
+
+    histograms: list[LatencyHistogram]
+    errors: list[int]
+    series_units: dict[int, int] = field(default_factory=dict)
+    series_errors: dict[int, int] = field(default_factory=dict)
+    round_trips: int = 0
+
+    def add_second(self, second: int, units: int, errors: int) -> None:
+        self.series_units[second] = self.series_units.get(second, 0) + units
+        if errors:
+            self.series_errors[second] = self.series_errors.get(second, 0) + errors
+
+
+@dataclass
+class Schedule:
+    """Wall-clock plan of a step, filled in by the runner before releasing the jobs into each phase."""
+
+    warmup_end: float = 0.0
+    measure_start: float = 0.0
+    measure_end: float = 0.0
+
+
+class Job(threading.Thread):
+    def __init__(self, index: int, conn: psycopg.Connection, workload: Workload, params: dict[str, int],
+                 size: DataSize, mode: str, info: TargetInfo, barrier: threading.Barrier,
+                 schedule: Schedule, stop: threading.Event) -> None:
+        super().__init__(name=f"capmark-job-{index}", daemon=True)
+        self.index = index
+        self.conn = conn
+        self.workload = workload
+        self.params = params
+        self.size = size
+        self.mode = mode
+        self.info = info
+        self.barrier = barrier
+        self.schedule = schedule
+        self.stop_event = stop
+        self.failure: str | None = None
+        ntypes = len(workload.txn_types)
+        self.tally = Tally([LatencyHistogram() for _ in range(ntypes)], [0] * ntypes)
+        self.session = ClientSession(conn, workload.client_statements) if mode == "client" else None
+        self.rng = random.Random(index * 7919 + int(time.time()))
+        slice_params = {"items": size.items, "accounts": size.accounts, **params}
+        self._call = (f"call capmark.{workload.procedure}(%s, %s, null, null, null)".encode(),
+                      json.dumps(slice_params))
+
+    # --- phases -------------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self.barrier.wait()  # all connected: start together
+            self._run_until(self.schedule.warmup_end, measure=False)
+            flush_own_stats(self.conn, self.info)
+            self.barrier.wait()  # runner takes the opening snapshot
+            self.barrier.wait()
+            self._run_until(self.schedule.measure_end, measure=True)
+            flush_own_stats(self.conn, self.info)
+            self.barrier.wait()  # runner takes the closing snapshot
+        except threading.BrokenBarrierError:
+            pass
+        except Exception as err:  # a job must never take the step down silently
+            self.failure = f"job {self.index}: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}"
+            self.barrier.abort()
+
+    def _run_until(self, deadline: float, *, measure: bool) -> None:
+        if self.mode == "server":
+            self._server_slices(deadline, measure)
+        else:
+            self._client_units(deadline, measure)
+
+    # --- server-side: the database runs the loop, the job only slices time --------------------------
+    def _server_slices(self, deadline: float, measure: bool) -> None:
+        start = self.schedule.measure_start
+        sql, params_json = self._call
+        ntypes = len(self.workload.txn_types)
+        while not self.stop_event.is_set():
+            now = time.time()
+            if now >= deadline - 0.002:
+                return
+            # end each slice on a whole second of the window so the 1 s series needs no interpolation
+            if measure:
+                second = int((now - start) // 1)
+                slice_end = min(deadline, start + second + 1)
+            else:
+                second = 0
+                slice_end = min(deadline, now + 1.0)
+            try:
+                row = self.conn.execute(sql, (slice_end - now, params_json)).fetchone()
+            except psycopg.errors.QueryCanceled:
+                return
+            except psycopg.Error:
+                if self.conn.closed or self.conn.broken:
+                    raise
+                if measure:
+                    self.tally.errors[0] += 1
+                    self.tally.add_second(second, 0, 1)
+                continue
+            if not measure:
+                continue
+            hist, errors, busy_s = row
+            per_type = [hist[t * N_BUCKETS:(t + 1) * N_BUCKETS] for t in range(ntypes)]
+            for t, share in enumerate(split_busy_time(per_type, busy_s)):
+                self.tally.histograms[t].add_bucket_counts(per_type[t], share)
+                self.tally.errors[t] += int(errors[t])
+            self.tally.add_second(second, sum(hist), int(sum(errors)))
+
+    # --- client-side: the job issues every unit and times it ----------------------------------------
+    def _client_units(self, deadline: float, measure: bool) -> None:
+        session = self.session
+        assert session is not None
+        unit = self.workload.client_unit
+        rng, params, size = self.rng, self.params, self.size
+        hists, errors = self.tally.histograms, self.tally.errors
+        clock = time.perf_counter
+        wall0 = time.time()
+        perf0 = clock()
+        start = self.schedule.measure_start
+        end = perf0 + (deadline - wall0)
+        counts: dict[int, int] = {}
+        stop = self.stop_event
+        n = 0
+        trips0 = session.round_trips
+        while True:
+            t0 = clock()
+            if t0 >= end or (n & 255 == 0 and stop.is_set()):
+                break
+            n += 1
+            try:
+                kind = unit(session, rng, params, size)
+            except psycopg.Error:
+                if self.conn.broken:
+                    raise
+                if session.in_transaction:
+                    session.rollback()
+                if measure:
+                    errors[0] += 1
+                    self.tally.add_second(int(wall0 + (t0 - perf0) - start), 0, 1)
+                continue
+            if measure:
+                t1 = clock()
+                hists[kind].record(t1 - t0)
+                second = int(wall0 + (t1 - perf0) - start)
+                counts[second] = counts.get(second, 0) + 1
+        for second, c in counts.items():
+            self.tally.add_second(second, c, 0)
+        if measure:
+            self.tally.round_trips += session.round_trips - trips0
+
+
+def split_busy_time(per_type: list[list[int]], busy_s: float) -> list[float]:
+    """Share a slice's exact busy time among its transaction types.
+
+    The slice knows only the total (its units run back to back); each type's part is estimated from
+    its histogram's bucket midpoints, then scaled so that the parts add up to the exact total.
+    """
+    if len(per_type) == 1:
+        return [busy_s]
+    estimates = []
+    for counts in per_type:
+        est = 0.0
+        for i, c in enumerate(counts):
+            if c:
+                low, high = bucket_bounds(i)
+                est += c * (low + high) / 2
+        estimates.append(est)
+    total = sum(estimates)
+    return [busy_s * e / total if total else 0.0 for e in estimates]

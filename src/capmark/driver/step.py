@@ -1,0 +1,186 @@
+"""One step: N jobs on N connections, warm-up, opening snapshot, measured window, closing snapshot."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from capmark.collect import os as oscollect
+from capmark.collect import pgstats
+from capmark.collect.sampler import Sampler
+from capmark.driver.histogram import merge_all
+from capmark.driver.jobs import Job, Schedule
+from capmark.engines.base import TargetInfo
+from capmark.engines.postgres import connect
+from capmark.results import StepResult
+from capmark.workloads.base import DataSize, Workload
+
+Progress = Callable[[str, float], None]  # phase, seconds left in it
+
+
+@dataclass
+class StepContext:
+    """The connected target as a step needs it."""
+
+    dsn: str
+    info: TargetInfo
+    control: psycopg.Connection
+    devices: list[str] = field(default_factory=list)
+    device_note: str = ""
+
+
+@dataclass
+class StepPlan:
+    ordinal: int
+    jobs: int
+    warmup_s: float
+    duration_s: float
+    mode: str
+    collectors: bool = True
+
+
+def _os_reading(ctx: StepContext) -> dict:
+    stat = oscollect.read_proc_stat()
+    return {"stat": stat, "disks": oscollect.read_diskstats(ctx.devices), "mem": oscollect.read_meminfo(),
+            "procs": oscollect.sample_instance(ctx.info.postmaster_pid) if ctx.info.postmaster_pid else None}
+
+
+def _os_summary(before: dict, after: dict) -> dict:
+    b, a = before["stat"], after["stat"]
+    disks = {}
+    for dev, fields in a["disks"].items():
+        prev = before["disks"].get(dev, {})
+        disks[dev] = {k: v - prev.get(k, 0) if k != "in_flight" else v for k, v in fields.items()}
+    return {
+        "cpu_pct": oscollect.cpu_percentages(b.cpu, a.cpu),
+        "cpu_seconds": oscollect.cpu_seconds(b.cpu, a.cpu),
+        "per_cpu_pct": [oscollect.cpu_percentages(x, y) for x, y in zip(b.per_cpu, a.per_cpu, strict=False)],
+        "cores": len(a.per_cpu),
+        "ctxt": a.ctxt - b.ctxt,
+        "procs_running_end": a.procs_running,
+        "procs_blocked_end": a.procs_blocked,
+        "disks": disks,
+        "memory_end": after["mem"],
+        "memory_start": before["mem"],
+    }
+
+
+def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size: DataSize, plan: StepPlan,
+             progress: Progress | None = None) -> StepResult:
+    """Run one step; on KeyboardInterrupt every job is cancelled and closed before re-raising."""
+    progress = progress or (lambda phase, left: None)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    conns: list[psycopg.Connection] = []
+    jobs: list[Job] = []
+    stop = threading.Event()
+    barrier = threading.Barrier(plan.jobs + 1)
+    schedule = Schedule()
+    try:
+        for i in range(plan.jobs):
+            conns.append(connect(ctx.dsn, application_name=f"capmark job {i + 1}"))
+        pids = [c.info.backend_pid for c in conns]
+        jobs = [Job(i + 1, c, workload, params, size, plan.mode, ctx.info, barrier, schedule, stop)
+                for i, c in enumerate(conns)]
+        for job in jobs:
+            job.start()
+        schedule.warmup_end = time.time() + plan.warmup_s
+        _wait(barrier, jobs)
+        _countdown("warm-up", schedule.warmup_end, progress, stop)
+        _wait(barrier, jobs)  # warm-up over, statistics flushed
+
+        if not ctx.info.has("force_flush"):
+            time.sleep(0.6)  # PostgreSQL 14: the collector publishes every 500 ms
+        os_local = ctx.info.has("os")
+        db_before = pgstats.snapshot(ctx.control, ctx.info, pids)
+        os_before = _os_reading(ctx) if os_local else None
+        drv_before = oscollect.own_cpu_seconds()
+        sampler = Sampler(connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None,
+                          pids, os_local and plan.collectors)
+        schedule.measure_start = time.time()
+        schedule.measure_end = schedule.measure_start + plan.duration_s
+        sampler.start()
+        _wait(barrier, jobs)  # go
+        _countdown("measure", schedule.measure_end, progress, stop)
+        _wait(barrier, jobs)  # jobs done and flushed
+        elapsed = time.time() - schedule.measure_start
+        samples = sampler.stop()
+        if sampler.conn is not None:
+            sampler.conn.close()
+        if not ctx.info.has("force_flush"):
+            time.sleep(0.6)
+        drv_after = oscollect.own_cpu_seconds()
+        os_after = _os_reading(ctx) if os_local else None
+        db_after = pgstats.snapshot(ctx.control, ctx.info, pids)
+    except BaseException:
+        stop.set()
+        barrier.abort()
+        for c in conns:
+            try:
+                c.cancel_safe(timeout=2)
+            except Exception:  # cancelling is best effort; closing below ends the backend anyway
+                pass
+        for job in jobs:
+            job.join(timeout=5)
+        for c in conns:
+            c.close()
+        raise
+    for job in jobs:
+        job.join(timeout=10)
+    for c in conns:
+        c.close()
+
+    notes = [j.failure for j in jobs if j.failure]
+    names = list(workload.txn_types)
+    hists = {names[t]: merge_all([j.tally.histograms[t] for j in jobs]) for t in range(len(names))}
+    errors = {names[t]: sum(j.tally.errors[t] for j in jobs) for t in range(len(names))}
+    seconds = max(1, int(round(plan.duration_s)))
+    series_units = [sum(j.tally.series_units.get(s, 0) for j in jobs) for s in range(seconds)]
+    series_errors = [sum(j.tally.series_errors.get(s, 0) for j in jobs) for s in range(seconds)]
+    result = StepResult(
+        ordinal=plan.ordinal, jobs=plan.jobs, status="ok" if not notes else "failed", started_at=started,
+        elapsed_s=elapsed, txn_types=names, histograms=hists, errors=errors,
+        series_units=series_units, series_errors=series_errors,
+        db_before=db_before, db_after=db_after, db_delta=pgstats.delta(db_before, db_after),
+        driver_cpu={"user_s": drv_after[0] - drv_before[0], "sys_s": drv_after[1] - drv_before[1]},
+        waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
+        round_trips=sum(j.tally.round_trips for j in jobs), notes=notes + samples.errors,
+    )
+    if os_before and os_after:
+        result.os = _os_summary(os_before, os_after)
+        if os_before["procs"] and os_after["procs"]:
+            result.process_cpu = oscollect.cpu_by_role(os_before["procs"], os_after["procs"])
+            result.os["rss_by_role_end"] = _rss_by_role(os_after["procs"])
+    return result
+
+
+def _rss_by_role(sample: oscollect.ProcessSample) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for role, _u, _s, rss in sample.procs.values():
+        out[role] = out.get(role, 0) + rss
+    return out
+
+
+def _wait(barrier: threading.Barrier, jobs: list[Job]) -> None:
+    try:
+        barrier.wait(timeout=120)
+    except threading.BrokenBarrierError:
+        failures = [j.failure for j in jobs if j.failure]
+        raise StepFailed("; ".join(failures) or "a job stopped responding") from None
+
+
+def _countdown(phase: str, until: float, progress: Progress, stop: threading.Event) -> None:
+    while not stop.is_set():
+        left = until - time.time()
+        progress(phase, max(0.0, left))
+        if left <= 0:
+            return
+        time.sleep(min(0.25, left))
+
+
+class StepFailed(Exception):
+    """A job failed; the step is lost but the run goes on (or stops) as the caller decides."""

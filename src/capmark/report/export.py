@@ -1,0 +1,48 @@
+"""JSON export of a stored run: the same content as the console tables, with units (schema in docs/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capmark.measure import kpm
+from capmark.results import RunResult, TestResult
+
+SCHEMA_ID = "capmark.run/1"
+
+
+def columns(test: TestResult) -> list[dict[str, Any]]:
+    return [{"key": c.key, "label": c.label, "unit": kpm.unit_of(c, test.throughput_label)}
+            for c in (kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS)]
+
+
+def test_to_json(test: TestResult) -> dict[str, Any]:
+    steps = []
+    for step in test.steps:
+        values, reasons = kpm.compute(step)
+        lat = step.latency.summary()
+        steps.append({
+            "ordinal": step.ordinal, "jobs": step.jobs, "status": step.status, "started_at": step.started_at,
+            "units": step.units, "errors": sum(step.errors.values()),
+            "kpm": {k: values.get(k) for k in test.kpms},
+            "na_reasons": reasons,
+            "latency_s": lat,
+            "latency_by_type_s": {t: h.summary() | {"units": h.total} for t, h in step.histograms.items()},
+            "notes": step.notes,
+        })
+    return {"ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
+            "throughput_unit": test.throughput_label, "mode": test.mode, "params": test.params,
+            "status": test.status, "columns": columns(test), "steps": steps}
+
+
+def run_to_json(run: RunResult) -> dict[str, Any]:
+    target = run.target
+    return {
+        "schema": SCHEMA_ID,
+        "run": {"id": run.run_id, "created_at": run.created_at, "status": run.status, "folder": run.folder,
+                "spec": run.spec, "notes": run.setup_notes},
+        "environment": run.environment,
+        "target": {"version": target.get("version"), "dsn": target.get("dsn_redacted"),
+                   "embedded": target.get("embedded"), "local": target.get("local"),
+                   "capabilities": target.get("capabilities"), "devices": target.get("devices")},
+        "tests": [test_to_json(t) for t in run.tests],
+    }

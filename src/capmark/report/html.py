@@ -1,0 +1,81 @@
+"""The self-contained HTML report: a list of sections, each a function of the stored run.
+
+To add a section, write a function (run) -> Section | None and append it to SECTIONS (or to
+TEST_SECTIONS for a per-test block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
+
+from capmark.measure import kpm
+from capmark.report import plots
+from capmark.report.console import fmt
+from capmark.results import RunResult, TestResult
+
+
+@dataclass
+class Section:
+    title: str
+    html: Markup
+    anchor: str
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("capmark.report", "templates"),
+                              autoescape=jinja2.select_autoescape(["j2", "html"]))
+
+
+def _render(template: str, **kw: object) -> Markup:
+    return Markup(_env().get_template(template).render(**kw))
+
+
+def summary_section(run: RunResult) -> Section:
+    return Section("Run summary", _render("summary.html.j2", run=run), "summary")
+
+
+def environment_section(run: RunResult) -> Section:
+    return Section("Environment", _render("environment.html.j2", run=run), "environment")
+
+
+def test_section(test: TestResult) -> Section:
+    cols = [kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS]
+    rows, reasons = [], {}
+    for step in test.steps:
+        values, why = kpm.compute(step)
+        reasons.update(why)
+        rows.append([fmt(values.get(c.key), c.digits) for c in cols])
+    headers = [(c.label, kpm.unit_of(c, test.throughput_label)) for c in cols]
+    charts = []
+    if test.steps:
+        charts = [Markup(plots.throughput_vs_jobs(test)), Markup(plots.response_vs_jobs(test))]
+        cpu = plots.cpu_vs_throughput(test)
+        if cpu:
+            charts.append(Markup(cpu))
+    step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
+                   for s in test.steps]
+    html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts,
+                   step_charts=step_charts)
+    return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
+
+
+SECTIONS: list[Callable[[RunResult], Section | None]] = [summary_section, environment_section]
+TEST_SECTIONS: list[Callable[[TestResult], Section | None]] = [test_section]
+
+
+def render(run: RunResult) -> str:
+    sections = [s for s in (f(run) for f in SECTIONS) if s]
+    for test in run.tests:
+        sections.extend(s for s in (f(test) for f in TEST_SECTIONS) if s)
+    return _env().get_template("report.html.j2").render(run=run, sections=sections)
+
+
+def write_report(run: RunResult) -> Path:
+    path = Path(run.folder) / "report.html"
+    path.write_text(render(run), encoding="utf-8")
+    return path

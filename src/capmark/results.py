@@ -1,0 +1,97 @@
+"""Plain data between the stages: what a run measured, stored as is and re-analysed without a database."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from capmark.driver.histogram import LatencyHistogram, merge_all
+
+
+@dataclass
+class StepResult:
+    ordinal: int
+    jobs: int
+    status: str  # ok | failed | interrupted
+    started_at: str
+    elapsed_s: float
+    txn_types: list[str]
+    histograms: dict[str, LatencyHistogram]
+    errors: dict[str, int]
+    series_units: list[int] = field(default_factory=list)  # completed units per second of the window
+    series_errors: list[int] = field(default_factory=list)
+    db_before: dict[str, Any] = field(default_factory=dict)
+    db_after: dict[str, Any] = field(default_factory=dict)
+    db_delta: dict[str, Any] = field(default_factory=dict)
+    os: dict[str, Any] = field(default_factory=dict)  # cpu/disk/memory before-after and derived deltas
+    process_cpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    driver_cpu: dict[str, float] = field(default_factory=dict)
+    waits: dict[str, int] = field(default_factory=dict)
+    wait_samples: int = 0
+    os_series: list[dict[str, Any]] = field(default_factory=list)
+    round_trips: int = 0
+    notes: list[str] = field(default_factory=list)
+    kpm: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def units(self) -> int:
+        return sum(h.total for h in self.histograms.values())
+
+    @property
+    def latency(self) -> LatencyHistogram:
+        return merge_all(self.histograms.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["histograms"] = {k: h.to_dict() for k, h in self.histograms.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepResult:
+        d = dict(d)
+        d["histograms"] = {k: LatencyHistogram.from_dict(h) for k, h in d["histograms"].items()}
+        return cls(**d)
+
+
+@dataclass
+class TestResult:
+    __test__ = False  # not a pytest class
+
+    ordinal: int
+    workload: str
+    family: str
+    description: str
+    unit: str
+    throughput_label: str
+    mode: str
+    params: dict[str, int]
+    kpms: list[str]
+    steps: list[StepResult] = field(default_factory=list)
+    status: str = "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "steps"}
+        d["steps"] = [s.to_dict() for s in self.steps]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TestResult:
+        d = dict(d)
+        steps = [StepResult.from_dict(s) for s in d.pop("steps", [])]
+        return cls(**d, steps=steps)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    created_at: str
+    folder: str
+    status: str  # running | complete | interrupted | failed
+    spec: dict[str, Any]
+    environment: dict[str, Any]
+    target: dict[str, Any]
+    tests: list[TestResult] = field(default_factory=list)
+    setup_notes: list[str] = field(default_factory=list)
+
+    def test(self, name: str) -> TestResult | None:
+        return next((t for t in self.tests if t.workload == name), None)

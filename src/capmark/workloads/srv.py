@@ -1,0 +1,45 @@
+"""SRV family: CPU and memory with every block in the buffer cache."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from capmark.workloads.base import DataSize, Workload, procedure_sql, record
+
+_LOOKUP = "select id, grp, qty, price, name into r from capmark.item where id = k;"
+
+_QUERY1_BODY = f"""
+  loop
+    k := 1 + floor(random() * n)::int;
+    {_LOOKUP}
+    {record("t1", "t0")}
+    k := 1 + floor(random() * n)::int;
+    {_LOOKUP}
+    {record("t0", "t1")}
+    exit when t0 >= p_until;
+  end loop;"""
+
+
+def _query1_client(session: Any, rng: random.Random, params: dict[str, int], size: DataSize) -> int:
+    session.run("srv_query1", rng.randint(1, size.items))
+    return 0
+
+
+SRV_QUERY1 = Workload(
+    name="srv-query1",
+    family="SRV",
+    description="Select 1 row via primary key, all data cached: maximum query rate, minimum response time.",
+    unit="query",
+    throughput_label="qps",
+    txn_types=("query",),
+    procedure="slice_srv_query1",
+    procedure_sql=procedure_sql(
+        "slice_srv_query1",
+        declare="k int; r record; n int := (p_params->>'items')::int;",
+        body=_QUERY1_BODY,
+    ),
+    client_statements={"srv_query1": "select id, grp, qty, price, name from capmark.item where id = $1"},
+    client_unit=_query1_client,
+    extra={"warm": ["item"]},
+)
