@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,6 +78,11 @@ def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
     store = RunStore.create(spec.results_dir, new_run_id())
     try:
         return _run(spec, workloads, params, store, observer)
+    except BaseException:
+        if not store.has_run():  # failed before anything was measured: leave no empty run behind
+            store.close()
+            shutil.rmtree(store.folder, ignore_errors=True)
+        raise
     finally:
         store.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -15,9 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from capmark import api
-from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, parse_duration, parse_jobs, parse_params
+from capmark.config import DEFAULT_RESULTS_DIR, redact_text, RunSpec, parse_duration, parse_jobs, parse_params
 from capmark.errors import CapmarkError, RunInterrupted
-from capmark.report.console import kpm_table, print_run
+from capmark.report.console import kpm_tables, print_run
 from capmark.report.export import run_to_json
 from capmark.results import StepResult, TestResult
 
@@ -71,7 +72,8 @@ class LiveObserver(api.RunObserver):
     def test_done(self, test: TestResult) -> None:
         self.live.stop()
         if self.show_tables:
-            self.console.print(kpm_table(test))
+            for table in kpm_tables(test, self.console.width):
+                self.console.print(table)
 
 
 @app.command()
@@ -193,13 +195,15 @@ def main() -> None:
         sys.exit(err.exit_code)
     except typer.Abort:
         sys.exit(130)
-    except Exception as err:  # click usage errors and the like
-        import click
-
-        if isinstance(err, click.ClickException):
+    except Exception as err:
+        if hasattr(err, "show") and hasattr(err, "exit_code"):  # usage errors from the option parser
             err.show()
             sys.exit(2)
-        raise
+        if os.environ.get("CAPMARK_DEBUG"):
+            raise
+        err_console.print(f"capmark: unexpected {type(err).__name__}: {redact_text(str(err))} "
+                          "(set CAPMARK_DEBUG=1 for the traceback and report it).", highlight=False, markup=False)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,12 @@ def redact_dsn(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
 
 
+def redact_text(text: str) -> str:
+    """Any DSN-looking password inside free text (error messages) replaced by '***'."""
+    text = re.sub(r"(postgres(?:ql)?://[^:/@\s]+:)[^@\s]*@", r"\1***@", text)
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", text)
+
+
 @dataclass
 class RunSpec:
     """Everything a run needs, validated; plain data handed from the CLI to the API."""

@@ -32,10 +32,10 @@ class Sampler(threading.Thread):
         self.pids = backend_pids
         self.os_local = os_local
         self.samples = Samples()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def stop(self) -> Samples:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
         return self.samples
 
@@ -45,7 +45,7 @@ class Sampler(threading.Thread):
         next_os = start + 1.0
         last_os = oscollect.read_proc_stat() if self.os_local else None
         tick = 0
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             tick += 1
             if self.conn is not None:
                 self._sample_waits()
@@ -60,7 +60,7 @@ class Sampler(threading.Thread):
                 })
                 last_os = current
                 next_os += 1.0
-            self._stop.wait(max(0.0, start + tick * period - time.monotonic()))
+            self._halt.wait(max(0.0, start + tick * period - time.monotonic()))
 
     def _sample_waits(self) -> None:
         try:

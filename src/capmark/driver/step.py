@@ -53,7 +53,7 @@ def _os_reading(ctx: StepContext) -> dict:
 def _os_summary(before: dict, after: dict) -> dict:
     b, a = before["stat"], after["stat"]
     disks = {}
-    for dev, fields in a["disks"].items():
+    for dev, fields in after["disks"].items():
         prev = before["disks"].get(dev, {})
         disks[dev] = {k: v - prev.get(k, 0) if k != "in_flight" else v for k, v in fields.items()}
     return {

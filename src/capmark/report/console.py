@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from capmark.measure import kpm
@@ -17,21 +18,41 @@ def fmt(value: object, digits: int) -> str:
     return str(value)
 
 
-def kpm_table(test: TestResult) -> Table:
-    title = (f"{test.workload} ({test.mode}-side; unit: {test.unit}"
+def _col_width(key: str, test: TestResult) -> int:
+    c = kpm.COLUMNS[key]
+    return max(len(c.label), len(kpm.unit_of(c, test.throughput_label)) + 2, 10) + 3
+
+
+def kpm_tables(test: TestResult, width: int) -> list[Table]:
+    """The KPM table, cut into parts that fit the console (each part repeats the jobs column)."""
+    keys = [k for k in test.kpms if k in kpm.COLUMNS and k != "jobs"]
+    parts: list[list[str]] = [[]]
+    used = _col_width("jobs", test)
+    for key in keys:
+        w = _col_width(key, test)
+        if parts[-1] and used + w > width:
+            parts.append([])
+            used = _col_width("jobs", test)
+        parts[-1].append(key)
+        used += w
+    return [kpm_table(test, ["jobs", *part], continued=i > 0) for i, part in enumerate(parts)]
+
+
+def kpm_table(test: TestResult, keys: list[str] | None = None, continued: bool = False) -> Table:
+    title = ("(continued) " if continued else "") + (f"{test.workload} ({test.mode}-side; unit: {test.unit}"
              + (f"; {', '.join(f'{k}={v}' for k, v in test.params.items())}" if test.params else "") + ")")
-    table = Table(title=title, title_justify="left", header_style="bold")
-    cols = [kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS]
+    table = Table(title=escape(title), title_justify="left", header_style="bold")
+    cols = [kpm.COLUMNS[k] for k in (keys or test.kpms) if k in kpm.COLUMNS]
     for c in cols:
         unit = kpm.unit_of(c, test.throughput_label)
-        table.add_column(f"{c.label}\n[{unit}]" if unit else c.label, justify="right")
+        table.add_column(escape(f"{c.label}\n[{unit}]") if unit else c.label, justify="right")
     reasons: dict[str, str] = {}
     for step in test.steps:
         values, why = kpm.compute(step)
-        reasons.update(why)
+        reasons.update({k: v for k, v in why.items() if k in {c.key for c in cols}})
         table.add_row(*(fmt(values.get(c.key), c.digits) for c in cols))
     if reasons:
-        table.caption = "n/a: " + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
+        table.caption = escape("n/a: " + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
         table.caption_justify = "left"
     return table
 
@@ -40,7 +61,8 @@ def print_run(run: RunResult, console: Console | None = None) -> None:
     console = console or Console()
     console.print(f"[bold]capmark run {run.run_id}[/] ({run.status}) — {run.target.get('version', '')}")
     for test in run.tests:
-        console.print(kpm_table(test))
+        for table in kpm_tables(test, console.width):
+            console.print(table)
         for step in test.steps:
             for note in step.notes:
                 console.print(f"  step {step.ordinal} ({step.jobs} jobs): {note}")

@@ -28,10 +28,10 @@ TABLES = {
 
 FILL = {
     "item": """insert into capmark.item
-        select g, g % 1000, (g * 7919) % 100, ((g * 31) % 10000) / 100.0, 'item ' || g, repeat('x', 80)
+        select g, g %% 1000, (g * 7919) %% 100, ((g * 31) %% 10000) / 100.0, 'item ' || g, repeat('x', 80)
         from generate_series(1, %(rows)s) g""",
     "account": """insert into capmark.account
-        select g, g % 100, 0, now(), repeat('y', 80) from generate_series(1, %(rows)s) g""",
+        select g, g %% 100, 0, now(), repeat('y', 80) from generate_series(1, %(rows)s) g""",
 }
 
 INDEXES = {"item": ["create index item_grp_idx on capmark.item (grp)"]}
