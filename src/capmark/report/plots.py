@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import matplotlib
 
@@ -13,6 +14,7 @@ from capmark.driver.histogram import bucket_bounds  # noqa: E402
 from capmark.measure import kpm  # noqa: E402
 from capmark.results import StepResult, TestResult  # noqa: E402
 
+_METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 
 
@@ -21,7 +23,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return _METADATA.sub("", text[text.index("<svg"):])
 
 
 def _values(test: TestResult, key: str) -> list[float | None]:

@@ -1,0 +1,110 @@
+"""Bad input: one sentence, exit code 2, no traceback, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from capmark.engines.postgres import explain_connect_error
+
+
+def capmark(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def assert_clean_error(out: subprocess.CompletedProcess, *words: str) -> None:
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    text = " ".join(out.stderr.split())
+    for w in words:
+        assert w in text, text
+
+
+@pytest.mark.parametrize("args,words", [
+    (["run", "no-such-workload"], ["Unknown workload", "capmark list"]),
+    (["run", "--jobs", "4,2"], ["strictly increasing"]),
+    (["run", "--jobs", "x"], ["job list"]),
+    (["run", "--duration", "soon"], ["duration", "30s"]),
+    (["run", "tp-light", "--param", "update_pct=500"], ["between 0 and 100"]),
+    (["run", "srv-query1", "--param", "colour=blue"], ["Unknown parameter"]),
+    (["run", "--mode", "psychic"], ["mode"]),
+])
+def test_bad_arguments(args, words, tmp_path):
+    out = capmark(*args, "--results-dir", str(tmp_path))
+    assert_clean_error(out, *words)
+    assert not any(tmp_path.iterdir())  # nothing stored for a run that never began
+
+
+def test_unreachable_dsn(tmp_path):
+    out = capmark("run", "--dsn", "postgresql://u:TopSecret1@127.0.0.1:1/db", "--results-dir", str(tmp_path))
+    assert_clean_error(out, "Cannot connect", "127.0.0.1")
+    assert "TopSecret1" not in out.stderr + out.stdout
+    assert not any(tmp_path.iterdir())
+
+
+def test_unwritable_results_folder(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    out = capmark("run", "--results-dir", str(blocker / "sub"))
+    assert_clean_error(out, "Cannot write results", "--results-dir")
+
+
+def test_report_of_missing_run(tmp_path):
+    assert_clean_error(capmark("report", "--results-dir", str(tmp_path)), "no run")
+    assert_clean_error(capmark("report", "nope", "--results-dir", str(tmp_path)), "No capmark run")
+
+
+def test_wrong_password_message_names_the_fix():
+    err = psycopg.OperationalError('connection failed: FATAL:  password authentication failed for user "bob"')
+    msg = str(explain_connect_error(err, "postgresql://bob:hunter2@db/app"))
+    assert "rejected the login" in msg and "hunter2" not in msg and "--dsn" in msg
+
+
+@pytest.mark.db
+def test_sigint_keeps_completed_steps_and_leaves_no_backends(embedded_dsn, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "capmark.cli", "run", "srv-query1", "--jobs", "1,2",
+                             "--warmup", "0", "--duration", "3", "--dsn", embedded_dsn,
+                             "--results-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        dbs = list(tmp_path.glob("*/results.sqlite"))
+        if dbs:
+            try:
+                con = sqlite3.connect(dbs[0])
+                n = con.execute("select count(*) from step").fetchone()[0]
+                con.close()
+            except sqlite3.Error:
+                n = 0
+            if n >= 1:
+                db = dbs[0]
+                break
+        time.sleep(0.2)
+    assert db is not None, "the first step never completed"
+    time.sleep(1.0)  # now inside the second step
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    con = sqlite3.connect(db)
+    assert con.execute("select count(*) from step").fetchone()[0] == 1
+    assert con.execute("select status from run").fetchone()[0] == "interrupted"
+    assert (Path(db).parent / "report.html").exists()
+    with psycopg.connect(embedded_dsn, autocommit=True) as conn:
+        for _ in range(50):
+            left = conn.execute("select count(*) from pg_stat_activity where application_name like 'capmark%'"
+                                ).fetchone()[0]
+            if left == 0:
+                break
+            time.sleep(0.1)
+    assert left == 0
