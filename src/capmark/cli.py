@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from capmark import api
-from capmark.config import DEFAULT_RESULTS_DIR, redact_text, RunSpec, parse_duration, parse_jobs, parse_params
+from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, parse_duration, parse_jobs, parse_params, redact_text
 from capmark.errors import CapmarkError, RunInterrupted
 from capmark.report.console import kpm_tables, print_run
 from capmark.report.export import run_to_json
@@ -29,7 +29,7 @@ app.add_typer(db_app, name="db")
 err_console = Console(stderr=True)
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     json = "json"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -120,10 +121,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         stop.set()
         barrier.abort()
         for c in conns:
-            try:
+            with contextlib.suppress(Exception):  # best effort; closing below ends the backend anyway
                 c.cancel_safe(timeout=2)
-            except Exception:  # cancelling is best effort; closing below ends the backend anyway
-                pass
         for job in jobs:
             job.join(timeout=5)
         for c in conns:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -115,10 +116,8 @@ def describe(conn: psycopg.Connection, dsn: str, *, embedded: bool) -> TargetInf
     for name, setting, unit in rows.fetchall():
         settings[name] = _with_unit(setting, unit)
     data_dir = None
-    try:
+    with contextlib.suppress(psycopg.Error):  # needs pg_read_all_settings
         data_dir = _scalar(conn, "select current_setting('data_directory')")
-    except psycopg.Error:
-        pass
     pid, why = _find_local_postmaster(conn)
     caps = detect_capabilities(conn, version_num, settings, pid is not None, why)
     return TargetInfo(engine="postgresql", version=version, version_num=version_num, dsn_redacted=redact_dsn(dsn),
@@ -144,7 +143,8 @@ def check_privileges(conn: psycopg.Connection) -> None:
     """capmark needs to create (or own) its schema; say so before touching anything."""
     exists = _scalar(conn, "select count(*) from pg_namespace where nspname = 'capmark'")
     if exists:
-        ok = _scalar(conn, "select has_schema_privilege('capmark', 'CREATE') and has_schema_privilege('capmark', 'USAGE')")
+        ok = _scalar(conn, "select has_schema_privilege('capmark', 'CREATE') "
+                           "and has_schema_privilege('capmark', 'USAGE')")
         if not ok:
             user = _scalar(conn, "select current_user")
             raise CapmarkError(f"The role '{user}' may not create objects in schema capmark; grant it CREATE and "

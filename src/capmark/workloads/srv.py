@@ -5,20 +5,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from capmark.workloads.base import DataSize, Workload, procedure_sql, record
+from capmark.workloads.base import DataSize, Workload, procedure_sql
 
-_LOOKUP = "select id, grp, qty, price, name into r from capmark.item where id = k;"
-
-_QUERY1_BODY = f"""
-  loop
-    k := 1 + floor(random() * n)::int;
-    {_LOOKUP}
-    {record("t1", "t0")}
-    k := 1 + floor(random() * n)::int;
-    {_LOOKUP}
-    {record("t0", "t1")}
-    exit when t0 >= p_until;
-  end loop;"""
+_QUERY1_UNIT = """
+      k := 1 + floor(random() * n)::int;
+      select id, grp, qty, price, name into r from capmark.item where id = k;
+      {rec0}"""
 
 
 def _query1_client(session: Any, rng: random.Random, params: dict[str, int], size: DataSize) -> int:
@@ -37,7 +29,8 @@ SRV_QUERY1 = Workload(
     procedure_sql=procedure_sql(
         "slice_srv_query1",
         declare="k int; r record; n int := (p_params->>'items')::int;",
-        body=_QUERY1_BODY,
+        unit=_QUERY1_UNIT,
+        batch=32,
     ),
     client_statements={"srv_query1": "select id, grp, qty, price, name from capmark.item where id = $1"},
     client_unit=_query1_client,

@@ -5,29 +5,24 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from capmark.driver.histogram import N_BUCKETS
-from capmark.workloads.base import DataSize, ParamSpec, Workload, procedure_sql, record
+from capmark.workloads.base import DataSize, ParamSpec, Workload, procedure_sql
 
-_LIGHT_BODY = f"""
-  loop
-    k := 1 + floor(random() * n)::int;
-    if random() * 100 < upd then
-      begin
-        select balance into bal from capmark.account where id = k for update;
-        update capmark.account set balance = balance + 1, updated = now() where id = k;
-      exception when others then
-        o_errors[2] := o_errors[2] + 1;
-      end;
-      commit;
-      {record("t1", "t0", str(N_BUCKETS))}
-    else
-      select balance into bal from capmark.account where id = k;
-      commit;
-      {record("t1", "t0")}
-    end if;
-    t0 := t1;
-    exit when t0 >= p_until;
-  end loop;"""
+_LIGHT_UNIT = """
+      k := 1 + floor(random() * n)::int;
+      if random() * 100 < upd then
+        begin
+          select balance into bal from capmark.account where id = k for update;
+          update capmark.account set balance = balance + 1, updated = now() where id = k;
+        exception when others then
+          o_errors[2] := o_errors[2] + 1;
+        end;
+        commit;
+        {rec1}
+      else
+        select balance into bal from capmark.account where id = k;
+        commit;
+        {rec0}
+      end if;"""
 
 
 def _light_client(session: Any, rng: random.Random, params: dict[str, int], size: DataSize) -> int:
@@ -54,7 +49,7 @@ TP_LIGHT = Workload(
         "slice_tp_light",
         declare="k int; bal numeric; n int := (p_params->>'accounts')::int; "
                 "upd int := (p_params->>'update_pct')::int;",
-        body=_LIGHT_BODY,
+        unit=_LIGHT_UNIT,
         ntypes=2,
     ),
     client_statements={
