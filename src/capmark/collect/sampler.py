@@ -66,7 +66,7 @@ class Sampler(threading.Thread):
         try:
             rows = self.conn.execute(
                 "select state, wait_event_type, wait_event from pg_stat_activity where pid = any(%s)",
-                (self.pids,)).fetchall()
+                (self.pids,), prepare=True).fetchall()
         except psycopg.Error as err:
             self.samples.errors.append(str(err).splitlines()[0])
             self.conn = None

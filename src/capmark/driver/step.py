@@ -43,6 +43,7 @@ class StepPlan:
     duration_s: float
     mode: str
     collectors: bool = True
+    session_settings: dict[str, str] = field(default_factory=dict)  # SET on every job connection
 
 
 def _os_reading(ctx: StepContext) -> dict:
@@ -83,7 +84,10 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
     schedule = Schedule()
     try:
         for i in range(plan.jobs):
-            conns.append(connect(ctx.dsn, application_name=f"capmark job {i + 1}"))
+            conn = connect(ctx.dsn, application_name=f"capmark job {i + 1}")
+            conns.append(conn)
+            for name, value in plan.session_settings.items():
+                conn.execute("select set_config(%s, %s, false)", (name, value))
         pids = [c.info.backend_pid for c in conns]
         jobs = [Job(i + 1, c, workload, params, size, plan.mode, ctx.info, barrier, schedule, stop)
                 for i, c in enumerate(conns)]

