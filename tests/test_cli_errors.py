@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import psycopg.conninfo
 import pytest
 
 from capmark.engines.postgres import explain_connect_error
@@ -108,3 +109,19 @@ def test_sigint_keeps_completed_steps_and_leaves_no_backends(embedded_dsn, tmp_p
                 break
             time.sleep(0.1)
     assert left == 0
+
+
+@pytest.mark.db
+def test_role_without_privileges_gets_one_sentence_and_no_schema(embedded_dsn, tmp_path):
+    with psycopg.connect(embedded_dsn, autocommit=True) as admin:
+        admin.execute("drop database if exists capmark_priv_test")
+        admin.execute("create database capmark_priv_test")
+        admin.execute("drop role if exists capmark_noperm")
+        admin.execute("create role capmark_noperm login")
+    dsn = psycopg.conninfo.make_conninfo(embedded_dsn, user="capmark_noperm", dbname="capmark_priv_test")
+    out = capmark("run", "srv-query1", "--jobs", "1", "--duration", "1", "--dsn", dsn, "--results-dir", str(tmp_path))
+    assert_clean_error(out, "may not create schema capmark", "GRANT CREATE")
+    assert not any(tmp_path.iterdir())
+    check = psycopg.conninfo.make_conninfo(embedded_dsn, dbname="capmark_priv_test")
+    with psycopg.connect(check) as conn:
+        assert conn.execute("select count(*) from pg_namespace where nspname = 'capmark'").fetchone()[0] == 0

@@ -6,6 +6,10 @@ import psycopg
 from psycopg import pq
 
 
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+
+
 class ClientSession:
     """Runs named prepared statements through libpq directly (psycopg's pq layer) to keep driver cost low."""
 
@@ -13,9 +17,9 @@ class ClientSession:
         self.conn = conn
         self.pgconn = conn.pgconn
         self.round_trips = 0
+        self._names = {name: name.encode() for name in statements}
         for name, sql in statements.items():
-            res = self.pgconn.prepare(name.encode(), sql.encode())
-            self._check(res)
+            self._check(self.pgconn.prepare(self._names[name], sql.encode()))
 
     def _check(self, res: pq.PGresult) -> pq.PGresult:
         if res.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
@@ -23,9 +27,14 @@ class ClientSession:
             raise psycopg.DatabaseError(message or "statement failed")
         return res
 
-    def run(self, name: str, *params: object) -> pq.PGresult:
+    def run(self, name: str, *params: int | str) -> pq.PGresult:
+        """Execute a prepared statement with text parameters (ints are formatted without str())."""
         self.round_trips += 1
-        return self._check(self.pgconn.exec_prepared(name.encode(), [str(p).encode() for p in params]))
+        args = [b"%d" % p if isinstance(p, int) else p.encode() for p in params]
+        res = self.pgconn.exec_prepared(self._names[name], args)
+        if res.status != _TUPLES_OK and res.status != _COMMAND_OK:
+            self._check(res)
+        return res
 
     def _exec(self, sql: bytes) -> None:
         self.round_trips += 1

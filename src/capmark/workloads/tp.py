@@ -26,7 +26,7 @@ _LIGHT_UNIT = """
 
 
 def _light_client(session: Any, rng: random.Random, params: dict[str, int], size: DataSize) -> int:
-    k = rng.randint(1, size.accounts)
+    k = int(rng.random() * size.accounts) + 1
     if rng.random() * 100 < params["update_pct"]:
         session.begin()
         session.run("tp_light_lock", k)
