@@ -12,6 +12,7 @@ from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines import embedded
 from capmark.engines.postgres import connect, describe
 from capmark.measure import kpm
+from capmark.results import StepResult
 from capmark.workloads import datamodel, registry
 
 PGBIN = None
@@ -29,14 +30,18 @@ def target(dsn: str | None) -> StepContext:
     return StepContext(dsn=dsn, info=info, control=control)
 
 
+def run(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: str = "server",
+        collectors: bool = True, settings: dict[str, str] | None = None) -> StepResult:
+    """One capmark step, exactly as `capmark run` measures it."""
+    w = registry.get(workload)
+    plan = StepPlan(1, jobs, 1.0, seconds, mode, collectors, settings or {})
+    return run_step(ctx, w, w.resolve_params({}), datamodel.size_for(1), plan)
+
+
 def measure(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: str = "server",
             collectors: bool = True, settings: dict[str, str] | None = None) -> float:
-    """Throughput of one capmark step, exactly as `capmark run` measures it."""
-    w = registry.get(workload)
-    params = w.resolve_params({})
-    plan = StepPlan(1, jobs, 1.0, seconds, mode, collectors, settings or {})
-    step = run_step(ctx, w, params, datamodel.size_for(1), plan)
-    return kpm.compute(step)[0]["throughput"]
+    """Throughput of one capmark step."""
+    return kpm.compute(run(ctx, workload, jobs, seconds, mode, collectors, settings))[0]["throughput"]
 
 
 def cores() -> int:
@@ -53,4 +58,4 @@ def pgbench_path() -> Path:
     return POSTGRES_BIN_PATH / "pgbench"
 
 
-__all__ = ["target", "measure", "cores", "median", "default_jobs", "pgbench_path"]
+__all__ = ["target", "run", "measure", "cores", "median", "default_jobs", "pgbench_path"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import psycopg
 from psycopg import pq
 
-
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 

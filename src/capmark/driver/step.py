@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import psutil
 import psycopg
 
 from capmark.collect import os as oscollect
@@ -106,6 +107,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         drv_before = oscollect.own_cpu_seconds()
         sampler = Sampler(connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None,
                           pids, os_local and plan.collectors)
+        sampler_cpu0 = _backend_cpu(sampler.conn) if os_local else None
         schedule.measure_start = time.time()
         schedule.measure_end = schedule.measure_start + plan.duration_s
         sampler.start()
@@ -114,6 +116,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         _wait(barrier, jobs)  # jobs done and flushed
         elapsed = time.time() - schedule.measure_start
         samples = sampler.stop()
+        sampler_cpu = (_backend_cpu(sampler.conn) or 0.0) - sampler_cpu0 if sampler_cpu0 is not None else None
         if sampler.conn is not None:
             sampler.conn.close()
         if not ctx.info.has("force_flush"):
@@ -149,7 +152,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         elapsed_s=elapsed, txn_types=names, histograms=hists, errors=errors,
         series_units=series_units, series_errors=series_errors,
         db_before=db_before, db_after=db_after, db_delta=pgstats.delta(db_before, db_after),
-        driver_cpu={"user_s": drv_after[0] - drv_before[0], "sys_s": drv_after[1] - drv_before[1]},
+        driver_cpu={"user_s": drv_after[0] - drv_before[0], "sys_s": drv_after[1] - drv_before[1],
+                    "sampler_backend_s": sampler_cpu},
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(j.tally.round_trips for j in jobs), notes=notes + samples.errors,
     )
@@ -159,6 +163,17 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
             result.process_cpu = oscollect.cpu_by_role(os_before["procs"], os_after["procs"])
             result.os["rss_by_role_end"] = _rss_by_role(os_after["procs"])
     return result
+
+
+def _backend_cpu(conn: psycopg.Connection | None) -> float | None:
+    """CPU seconds used so far by the server process behind conn (the sampler's own cost)."""
+    if conn is None:
+        return None
+    try:
+        t = psutil.Process(conn.info.backend_pid).cpu_times()
+    except psutil.Error:
+        return None
+    return t.user + t.system
 
 
 def _rss_by_role(sample: oscollect.ProcessSample) -> dict[str, int]:
