@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -44,6 +45,16 @@ def measure(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: st
     return kpm.compute(run(ctx, workload, jobs, seconds, mode, collectors, settings))[0]["throughput"]
 
 
+def rounds_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every wall-clock benchmark takes."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dsn", help="measure this PostgreSQL instead of the embedded one")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds; figures are medians")
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per round")
+    ap.add_argument("--jobs", type=int, default=cores(), help="jobs (default: the host's cores)")
+    return ap
+
+
 def cores() -> int:
     return os.cpu_count() or 1
 
@@ -58,4 +69,4 @@ def pgbench_path() -> Path:
     return POSTGRES_BIN_PATH / "pgbench"
 
 
-__all__ = ["target", "run", "measure", "cores", "median", "default_jobs", "pgbench_path"]
+__all__ = ["target", "run", "measure", "rounds_parser", "cores", "median", "default_jobs", "pgbench_path"]

@@ -9,20 +9,13 @@ the measured window, so they cost nothing inside it.
 
 from __future__ import annotations
 
-import argparse
-
-from _common import cores, median, run, target
+from _common import cores, median, rounds_parser, run, target
 
 from capmark.measure import kpm
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--dsn")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--jobs", type=int, default=cores())
-    args = ap.parse_args()
+    args = rounds_parser(__doc__).parse_args()
     ctx = target(args.dsn)
     print(f"jobs={args.jobs} rounds={args.rounds} seconds={args.seconds}")
     for workload in ("srv-query1", "tp-light"):

@@ -15,11 +15,10 @@ Each figure is the median of the per-round ratios. Two baselines do the same pri
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 
-from _common import cores, measure, median, target
+from _common import measure, median, rounds_parser, target
 
 from capmark.engines.postgres import connect
 
@@ -98,12 +97,7 @@ def side_by_side(ctx, jobs: int, seconds: float, items: int, sliced: bool) -> fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--dsn")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--jobs", type=int, default=cores())
-    args = ap.parse_args()
+    args = rounds_parser(__doc__).parse_args()
     ctx = target(args.dsn)
     ctx.control.execute(MINIMAL)
     items = int(ctx.control.execute("select items from capmark.meta").fetchone()[0])

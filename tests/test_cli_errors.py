@@ -71,7 +71,8 @@ def test_wrong_password_message_names_the_fix():
 
 
 @pytest.mark.db
-def test_sigint_keeps_completed_steps_and_leaves_no_backends(embedded_dsn, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interruption_keeps_completed_steps_and_leaves_no_backends(signum, embedded_dsn, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "capmark.cli", "run", "srv-query1", "--jobs", "1,2",
                              "--warmup", "0", "--duration", "3", "--dsn", embedded_dsn,
                              "--results-dir", str(tmp_path)],
@@ -93,7 +94,7 @@ def test_sigint_keeps_completed_steps_and_leaves_no_backends(embedded_dsn, tmp_p
         time.sleep(0.2)
     assert db is not None, "the first step never completed"
     time.sleep(1.0)  # now inside the second step
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "Traceback" not in err
