@@ -27,7 +27,7 @@ def target(dsn: str | None) -> StepContext:
     info = describe(control, dsn, embedded=is_embedded)
     datamodel.setup(control, datamodel.size_for(1), say=lambda m: print(m, file=sys.stderr))
     datamodel.install_procedures(control, [w.procedure_sql for w in registry.WORKLOADS.values()])
-    datamodel.warm_cache(control, ["item", "account"])
+    datamodel.warm_cache(control, ["item", "account"], say=lambda m: print(m, file=sys.stderr))
     return StepContext(dsn=dsn, info=info, control=control)
 
 

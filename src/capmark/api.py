@@ -142,7 +142,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                       kpms=list(workload.kpms))
     store.save_test(run_result.run_id, test)
     if workload.extra.get("warm"):
-        datamodel.warm_cache(ctx.control, workload.extra["warm"])
+        datamodel.warm_cache(ctx.control, workload.extra["warm"], say=observer.say)
     observer.test_started(test, jobs_plan)
     for step_no, jobs in enumerate(jobs_plan, start=1):
         plan = StepPlan(step_no, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.collectors)

@@ -145,8 +145,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
     hists = {names[t]: merge_all([j.tally.histograms[t] for j in jobs]) for t in range(len(names))}
     errors = {names[t]: sum(j.tally.errors[t] for j in jobs) for t in range(len(names))}
     seconds = max(1, int(round(plan.duration_s)))
-    series_units = [sum(j.tally.series_units.get(s, 0) for j in jobs) for s in range(seconds)]
-    series_errors = [sum(j.tally.series_errors.get(s, 0) for j in jobs) for s in range(seconds)]
+    series_units = _per_second([j.tally.series_units for j in jobs], seconds)
+    series_errors = _per_second([j.tally.series_errors for j in jobs], seconds)
     result = StepResult(
         ordinal=plan.ordinal, jobs=plan.jobs, status="ok" if not notes else "failed", started_at=started,
         elapsed_s=elapsed, txn_types=names, histograms=hists, errors=errors,
@@ -163,6 +163,15 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
             result.process_cpu = oscollect.cpu_by_role(os_before["procs"], os_after["procs"])
             result.os["rss_by_role_end"] = _rss_by_role(os_after["procs"])
     return result
+
+
+def _per_second(per_job: list[dict[int, int]], seconds: int) -> list[int]:
+    """Sum the jobs' per-second counts; a unit that ends just after the window counts in its last second."""
+    out = [0] * seconds
+    for counts in per_job:
+        for second, n in counts.items():
+            out[min(max(second, 0), seconds - 1)] += n
+    return out
 
 
 def _backend_cpu(conn: psycopg.Connection | None) -> float | None:

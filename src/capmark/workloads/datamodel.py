@@ -88,11 +88,14 @@ def install_procedures(conn: psycopg.Connection, ddl: list[str]) -> None:
             conn.execute(statement)
 
 
-def warm_cache(conn: psycopg.Connection, tables: list[str]) -> None:
+def warm_cache(conn: psycopg.Connection, tables: list[str], say: Callable[[str], None] = print) -> None:
     """Load tables and their indexes into shared buffers so SRV workloads start from a warm cache."""
     has_prewarm = conn.execute(
         "select count(*) from pg_available_extensions where name = 'pg_prewarm'").fetchone()[0]
-    if has_prewarm:
+    installed = conn.execute("select count(*) from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
+                             "where e.extname = 'pg_prewarm' and n.nspname = 'capmark'").fetchone()[0]
+    if has_prewarm and not installed:
+        say("capmark will create extension pg_prewarm in schema capmark (to warm the buffer cache).")
         try:
             with conn.transaction():
                 conn.execute("create extension if not exists pg_prewarm schema capmark")
