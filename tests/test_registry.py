@@ -2,13 +2,22 @@ import pytest
 
 from capmark.errors import CapmarkError
 from capmark.workloads import registry
+from capmark.workloads.base import ParamSpec
 
 
-def test_default_suite_and_declarations():
-    for w in registry.select(None):
-        assert w.unit and w.throughput_label and w.kpms
-        assert f"capmark.{w.procedure}" in w.procedure_sql
-        assert w.client_statements
+def test_every_workload_declares_what_the_report_needs():
+    assert len(registry.WORKLOADS) >= 29
+    for w in registry.WORKLOADS.values():
+        assert w.unit and w.throughput_label and w.txn_types and "elapsed_s" in w.kpms
+        assert f"capmark.{w.procedure}(" in w.procedure_sql
+        assert "{rec" not in w.procedure_sql and "{err}" not in w.procedure_sql  # every marker replaced
+        assert bool(w.client_statements) == w.client_side
+
+
+def test_suites():
+    assert [w.name for w in registry.select(None)] == ["srv-mixed", "tp-mixed1", "wal-lat1"]
+    assert len(registry.select(["full"])) == len(registry.WORKLOADS)
+    assert [w.name for w in registry.select(["quick", "pls-fibo"])][-1] == "pls-fibo"
 
 
 def test_unknown_workload_names_the_fix():
@@ -22,7 +31,34 @@ def test_params_are_checked():
     assert registry.check_params(ws, {"update_pct": "100"})["tp-light"]["update_pct"] == 100
     with pytest.raises(CapmarkError, match="between 0 and 100"):
         registry.check_params(ws, {"update_pct": "101"})
+    with pytest.raises(CapmarkError, match=r"one of \{0,10,...,100\}"):
+        registry.check_params(ws, {"update_pct": "15"})
     with pytest.raises(CapmarkError, match="integer"):
         registry.check_params(ws, {"update_pct": "lots"})
     with pytest.raises(CapmarkError, match="Unknown parameter"):
         registry.check_params(ws, {"rows": "1"})
+
+
+def test_choice_parameters():
+    dl = registry.select(["dl-buffer"])
+    assert registry.check_params(dl, {"rows_per_insert": "25"})["dl-buffer"]["rows_per_insert"] == 25
+    with pytest.raises(CapmarkError, match="one of"):
+        registry.check_params(dl, {"rows_per_insert": "7"})
+    pls = registry.select(["pls-add"])
+    assert registry.check_params(pls, {"dtype": "numeric"})["pls-add"]["dtype"] == "numeric"
+    with pytest.raises(CapmarkError, match="one of"):
+        registry.check_params(pls, {"dtype": "text"})  # additions on text are not a thing
+    assert ParamSpec("x", 1, "", choices=(1, 2)).allowed() == "{1, 2}"
+
+
+def test_stress_weights_must_add_up():
+    ws = registry.select(["stress-mixed"])
+    assert registry.check_params(ws, {})["stress-mixed"]["update_pct"] == 60
+    with pytest.raises(CapmarkError, match="add up to 100"):
+        registry.check_params(ws, {"query_pct": "50"})
+
+
+def test_client_mode_needs_a_client_side_workload():
+    registry.check_mode(registry.select(["srv-query1", "stress-mixed"]), "client")
+    with pytest.raises(CapmarkError, match="server-side only"):
+        registry.check_mode(registry.select(["srv-scan"]), "client")

@@ -75,6 +75,7 @@ def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
     spec.validate()
     workloads = registry.select(spec.workloads)
     params = registry.check_params(workloads, spec.params)
+    registry.check_mode(workloads, spec.mode)
     store = RunStore.create(spec.results_dir, new_run_id())
     try:
         return _run(spec, workloads, params, store, observer)
@@ -97,8 +98,10 @@ def _run(spec: RunSpec, workloads: list[Workload], params: dict[str, dict[str, i
         _check_connections(control, max(jobs_plan))
         size = datamodel.size_for(spec.scale)
         notes: list[str] = []
-        datamodel.setup(control, size, say=lambda m: (notes.append(m), observer.say(m)))
-        datamodel.install_procedures(control, [w.procedure_sql for w in workloads])
+        setup_s = datamodel.setup(control, size, say=lambda m: (notes.append(m), observer.say(m)))
+        if setup_s:
+            notes.append(f"data model set up in {setup_s:.1f} s (not part of any measurement)")
+        datamodel.install_procedures(control, [sql for w in workloads for sql in (*w.helpers_sql, w.procedure_sql)])
         devices, device_note = _devices(info)
         for name, cap in info.capabilities.items():
             if not cap.available:
@@ -111,7 +114,7 @@ def _run(spec: RunSpec, workloads: list[Workload], params: dict[str, dict[str, i
         run_result = RunResult(
             run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             folder=str(store.folder), status="running", spec=spec_stored, environment=fingerprint(info),
-            target={**asdict(info), "devices": devices}, setup_notes=notes)
+            target={**asdict(info), "devices": devices}, setup_notes=notes, setup_s=setup_s)
         store.save_run(run_result)
         ctx = StepContext(dsn=dsn, info=info, control=control, devices=devices, device_note=device_note)
         with _sigterm_as_interrupt():
@@ -139,13 +142,17 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     test = TestResult(ordinal=ordinal, workload=workload.name, family=workload.family,
                       description=workload.description, unit=workload.unit,
                       throughput_label=workload.throughput_label, mode=spec.mode, params=params,
-                      kpms=list(workload.kpms))
+                      kpms=list(workload.kpms),
+                      per_unit=workload.per_unit(params, size) if workload.per_unit else {})
     store.save_test(run_result.run_id, test)
-    if workload.extra.get("warm"):
-        datamodel.warm_cache(ctx.control, workload.extra["warm"], say=observer.say)
+    for statement in workload.prepare_sql:
+        ctx.control.execute(statement)
+    if workload.warm:
+        datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say)
+    settings = workload.session(params) if workload.session else {}
     observer.test_started(test, jobs_plan)
     for step_no, jobs in enumerate(jobs_plan, start=1):
-        plan = StepPlan(step_no, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.collectors)
+        plan = StepPlan(step_no, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.collectors, settings)
         try:
             step = run_step(ctx, workload, params, size, plan,
                             lambda phase, left, j=jobs: observer.step_progress(test, j, phase, left))
@@ -155,7 +162,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             observer.say(f"{workload.name} step {step_no} ({jobs} jobs) failed: {err}; skipping the rest of "
                          "this test.")
             break
-        values, reasons = kpm.compute(step)
+        values, reasons = kpm.compute(step, test.per_unit)
         step.kpm = {**values, "na_reasons": reasons}
         test.steps.append(step)
         store.save_step(run_result.run_id, test, step)

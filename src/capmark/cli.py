@@ -117,14 +117,14 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
     if fmt == Format.json:
         print(json.dumps([{"name": w.name, "family": w.family, "unit": w.unit, "throughput_unit":
                            w.throughput_label, "description": w.description, "kpms": list(w.kpms),
-                           "params": [{"name": p.name, "default": p.default, "min": p.minimum, "max": p.maximum,
+                           "params": [{"name": p.name, "default": p.default, "allowed": p.allowed(),
                                        "help": p.help} for p in w.params]} for w in items], indent=1))
         return
     table = Table(title="capmark workloads", title_justify="left")
     for col in ("name", "family", "unit", "parameters", "description"):
         table.add_column(col)
     for w in items:
-        params = ", ".join(f"{p.name}={p.default} ({p.minimum}-{p.maximum})" for p in w.params) or "-"
+        params = ", ".join(f"{p.name}={p.default} {p.allowed()}" for p in w.params) or "-"
         table.add_row(w.name, w.family, f"{w.unit} [{w.throughput_label}]", params, w.description)
     Console().print(table)
 

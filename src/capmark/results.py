@@ -66,6 +66,7 @@ class TestResult:
     mode: str
     params: dict[str, int]
     kpms: list[str]
+    per_unit: dict[str, float] = field(default_factory=dict)  # what one unit stands for: rows, ops
     steps: list[StepResult] = field(default_factory=list)
     status: str = "ok"
 
@@ -92,6 +93,7 @@ class RunResult:
     target: dict[str, Any]
     tests: list[TestResult] = field(default_factory=list)
     setup_notes: list[str] = field(default_factory=list)
+    setup_s: float = 0.0
 
     def test(self, name: str) -> TestResult | None:
         return next((t for t in self.tests if t.workload == name), None)

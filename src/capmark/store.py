@@ -21,7 +21,7 @@ DB_NAME = "results.sqlite"
 SCHEMA = """
 create table if not exists run (
   run_id text primary key, created_at text, status text, spec text, environment text, target text,
-  setup_notes text);
+  setup_notes text, setup_s real);
 create table if not exists test (
   run_id text, ordinal int, workload text, status text, header text, primary key (run_id, ordinal));
 create table if not exists step (
@@ -68,9 +68,9 @@ class RunStore:
         return cls(folder)
 
     def save_run(self, run: RunResult) -> None:
-        self.db.execute("insert or replace into run values (?,?,?,?,?,?,?)",
+        self.db.execute("insert or replace into run values (?,?,?,?,?,?,?,?)",
                         (run.run_id, run.created_at, run.status, _dumps(run.spec), _dumps(run.environment),
-                         _dumps(run.target), _dumps(run.setup_notes)))
+                         _dumps(run.target), _dumps(run.setup_notes), run.setup_s))
         self.db.commit()
 
     def set_status(self, run_id: str, status: str) -> None:
@@ -114,13 +114,13 @@ def load_run(folder: Path) -> RunResult:
         raise CapmarkError(f"{folder} holds no capmark run (no {DB_NAME}); name a run folder or run id.")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        row = db.execute("select run_id, created_at, status, spec, environment, target, setup_notes "
+        row = db.execute("select run_id, created_at, status, spec, environment, target, setup_notes, setup_s "
                          "from run").fetchone()
         if row is None:
             raise CapmarkError(f"{path} holds no run record; the run was stopped before it began.")
         run = RunResult(run_id=row[0], created_at=row[1], status=row[2], spec=json.loads(row[3]),
                         environment=json.loads(row[4]), target=json.loads(row[5]), folder=str(folder),
-                        setup_notes=json.loads(row[6] or "[]"))
+                        setup_notes=json.loads(row[6] or "[]"), setup_s=row[7] or 0.0)
         for ordinal, header in db.execute("select ordinal, header from test order by ordinal"):
             test = TestResult.from_dict(json.loads(header))
             for kpm, raw in db.execute("select kpm, raw from step where test_ordinal = ? order by ordinal",

@@ -67,7 +67,7 @@ class Job(threading.Thread):
         self.tally = Tally([LatencyHistogram() for _ in range(ntypes)], [0] * ntypes)
         self.session = ClientSession(conn, workload.client_statements) if mode == "client" else None
         self.rng = random.Random(index * 7919 + int(time.time()))
-        slice_params = {"items": size.items, "accounts": size.accounts, **params}
+        slice_params = {**size.as_params(), "job": index, **params}
         self._call = (f"call capmark.{workload.procedure}(%s, %s, null, null, null)".encode(),
                       json.dumps(slice_params))
 

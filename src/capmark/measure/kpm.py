@@ -37,15 +37,43 @@ COLUMNS: dict[str, KpmColumn] = {c.key: c for c in (
     KpmColumn("wal_mb_per_s", "WAL", "MB/s", 3),
     KpmColumn("commits_per_s", "Commits", "/s", 0),
     KpmColumn("elapsed_s", "Elapsed", "s", 1),
+    # family-specific
+    KpmColumn("scan_mb_per_s", "Scanned", "MB/s", 1),
+    KpmColumn("rows_per_s", "Rows", "rows/s", 0),
+    KpmColumn("mops", "Operations", "Mops", 3),
+    KpmColumn("rt_mean_s", "Time per unit", "s", 4),
+    KpmColumn("wal_kb_per_txn", "WAL per txn", "kB", 2),
+    KpmColumn("wal_flush_ms_per_commit", "WAL flush per commit", "ms", 3),
+    KpmColumn("wal_writes_per_commit", "WAL writes per commit", "", 3),
+    KpmColumn("wal_fsyncs_per_commit", "WAL fsyncs per commit", "", 3),
+    KpmColumn("extend_mb_per_s", "Extended", "MB/s", 2),
 )}
+
+BLOCK = 8192
 
 
 def unit_of(column: KpmColumn, throughput_label: str) -> str:
     return column.unit.replace("{tput}", throughput_label)
 
 
-def compute(step: StepResult) -> tuple[dict[str, Any], dict[str, str]]:
-    """KPM values (None where not measurable) and, for each None, the reason."""
+def wal_io(step: StepResult) -> dict[str, float] | None:
+    """WAL writes, fsyncs and their times (ms) in the window: pg_stat_io (18+) or pg_stat_wal (14-17)."""
+    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "wal"]
+    if io:
+        return {"writes": total(io, "writes") or 0.0, "fsyncs": total(io, "fsyncs") or 0.0,
+                "write_ms": total(io, "write_time") or 0.0, "fsync_ms": total(io, "fsync_time") or 0.0}
+    wal = step.db_delta.get("wal", [])
+    if wal and "wal_write" in wal[0]:
+        return {"writes": total(wal, "wal_write") or 0.0, "fsyncs": total(wal, "wal_sync") or 0.0,
+                "write_ms": total(wal, "wal_write_time") or 0.0, "fsync_ms": total(wal, "wal_sync_time") or 0.0}
+    return None
+
+
+def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """KPM values (None where not measurable) and, for each None, the reason.
+
+    per_unit holds what one unit of work stands for, as its workload declares it (rows, ops).
+    """
     values: dict[str, Any] = {"jobs": step.jobs, "elapsed_s": step.elapsed_s}
     reasons: dict[str, str] = {}
     el = step.elapsed_s or float("nan")
@@ -83,4 +111,36 @@ def compute(step: StepResult) -> tuple[dict[str, Any], dict[str, str]]:
     if wal is None:
         wal = total(step.db_delta.get("lsn", []), "wal_lsn_bytes")
     values["wal_mb_per_s"] = wal / el / 1e6 if wal is not None else None
+    _family_kpms(step, values, reasons, per_unit or {}, el, units, wal, commits, hit, read)
     return values, reasons
+
+
+def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],
+                 el: float, units: int, wal: float | None, commits: float | None, hit: float | None,
+                 read: float | None) -> None:
+    values["scan_mb_per_s"] = ((hit or 0) + (read or 0)) * BLOCK / el / 1e6 if hit is not None else None
+    values["rows_per_s"] = units * per_unit["rows"] / el if "rows" in per_unit else None
+    values["mops"] = units * per_unit["ops"] / el / 1e6 if "ops" in per_unit else None
+    mean = step.latency.mean_s
+    values["rt_mean_s"] = mean
+    values["wal_kb_per_txn"] = wal / units / 1024 if wal is not None and units else None
+    io = wal_io(step)
+    per_commit = units if units else None
+    if io and per_commit:
+        values["wal_flush_ms_per_commit"] = (io["write_ms"] + io["fsync_ms"]) / per_commit
+        values["wal_writes_per_commit"] = io["writes"] / per_commit
+        values["wal_fsyncs_per_commit"] = io["fsyncs"] / per_commit
+    else:
+        for key in ("wal_flush_ms_per_commit", "wal_writes_per_commit", "wal_fsyncs_per_commit"):
+            values[key] = None
+            reasons[key] = "this server reports no WAL write/fsync counts"
+    ext = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
+    if ext:
+        if any("extend_bytes" in r for r in ext):
+            values["extend_mb_per_s"] = (total(ext, "extend_bytes") or 0.0) / el / 1e6
+        else:
+            values["extend_mb_per_s"] = sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK)
+                                            for r in ext) / el / 1e6
+    else:
+        values["extend_mb_per_s"] = None
+        reasons["extend_mb_per_s"] = "pg_stat_io exists from PostgreSQL 16"

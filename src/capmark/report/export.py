@@ -18,7 +18,7 @@ def columns(test: TestResult) -> list[dict[str, Any]]:
 def test_to_json(test: TestResult) -> dict[str, Any]:
     steps = []
     for step in test.steps:
-        values, reasons = kpm.compute(step)
+        values, reasons = kpm.compute(step, test.per_unit)
         lat = step.latency.summary()
         steps.append({
             "ordinal": step.ordinal, "jobs": step.jobs, "status": step.status, "started_at": step.started_at,

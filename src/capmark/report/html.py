@@ -47,7 +47,7 @@ def test_section(test: TestResult) -> Section:
     cols = [kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS]
     rows, reasons = [], {}
     for step in test.steps:
-        values, why = kpm.compute(step)
+        values, why = kpm.compute(step, test.per_unit)
         reasons.update(why)
         rows.append([fmt(values.get(c.key), c.digits) for c in cols])
     headers = [(c.label, kpm.unit_of(c, test.throughput_label)) for c in cols]

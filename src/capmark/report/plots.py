@@ -27,7 +27,7 @@ def _svg(fig) -> str:
 
 
 def _values(test: TestResult, key: str) -> list[float | None]:
-    return [kpm.compute(s)[0].get(key) for s in test.steps]
+    return [kpm.compute(s, test.per_unit)[0].get(key) for s in test.steps]
 
 
 def throughput_vs_jobs(test: TestResult) -> str:

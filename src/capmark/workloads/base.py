@@ -20,23 +20,51 @@ COMMON_KPMS = (
 )
 
 
+ParamValue = int | str
+
+
 @dataclass(frozen=True)
 class ParamSpec:
-    name: str
-    default: int
-    minimum: int
-    maximum: int
-    help: str
+    """A workload parameter: an integer range (optionally stepped) or a set of choices."""
 
-    def parse(self, workload: str, text: str) -> int:
+    name: str
+    default: ParamValue
+    help: str
+    minimum: int | None = None
+    maximum: int | None = None
+    step: int | None = None
+    choices: tuple[ParamValue, ...] = ()
+
+    def allowed(self) -> str:
+        if self.choices:
+            return "{" + ", ".join(str(c) for c in self.choices) + "}"
+        if self.step:
+            return f"{{{self.minimum},{self.minimum + self.step},...,{self.maximum}}}"
+        return f"{self.minimum}-{self.maximum}"
+
+    def parse(self, workload: str, text: str) -> ParamValue:
+        if self.choices and all(isinstance(c, str) for c in self.choices):
+            if text not in self.choices:
+                raise CapmarkError(f"Parameter {self.name} of {workload} must be one of {self.allowed()}; "
+                                   f"got '{text}'.")
+            return text
         try:
             value = int(text)
         except ValueError:
             raise CapmarkError(f"Parameter {self.name} of {workload} must be an integer; got '{text}'.") from None
-        if not self.minimum <= value <= self.maximum:
+        if self.choices and value not in self.choices:
+            raise CapmarkError(f"Parameter {self.name} of {workload} must be one of {self.allowed()}; got {value}.")
+        if self.minimum is not None and self.maximum is not None and not self.minimum <= value <= self.maximum:
             raise CapmarkError(f"Parameter {self.name} of {workload} must be between {self.minimum} and "
                                f"{self.maximum}; got {value}.")
+        if self.step and (value - (self.minimum or 0)) % self.step:
+            raise CapmarkError(f"Parameter {self.name} of {workload} must be one of {self.allowed()}; got {value}.")
         return value
+
+
+def percent(name: str, default: int, help: str) -> ParamSpec:
+    """A percentage in steps of 10, as the catalogue's update_pct and write_pct are."""
+    return ParamSpec(name, default, help, minimum=0, maximum=100, step=10)
 
 
 @dataclass(frozen=True)
@@ -45,9 +73,20 @@ class DataSize:
 
     items: int
     accounts: int
+    booking_accounts: int  # accounts that have bookings (25 each)
+    call_customers: int  # customers that have call records (125 each)
+    ring_rows: int  # rows of the WAL ring per job
+
+    def as_params(self) -> dict[str, int]:
+        return {"items": self.items, "accounts": self.accounts, "booking_accounts": self.booking_accounts,
+                "call_customers": self.call_customers, "ring_rows": self.ring_rows}
 
 
-ClientUnit = Callable[[Any, random.Random, dict[str, int], DataSize], int]
+ClientUnit = Callable[[Any, random.Random, dict[str, ParamValue], DataSize], int]
+
+
+PerUnit = Callable[[dict[str, ParamValue], DataSize], dict[str, float]]
+SessionSettings = Callable[[dict[str, ParamValue]], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -59,21 +98,38 @@ class Workload:
     throughput_label: str  # qps, tps, ...
     txn_types: tuple[str, ...]
     procedure: str  # server-side procedure in schema capmark
-    procedure_sql: str  # CREATE OR REPLACE PROCEDURE ... (uses the timing snippets below)
-    client_statements: dict[str, str]
-    client_unit: ClientUnit  # runs one unit from Python, returns the txn type index
+    procedure_sql: str  # CREATE OR REPLACE PROCEDURE ... (built with procedure_sql() below)
+    client_statements: dict[str, str] = field(default_factory=dict)
+    client_unit: ClientUnit | None = None  # runs one unit from Python, returns the txn type index
     params: tuple[ParamSpec, ...] = ()
     kpms: tuple[str, ...] = COMMON_KPMS
     writes: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    per_unit: PerUnit | None = None  # what one unit stands for (rows, ops), for rows/s and Mops
+    session: SessionSettings | None = None  # settings for every job connection
+    prepare_sql: tuple[str, ...] = ()  # run once before the test (e.g. empty a load table)
+    warm: tuple[str, ...] = ()  # tables to load into the buffer cache before the test
+    helpers_sql: tuple[str, ...] = ()  # functions the procedure calls
+    check: Callable[[dict[str, ParamValue]], None] | None = None  # cross-parameter validation
 
-    def resolve_params(self, given: dict[str, str]) -> dict[str, int]:
+    def resolve_params(self, given: dict[str, str]) -> dict[str, ParamValue]:
         """Defaults overlaid with the user's values that this workload knows."""
         values = {p.name: p.default for p in self.params}
         for p in self.params:
             if p.name in given:
                 values[p.name] = p.parse(self.name, given[p.name])
+        if self.check:
+            self.check(values)
         return values
+
+    @property
+    def client_side(self) -> bool:
+        return self.client_unit is not None
+
+
+def kpms(*extra: str, drop: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The common KPM columns plus a family's own, in table order (before elapsed)."""
+    base = [k for k in COMMON_KPMS if k not in drop and k != "elapsed_s"]
+    return (*base, *extra, "elapsed_s")
 
 
 # --- server-side timing, shared by every procedure --------------------------------------------------
@@ -100,15 +156,53 @@ SLICE_SIGNATURE = ("p_secs float8, p_params jsonb, OUT o_hist int[], OUT o_error
                    "OUT o_busy_s float8")
 
 
-def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: int = 1) -> str:
+def rec_marker(i: int) -> str:
+    return "{rec" + str(i) + "}"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """PL/pgSQL for one unit of work: declarations, and a body in which {rec} marks the end of the unit."""
+
+    declare: str
+    body: str
+
+
+def mix(branches: list[tuple[float, Unit]]) -> tuple[str, str]:
+    """Declarations and a body that picks one branch per unit by weight; branch i records as type i."""
+    total = sum(w for w, _ in branches)
+    decl: list[str] = ["x float8;"]
+    for _, unit in branches:
+        for part in unit.declare.split(";"):
+            if part.strip() and f"{part.strip()};" not in decl:
+                decl.append(f"{part.strip()};")
+    lines = [f"x := random() * {float(total)!r};"]
+    edge = 0.0
+    for i, (weight, unit) in enumerate(branches):
+        edge += weight
+        keyword = "if" if i == 0 else "elsif"
+        cond = f"x < {edge!r}" if i < len(branches) - 1 else "true"
+        lines.append(f"{keyword} {cond} then")
+        lines.append(unit.body.replace("{rec}", rec_marker(i)).replace("{err}", str(i + 1)))
+    lines.append("end if;")
+    return " ".join(decl), "\n      ".join(lines)
+
+
+def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: int = 1, prologue: str = "") -> str:
     """The slice procedure around one unit of work: run for p_secs, return histogram, errors, busy time.
 
     `unit` is PL/pgSQL for one unit in which {rec0}, {rec1}, ... stand for the timing of a unit of
-    transaction type 0, 1, ...; `batch` pairs of units run between two deadline checks. The deadline
-    is relative so that a server whose clock differs from the driver's still slices right.
+    transaction type 0, 1, ... ({rec} for a single type) and {err} for the 1-based error slot;
+    `batch` pairs of units run between two deadline checks; `prologue` runs before the clock starts.
+    The deadline is relative so that a server whose clock differs from the driver's still slices right.
     """
+    unit = unit.replace("{rec}", rec_marker(0)).replace("{err}", "1")
+
     def timed(t_new: str, t_old: str) -> str:
-        return unit.format(**{f"rec{i}": record(t_new, t_old, i) for i in range(ntypes)})
+        out = unit
+        for i in range(ntypes):
+            out = out.replace(rec_marker(i), record(t_new, t_old, i))
+        return out
 
     return f"""
 create or replace procedure capmark.{name}({SLICE_SIGNATURE})
@@ -119,6 +213,7 @@ declare
   {declare}
 begin
   o_errors := array_fill(0::bigint, array[{ntypes}]);
+  {prologue}
   t0 := {CLOCK};
   t_first := t0;
   p_until := t0 + p_secs;

@@ -1,7 +1,13 @@
-"""The shared data model in schema capmark, sized by --scale; setup is idempotent and transactional."""
+"""The shared data model in schema capmark, sized by --scale; set up once per scale, in one transaction.
+
+One model serves every family: items (SRV lookups and scans), accounts with their bookings (TP,
+~25 rows per account), customers' call records (~125 rows per customer), a WAL ring (WAL workloads
+update rows of about 1 kB in place), a load table (DL) and the Stress table.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -10,76 +16,114 @@ from capmark.engines.postgres import check_privileges
 from capmark.workloads.base import DataSize
 
 ROWS_PER_SCALE = 100_000
-MODEL_VERSION = 1
+MODEL_VERSION = 2
+RING_JOBS = 32  # jobs beyond this share WAL ring slots (job % RING_JOBS)
 
 
 def size_for(scale: int) -> DataSize:
-    return DataSize(items=ROWS_PER_SCALE * scale, accounts=ROWS_PER_SCALE * scale)
+    return DataSize(items=ROWS_PER_SCALE * scale, accounts=ROWS_PER_SCALE * scale,
+                    booking_accounts=10_000 * scale, call_customers=2_000 * scale, ring_rows=1_000)
 
 
-TABLES = {
-    "item": """create table capmark.item (
-        id int primary key, grp int not null, qty int not null, price numeric(10,2) not null,
-        name text not null, pad text not null)""",
-    "account": """create table capmark.account (
-        id int primary key, branch int not null, balance numeric(14,2) not null,
-        updated timestamptz not null, pad text not null)""",
-}
-
-FILL = {
-    "item": """insert into capmark.item
-        select g, g %% 1000, (g * 7919) %% 100, ((g * 31) %% 10000) / 100.0, 'item ' || g, repeat('x', 80)
-        from generate_series(1, %(rows)s) g""",
-    "account": """insert into capmark.account
-        select g, g %% 100, 0, now(), repeat('y', 80) from generate_series(1, %(rows)s) g""",
-}
-
-INDEXES = {"item": ["create index item_grp_idx on capmark.item (grp)"]}
+# table -> (DDL, fill statement or None, secondary indexes)
+def _tables(size: DataSize) -> dict[str, tuple[str, str | None, list[str]]]:
+    return {
+        "item": (
+            "create table capmark.item (id int primary key, grp int not null, qty int not null, "
+            "price numeric(10,2) not null, name text not null, pad text not null)",
+            f"insert into capmark.item select g, g % 1000, (g * 7919) % 100, ((g * 31) % 10000) / 100.0, "
+            f"'item ' || g, repeat('x', 80) from generate_series(1, {size.items}) g",
+            ["create index item_grp_idx on capmark.item (grp)"]),
+        "account": (
+            "create table capmark.account (id int primary key, branch int not null, balance numeric(14,2) not null, "
+            "updated timestamptz not null, pad text not null)",
+            f"insert into capmark.account select g, g % 100, 0, now(), repeat('y', 80) "
+            f"from generate_series(1, {size.accounts}) g",
+            []),
+        "booking": (
+            "create table capmark.booking (account_id int not null, seq int not null, amount numeric(12,2) not null, "
+            "booked_at timestamptz not null, memo text not null, primary key (account_id, seq))",
+            f"insert into capmark.booking select a, s, ((a * 13 + s * 7) % 100000) / 100.0, "
+            f"timestamp '2026-01-01' + (s || ' days')::interval, 'booking ' || s "
+            f"from generate_series(1, {size.booking_accounts}) a, generate_series(1, 25) s",
+            []),
+        "callrec": (
+            "create table capmark.callrec (customer_id int not null, seq int not null, started_at timestamptz not null, "
+            "duration_s int not null, cost numeric(10,4) not null, callee text not null, "
+            "primary key (customer_id, seq))",
+            f"insert into capmark.callrec select c, s, timestamp '2026-01-01' + (s || ' minutes')::interval, "
+            f"(c * s) % 3600, ((c + s) % 1000) / 1000.0, '+41 44 ' || lpad((c * 125 + s)::text, 7, '0') "
+            f"from generate_series(1, {size.call_customers}) c, generate_series(1, 125) s",
+            []),
+        "wal_ring": (
+            "create table capmark.wal_ring (job int not null, id int not null, payload text not null, "
+            "primary key (job, id)) with (fillfactor = 40)",
+            f"insert into capmark.wal_ring select j, i, repeat(md5((j * 100000 + i)::text), 30) "
+            f"from generate_series(0, {RING_JOBS - 1}) j, generate_series(1, {size.ring_rows}) i",
+            []),
+        "dl_row": (
+            "create table capmark.dl_row (id bigint not null, k1 int not null, k2 int not null, "
+            "payload text not null)",
+            None,
+            ["create unique index dl_row_id_idx on capmark.dl_row (id)",
+             "create index dl_row_k1_idx on capmark.dl_row (k1)",
+             "create index dl_row_k2_idx on capmark.dl_row (k2)",
+             "create sequence capmark.dl_row_seq cache 1000"]),
+        "stress_item": (
+            "create table capmark.stress_item (id bigint primary key, val int not null, payload text not null)",
+            f"insert into capmark.stress_item select g, g % 1000, repeat('s', 60) from generate_series(1, {size.items}) g",
+            [f"create sequence capmark.stress_seq start {size.items + 1} cache 1000"]),
+    }
 
 
 def plan(conn: psycopg.Connection, size: DataSize) -> list[str]:
     """What setup would create, as sentences; empty when the model is already in place at this size."""
-    meta = _meta(conn)
-    if meta == (MODEL_VERSION, size.items, size.accounts):
+    if _meta(conn) == (MODEL_VERSION, size.items):
         return []
-    rows = {"item": size.items, "account": size.accounts}
-    out = [] if meta is not None else ["schema capmark and table capmark.meta (run bookkeeping)"]
-    for table in TABLES:
-        out.append(f"table capmark.{table} with {rows[table]:,} rows"
-                   + (f" and {len(INDEXES[table])} secondary index(es)" if table in INDEXES else ""))
+    out = ["schema capmark and table capmark.meta (model bookkeeping)"]
+    for table, (_ddl, fill, indexes) in _tables(size).items():
+        out.append(f"table capmark.{table}" + (" (filled)" if fill else " (empty)")
+                   + (f" with {len(indexes)} index(es)/sequence(s)" if indexes else ""))
     return out
 
 
-def _meta(conn: psycopg.Connection) -> tuple[int, int, int] | None:
+def _meta(conn: psycopg.Connection) -> tuple[int, int] | None:
     row = conn.execute("select to_regclass('capmark.meta') is not null").fetchone()
     if not row or not row[0]:
         return None
-    got = conn.execute("select model_version, items, accounts from capmark.meta").fetchone()
+    try:
+        with conn.transaction():
+            got = conn.execute("select model_version, items from capmark.meta").fetchone()
+    except psycopg.Error:  # a meta table of an older model
+        return None
     return tuple(got) if got else None
 
 
-def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] = print) -> bool:
-    """Create or resize the data model in one transaction (no half-built schema on failure)."""
+def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] = print) -> float:
+    """Create or rebuild the data model in one transaction; returns the seconds it took (0 when reused)."""
     check_privileges(conn)
     todo = plan(conn, size)
     if not todo:
-        return False
+        return 0.0
     say("capmark will create in schema capmark: " + "; ".join(todo) + ".")
+    started = time.monotonic()
+    tables = _tables(size)
     with conn.transaction():
         conn.execute("create schema if not exists capmark")
-        conn.execute("create table if not exists capmark.meta (model_version int, items int, accounts int)")
-        for table, ddl in TABLES.items():
-            conn.execute(f"drop table if exists capmark.{table}")
+        conn.execute("drop table if exists capmark.meta")
+        conn.execute("create table capmark.meta (model_version int, items int)")
+        conn.execute("drop sequence if exists capmark.dl_row_seq, capmark.stress_seq")
+        for table, (ddl, fill, indexes) in tables.items():
+            conn.execute(f"drop table if exists capmark.{table} cascade")
             conn.execute(ddl)
-            rows = size.items if table == "item" else size.accounts
-            conn.execute(FILL[table], {"rows": rows})
-            for idx in INDEXES.get(table, []):
+            if fill:
+                conn.execute(fill)
+            for idx in indexes:
                 conn.execute(idx)
-        conn.execute("delete from capmark.meta")
-        conn.execute("insert into capmark.meta values (%s, %s, %s)", (MODEL_VERSION, size.items, size.accounts))
-    for table in TABLES:
+        conn.execute("insert into capmark.meta values (%s, %s)", (MODEL_VERSION, size.items))
+    for table in tables:
         conn.execute(f"vacuum analyze capmark.{table}")
-    return True
+    return time.monotonic() - started
 
 
 def install_procedures(conn: psycopg.Connection, ddl: list[str]) -> None:

@@ -1,29 +1,36 @@
-"""All workloads by name, and the default suite."""
+"""All workloads by name, and the built-in suites."""
 
 from __future__ import annotations
 
 from capmark.errors import CapmarkError
-from capmark.workloads.base import Workload
-from capmark.workloads.srv import SRV_QUERY1
-from capmark.workloads.tp import TP_LIGHT
+from capmark.workloads import da, dl, pls, srv, stress, tp, wal
+from capmark.workloads.base import ParamValue, Workload
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (SRV_QUERY1, TP_LIGHT)}
-DEFAULT_SUITE = ("srv-query1", "tp-light")
+WORKLOADS: dict[str, Workload] = {w.name: w for family in (srv, tp, wal, dl, da, pls, stress)
+                                  for w in family.WORKLOADS}
+SUITES: dict[str, tuple[str, ...]] = {
+    "quick": ("srv-mixed", "tp-mixed1", "wal-lat1"),
+    "full": tuple(WORKLOADS),
+}
+DEFAULT_SUITE = SUITES["quick"]
 
 
 def get(name: str) -> Workload:
     try:
         return WORKLOADS[name.lower()]
     except KeyError:
-        raise CapmarkError(f"Unknown workload '{name}'; `capmark list` shows the known ones "
-                           f"({', '.join(WORKLOADS)}).") from None
+        raise CapmarkError(f"Unknown workload '{name}'; `capmark list` shows the known ones.") from None
 
 
 def select(names: list[str] | None) -> list[Workload]:
-    return [get(n) for n in (names or DEFAULT_SUITE)]
+    chosen: list[Workload] = []
+    for name in names or DEFAULT_SUITE:
+        for n in SUITES.get(name, (name,)):
+            chosen.append(get(n))
+    return chosen
 
 
-def check_params(workloads: list[Workload], given: dict[str, str]) -> dict[str, dict[str, int]]:
+def check_params(workloads: list[Workload], given: dict[str, str]) -> dict[str, dict[str, ParamValue]]:
     """Per-workload parameter values; a name no selected workload knows is an error."""
     known = {p.name for w in workloads for p in w.params}
     for name in given:
@@ -32,3 +39,11 @@ def check_params(workloads: list[Workload], given: dict[str, str]) -> dict[str, 
             raise CapmarkError(f"Unknown parameter '{name}' for {', '.join(w.name for w in workloads)}; "
                                f"known parameters: {names}.")
     return {w.name: w.resolve_params(given) for w in workloads}
+
+
+def check_mode(workloads: list[Workload], mode: str) -> None:
+    if mode == "client":
+        server_only = [w.name for w in workloads if not w.client_side]
+        if server_only:
+            raise CapmarkError(f"{', '.join(server_only)} run server-side only; drop --mode client or choose "
+                               "workloads with a client-side mode (`capmark list`).")

@@ -1,38 +1,61 @@
-"""SRV family: CPU and memory with every block in the buffer cache."""
+"""SRV family: CPU and memory, every block in the buffer cache."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from capmark.workloads.base import DataSize, Workload, procedure_sql
+from capmark.workloads import units as u
+from capmark.workloads.base import DataSize, Workload, kpms, mix, procedure_sql
 
-_QUERY1_UNIT = """
-      k := 1 + floor(random() * n)::int;
-      select id, grp, qty, price, name into r from capmark.item where id = k;
-      {rec0}"""
-
-
-def _query1_client(session: Any, rng: random.Random, params: dict[str, int], size: DataSize) -> int:
-    session.run("srv_query1", int(rng.random() * size.items) + 1)
-    return 0
+SRV_KPMS = kpms("scan_mb_per_s")
+NO_PARALLEL = {"max_parallel_workers_per_gather": "0"}
 
 
-SRV_QUERY1 = Workload(
-    name="srv-query1",
-    family="SRV",
-    description="Select 1 row via primary key, all data cached: maximum query rate, minimum response time.",
-    unit="query",
-    throughput_label="qps",
-    txn_types=("query",),
-    procedure="slice_srv_query1",
-    procedure_sql=procedure_sql(
-        "slice_srv_query1",
-        declare="k int; r record; n int := (p_params->>'items')::int;",
-        unit=_QUERY1_UNIT,
-        batch=32,
-    ),
-    client_statements={"srv_query1": "select id, grp, qty, price, name from capmark.item where id = $1"},
-    client_unit=_query1_client,
-    extra={"warm": ["item"]},
+def _client_lookup(statement: str, size_of: str):
+    def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+        session.run(statement, int(rng.random() * getattr(size, size_of)) + 1)
+        return 0
+    return run
+
+
+def _srv(name: str, description: str, unit: u.Unit, batch: int, *, statement: str | None = None,
+         size_of: str = "", rows: int | None = None, per_unit=None) -> Workload:
+    proc = "slice_" + name.replace("-", "_")
+    return Workload(
+        name=name, family="SRV", description=description, unit="query", throughput_label="qps",
+        txn_types=("query",), procedure=proc,
+        procedure_sql=procedure_sql(proc, unit.declare, unit.body, batch=batch),
+        client_statements={name: statement} if statement else {},
+        client_unit=_client_lookup(name, size_of) if statement else None,
+        kpms=SRV_KPMS, warm=("item", "booking", "callrec"),
+        per_unit=per_unit or ((lambda p, s: {"rows": rows}) if rows else None),
+        session=lambda p: NO_PARALLEL,
+    )
+
+
+SRV_QUERY1 = _srv("srv-query1", "Select 1 row via primary key, all data cached: maximum query rate, minimum latency.",
+                  u.QUERY1, 32, statement="select id, grp, qty, price, name from capmark.item where id = $1",
+                  size_of="items", rows=1)
+SRV_QUERY25 = _srv("srv-query25", "Select ~25 rows via index range (an account's bookings), all data cached.",
+                   u.QUERY25, 8,
+                   statement="select seq, amount, booked_at, memo from capmark.booking where account_id = $1",
+                   size_of="booking_accounts", rows=25)
+SRV_REPORT = _srv("srv-report", "Online report: ~125 rows via index (a customer's call records); logical reads/s.",
+                  u.REPORT, 2,
+                  statement="select seq, started_at, duration_s, cost, callee from capmark.callrec "
+                            "where customer_id = $1",
+                  size_of="call_customers", rows=125)
+SRV_SCAN = _srv("srv-scan", "Full scan of a cached table (items), no parallel workers; MB/s of buffer cache scanned.",
+                u.SCAN, 1, per_unit=lambda p, s: {"rows": s.items})
+
+_MIX_DECL, _MIX_BODY = mix([(1, u.QUERY1), (1, u.QUERY25), (1, u.REPORT), (1, u.SCAN)])
+SRV_MIXED = Workload(
+    name="srv-mixed", family="SRV",
+    description="srv-query1, srv-query25, srv-report and srv-scan, equally weighted.",
+    unit="query", throughput_label="qps", txn_types=("query1", "query25", "report", "scan"),
+    procedure="slice_srv_mixed", procedure_sql=procedure_sql("slice_srv_mixed", _MIX_DECL, _MIX_BODY, ntypes=4),
+    kpms=SRV_KPMS, warm=("item", "booking", "callrec"), session=lambda p: NO_PARALLEL,
 )
+
+WORKLOADS = (SRV_QUERY1, SRV_QUERY25, SRV_REPORT, SRV_SCAN, SRV_MIXED)

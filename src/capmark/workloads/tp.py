@@ -1,31 +1,18 @@
-"""TP family: short OLTP transactions, one commit each."""
+"""TP family: OLTP transactions, one commit each, reads and updates via index."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from capmark.workloads.base import DataSize, ParamSpec, Workload, procedure_sql
+from capmark.workloads import units as u
+from capmark.workloads.base import DataSize, Workload, kpms, mix, percent, procedure_sql
 
-_LIGHT_UNIT = """
-      k := 1 + floor(random() * n)::int;
-      if random() * 100 < upd then
-        begin
-          select balance into bal from capmark.account where id = k for update;
-          update capmark.account set balance = balance + 1, updated = now() where id = k;
-        exception when others then
-          o_errors[2] := o_errors[2] + 1;
-        end;
-        commit;
-        {rec1}
-      else
-        select balance into bal from capmark.account where id = k;
-        commit;
-        {rec0}
-      end if;"""
+TP_KPMS = kpms("wal_kb_per_txn")
+UPDATE_PCT = percent("update_pct", 20, "percent of transactions that lock and update the rows they read")
 
 
-def _light_client(session: Any, rng: random.Random, params: dict[str, int], size: DataSize) -> int:
+def _light_client(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
     k = int(rng.random() * size.accounts) + 1
     if rng.random() * 100 < params["update_pct"]:
         session.begin()
@@ -37,27 +24,63 @@ def _light_client(session: Any, rng: random.Random, params: dict[str, int], size
     return 0
 
 
-TP_LIGHT = Workload(
-    name="tp-light",
-    family="TP",
-    description="Light OLTP: read 1 row via index; update_pct % of transactions lock and update it; 1 commit each.",
-    unit="transaction",
-    throughput_label="tps",
-    txn_types=("read", "update"),
-    procedure="slice_tp_light",
-    procedure_sql=procedure_sql(
-        "slice_tp_light",
-        declare="k int; bal numeric; n int := (p_params->>'accounts')::int; "
-                "upd int := (p_params->>'update_pct')::int;",
-        unit=_LIGHT_UNIT,
-        ntypes=2,
-    ),
+def _lookup_client(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+    session.run("tp_lookup", int(rng.random() * size.accounts) + 1)
+    return 0
+
+
+def _single(name: str, description: str, unit: u.Unit, **kw) -> Workload:
+    proc = "slice_" + name.replace("-", "_")
+    return Workload(name=name, family="TP", description=description, unit="transaction", throughput_label="tps",
+                    txn_types=("transaction",), procedure=proc,
+                    procedure_sql=procedure_sql(proc, unit.declare, unit.body, batch=4),
+                    kpms=TP_KPMS, warm=("account", "booking", "callrec"), **kw)
+
+
+def _read_update(name: str, description: str, unit: u.Unit, **kw) -> Workload:
+    proc = "slice_" + name.replace("-", "_")
+    return Workload(name=name, family="TP", description=description, unit="transaction", throughput_label="tps",
+                    txn_types=("read", "update"), procedure=proc,
+                    procedure_sql=procedure_sql(proc, unit.declare, u.as_two_types(unit), ntypes=2),
+                    params=(UPDATE_PCT,), kpms=TP_KPMS, writes=True, warm=("account", "booking", "callrec"), **kw)
+
+
+TP_LOOKUP = _single("tp-lookup", "Read 1 account row via primary key; 1 commit.", u.LOOKUP,
+                    client_statements={"tp_lookup": "select balance from capmark.account where id = $1"},
+                    client_unit=_lookup_client)
+TP_REPORT = _single("tp-report", "Read ~25 bookings of an account via index; 1 commit.", u.TP_REPORT)
+TP_LIGHT = _read_update(
+    "tp-light", "Read 1 row via index; update_pct % of transactions lock it (FOR UPDATE) and update it.", u.LIGHT,
     client_statements={
         "tp_light_read": "select balance from capmark.account where id = $1",
         "tp_light_lock": "select balance from capmark.account where id = $1 for update",
         "tp_light_update": "update capmark.account set balance = balance + 1, updated = now() where id = $1",
     },
-    client_unit=_light_client,
-    params=(ParamSpec("update_pct", 20, 0, 100, "percent of transactions that update the row they read"),),
-    writes=True,
-)
+    client_unit=_light_client)
+TP_MEDIUM = _read_update("tp-medium", "Read ~25 bookings via index; update_pct % lock and update them.", u.MEDIUM)
+TP_HEAVY = _read_update("tp-heavy", "Read ~125 call records via index; update_pct % lock and update them.", u.HEAVY)
+
+
+def _mixed(name: str, description: str, branches: list[tuple[float, str, u.Unit]], update_pct: int) -> Workload:
+    decl, body = mix([(w, unit) for w, _, unit in branches])
+    proc = "slice_" + name.replace("-", "_")
+    return Workload(
+        name=name, family="TP", description=description, unit="transaction", throughput_label="tps",
+        txn_types=tuple(t for _, t, _ in branches), procedure=proc,
+        procedure_sql=procedure_sql(proc, decl, body, ntypes=len(branches)),
+        params=(percent("update_pct", update_pct, "update percentage of the read/update transactions"),),
+        kpms=TP_KPMS, writes=True, warm=("account", "booking", "callrec"),
+        prepare_sql=("truncate capmark.dl_row",),
+    )
+
+
+TP_MIXED1 = _mixed("tp-mixed1", "Read-intensive mix: tp-report, tp-lookup, tp-medium (40 % updates), "
+                   "dl-buffer (2 rows), equally weighted.",
+                   [(1, "report", u.TP_REPORT), (1, "lookup", u.LOOKUP), (1, "medium", u.as_one_type(u.MEDIUM)),
+                    (1, "insert", u.load("2"))], update_pct=40)
+TP_MIXED2 = _mixed("tp-mixed2", "Write-intensive mix: tp-light 40 %, tp-medium 30 %, tp-heavy 20 %, "
+                   "dl-buffer (3 rows) 10 %.",
+                   [(40, "light", u.as_one_type(u.LIGHT)), (30, "medium", u.as_one_type(u.MEDIUM)),
+                    (20, "heavy", u.as_one_type(u.HEAVY)), (10, "insert", u.load("3"))], update_pct=100)
+
+WORKLOADS = (TP_LOOKUP, TP_REPORT, TP_LIGHT, TP_MEDIUM, TP_HEAVY, TP_MIXED1, TP_MIXED2)
