@@ -53,9 +53,9 @@ def test_choice_parameters():
 
 def test_stress_weights_must_add_up():
     ws = registry.select(["stress-mixed"])
-    assert registry.check_params(ws, {})["stress-mixed"]["update_pct"] == 60
+    assert registry.check_params(ws, {})["stress-mixed"]["pct_update"] == 60
     with pytest.raises(CapmarkError, match="add up to 100"):
-        registry.check_params(ws, {"query_pct": "50"})
+        registry.check_params(ws, {"pct_query": "50"})
 
 
 def test_client_mode_needs_a_client_side_workload():

@@ -42,7 +42,7 @@ def _mixed_client(session: Any, rng: random.Random, params: dict, size: DataSize
     x = rng.random() * 100
     edge = 0
     for i, kind in enumerate(UNITS):
-        edge += params[f"{kind}_pct"]
+        edge += params[f"pct_{kind}"]
         if x < edge or i == len(UNITS) - 1:
             _client(kind)(session, rng, params, size)
             return i
@@ -50,8 +50,8 @@ def _mixed_client(session: Any, rng: random.Random, params: dict, size: DataSize
 
 
 def check_weights(params: dict) -> None:
-    if sum(params[f"{k}_pct"] for k in UNITS) != 100:
-        raise CapmarkError("The stress-mixed weights query_pct + update_pct + insert_pct + delete_pct must add up "
+    if sum(params[f"pct_{k}"] for k in UNITS) != 100:
+        raise CapmarkError("The stress-mixed weights pct_query + pct_insert + pct_update + pct_delete must add up "
                            "to 100.")
 
 
@@ -61,8 +61,8 @@ def _mixed_procedure() -> str:
     body = body.replace("x := random() * 4.0;", "x := random() * 100;")
     for i, edge in enumerate(("wq", "wq + wi", "wq + wi + wu")):
         body = body.replace(f"x < {float(i + 1)!r}", f"x < {edge}")
-    decl += (" wq int := (p_params->>'query_pct')::int; wu int := (p_params->>'update_pct')::int;"
-             " wi int := (p_params->>'insert_pct')::int;")
+    decl += (" wq int := (p_params->>'pct_query')::int; wu int := (p_params->>'pct_update')::int;"
+             " wi int := (p_params->>'pct_insert')::int;")
     return procedure_sql("slice_stress_mixed", decl, body, ntypes=4, batch=4)
 
 
@@ -72,7 +72,7 @@ STRESS_MIXED = Workload(
     description="Stress mix: 10 % query, 60 % update, 25 % insert, 5 % delete (weights configurable).",
     unit="request", throughput_label="rps", txn_types=tuple(UNITS), procedure="slice_stress_mixed",
     procedure_sql=_mixed_procedure(), client_statements=STATEMENTS, client_unit=_mixed_client,
-    params=tuple(ParamSpec(f"{k}_pct", d, f"percent of {k} requests", minimum=0, maximum=100)
+    params=tuple(ParamSpec(f"pct_{k}", d, f"percent of {k} requests", minimum=0, maximum=100)
                  for k, d in (("query", 10), ("insert", 25), ("update", 60), ("delete", 5))),
     kpms=STRESS_KPMS, writes=True, warm=("stress_item",), check=check_weights)
 

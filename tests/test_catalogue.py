@@ -1,0 +1,142 @@
+"""Every workload of the catalogue runs one short step on a real PostgreSQL, and the database's own
+statistics must have moved the way the workload claims."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from capmark import api
+from capmark.collect.pgstats import total
+from capmark.config import RunSpec
+from capmark.measure import kpm
+from capmark.workloads import registry
+
+pytestmark = pytest.mark.db
+PARAMS = {"update_pct": "100", "rows_per_insert": "5", "dtype": "numeric", "n": "15"}
+
+
+@pytest.fixture(scope="module")
+def conn(embedded_dsn):
+    with psycopg.connect(embedded_dsn, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def catalogue(embedded_dsn, tmp_path_factory):
+    spec = RunSpec(workloads=["full"], jobs=[1], warmup_s=0.5, duration_s=1.0, params=PARAMS, dsn=embedded_dsn,
+                   results_dir=tmp_path_factory.mktemp("catalogue"))
+    run = api.run(spec)
+    return {t.workload: t for t in run.tests}
+
+
+def db(step, column):
+    return total(step.db_delta["database"], column) or 0.0
+
+
+def wal_bytes(step):
+    return total(step.db_delta["lsn"], "wal_lsn_bytes")
+
+
+def test_every_workload_ran(catalogue):
+    assert set(catalogue) == set(registry.WORKLOADS)
+    for name, test in catalogue.items():
+        step = test.steps[0]
+        assert step.status == "ok", (name, step.notes)
+        assert step.units > 0, name
+        assert sum(step.errors.values()) == 0, (name, step.errors)
+        values, _ = kpm.compute(step, test.per_unit)
+        for key in test.kpms:
+            assert key in values, (name, key)
+
+
+@pytest.mark.parametrize("name", ["srv-query1", "srv-query25", "srv-report", "srv-scan", "srv-mixed"])
+def test_srv_reads_from_the_buffer_cache(catalogue, name):
+    step = catalogue[name].steps[0]
+    hit, read = db(step, "blks_hit"), db(step, "blks_read")
+    assert hit / (hit + read) >= 0.99
+
+
+def test_srv_report_reads_more_blocks_per_query_than_query1(catalogue):
+    def blocks_per_query(name):
+        step = catalogue[name].steps[0]
+        return (db(step, "blks_hit") + db(step, "blks_read")) / step.units
+    assert blocks_per_query("srv-query1") < blocks_per_query("srv-query25") < blocks_per_query("srv-report")
+
+
+def test_srv_scan_reads_the_whole_table_per_query(catalogue, conn):
+    step = catalogue["srv-scan"].steps[0]
+    pages = conn.execute("select relpages from pg_class where oid = 'capmark.item'::regclass").fetchone()[0]
+    per_query = (db(step, "blks_hit") + db(step, "blks_read")) / step.units
+    assert 0.9 * pages <= per_query <= 1.2 * pages + 10
+
+
+@pytest.mark.parametrize("name,low_kb,high_kb", [("wal-lat1", 0.5, 3), ("wal-lat25", 20, 30), ("wal-lat125", 100, 160)])
+def test_wal_size_per_commit(catalogue, name, low_kb, high_kb):
+    step = catalogue[name].steps[0]
+    kb = wal_bytes(step) / step.units / 1024
+    assert low_kb <= kb <= high_kb, kb
+
+
+def test_wal_latency_workloads_flush_every_commit_and_throughput_does_not(catalogue):
+    sync = kpm.compute(catalogue["wal-lat1"].steps[0])[0]
+    thr = kpm.compute(catalogue["wal-thr"].steps[0])[0]
+    assert sync["wal_fsyncs_per_commit"] >= 0.9  # one job: every commit waits for its own flush
+    assert thr["wal_mb_per_s"] > sync["wal_mb_per_s"]
+
+
+def test_dl_buffer_reports_exactly_the_rows_it_inserted(catalogue):
+    test = catalogue["dl-buffer"]
+    step = test.steps[0]
+    assert db(step, "tup_inserted") == step.units * 5
+    assert kpm.compute(step, test.per_unit)[0]["rows_per_s"] == pytest.approx(step.units * 5 / step.elapsed_s)
+
+
+def test_dl_direct_loads_without_wal(catalogue):
+    step = catalogue["dl-direct"].steps[0]
+    assert db(step, "tup_inserted") == step.units * 10_000
+    assert wal_bytes(step) / (step.units * 10_000) < 5  # an unlogged table: almost no WAL per row
+
+
+@pytest.mark.parametrize("name,rows", [("tp-light", 1), ("tp-medium", 25), ("tp-heavy", 125)])
+def test_tp_updates_the_rows_it_claims(catalogue, name, rows):
+    step = catalogue[name].steps[0]
+    assert step.histograms["update"].total == step.units  # update_pct=100
+    assert db(step, "tup_updated") >= step.units * rows
+
+
+def test_tp_lookup_writes_no_wal(catalogue):
+    step = catalogue["tp-lookup"].steps[0]
+    assert wal_bytes(step) / step.units < 1
+    assert db(step, "xact_commit") >= step.units
+
+
+def test_stress_mixed_executes_its_weights(catalogue):
+    step = catalogue["stress-mixed"].steps[0]
+    shares = {t: h.total / step.units * 100 for t, h in step.histograms.items()}
+    for kind, weight in (("query", 10), ("insert", 25), ("update", 60), ("delete", 5)):
+        assert shares[kind] == pytest.approx(weight, abs=3), shares
+
+
+def test_stress_requests_touch_what_they_claim(catalogue):
+    assert db(catalogue["stress-insert"].steps[0], "tup_inserted") == catalogue["stress-insert"].steps[0].units
+    assert db(catalogue["stress-update"].steps[0], "tup_updated") >= 0.99 * catalogue["stress-update"].steps[0].units
+    assert db(catalogue["stress-delete"].steps[0], "tup_deleted") <= catalogue["stress-delete"].steps[0].units
+
+
+def test_pls_computes_the_right_answers(catalogue, conn):
+    assert conn.execute("select capmark.fibo(20)").fetchone()[0] == 6765
+    assert conn.execute("select capmark.nth_prime(1000)").fetchone()[0] == 7919
+    test = catalogue["pls-add"]
+    values = kpm.compute(test.steps[0], test.per_unit)[0]
+    assert values["mops"] == pytest.approx(test.steps[0].units * 1000 / test.steps[0].elapsed_s / 1e6)
+
+
+def test_da_rowstore_scans_every_row_per_query(catalogue):
+    test = catalogue["da-rowstore"]
+    step = test.steps[0]
+    values = kpm.compute(step, test.per_unit)[0]
+    assert values["rows_per_s"] == pytest.approx(step.units * 100_000 / step.elapsed_s)
+    assert db(step, "tup_returned") >= step.units * 100_000 * 0.99
+
+
