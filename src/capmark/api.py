@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from capmark import suite
 from capmark.collect import os as oscollect
 from capmark.collect.environment import fingerprint
 from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, default_jobs, env_dsn, redact_dsn
@@ -22,6 +23,7 @@ from capmark.errors import CapmarkError, RunInterrupted
 from capmark.measure import kpm
 from capmark.results import RunResult, StepResult, TestResult
 from capmark.store import RunStore, load_run, new_run_id, resolve_run
+from capmark.suite import TestPlan
 from capmark.workloads import datamodel, registry
 from capmark.workloads.base import Workload
 
@@ -69,16 +71,22 @@ def _resolve_target(spec: RunSpec, observer: RunObserver) -> tuple[str, bool]:
     return embedded.start(spec.data_dir), True
 
 
-def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
-    """Measure the selected workloads at every step of the plan and store everything."""
-    observer = observer or RunObserver()
+def plan_tests(spec: RunSpec) -> list[TestPlan]:
+    """Every test the run will measure, validated before anything touches a database."""
     spec.validate()
-    workloads = registry.select(spec.workloads)
-    params = registry.check_params(workloads, spec.params)
-    registry.check_mode(workloads, spec.mode)
+    jobs = spec.jobs or default_jobs(os.cpu_count() or 1)
+    if spec.suite_file:
+        return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode)
+    return suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s, spec.duration_s)
+
+
+def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
+    """Measure the planned tests at every step of their plans and store everything."""
+    observer = observer or RunObserver()
+    plans = plan_tests(spec)
     store = RunStore.create(spec.results_dir, new_run_id())
     try:
-        return _run(spec, workloads, params, store, observer)
+        return _run(spec, plans, store, observer)
     except BaseException:
         if not store.has_run():  # failed before anything was measured: leave no empty run behind
             store.close()
@@ -88,19 +96,18 @@ def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
         store.close()
 
 
-def _run(spec: RunSpec, workloads: list[Workload], params: dict[str, dict[str, int]], store: RunStore,
-         observer: RunObserver) -> RunResult:
+def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver) -> RunResult:
     dsn, is_embedded = _resolve_target(spec, observer)
     control = connect(dsn, application_name="capmark control")
     try:
         info = describe(control, dsn, embedded=is_embedded)
-        jobs_plan = spec.jobs or default_jobs(os.cpu_count() or 1)
-        _check_connections(control, max(jobs_plan))
+        _check_connections(control, max(max(p.jobs) for p in plans))
         size = datamodel.size_for(spec.scale)
         notes: list[str] = []
         setup_s = datamodel.setup(control, size, say=lambda m: (notes.append(m), observer.say(m)))
         if setup_s:
             notes.append(f"data model set up in {setup_s:.1f} s (not part of any measurement)")
+        workloads = list({p.workload.name: p.workload for p in plans}.values())
         datamodel.install_procedures(control, [sql for w in workloads for sql in (*w.helpers_sql, w.procedure_sql)])
         devices, device_note = _devices(info)
         for name, cap in info.capabilities.items():
@@ -108,9 +115,15 @@ def _run(spec: RunSpec, workloads: list[Workload], params: dict[str, dict[str, i
                 notes.append(f"n/a: {name}: {cap.reason}")
         if device_note:
             notes.append(f"n/a: disk counters: {device_note}")
+        steps = sum(len(p.jobs) for p in plans)
+        expected = sum(p.expected_s for p in plans)
+        observer.say(f"Measuring {len(plans)} test(s) in {steps} step(s): about {expected / 60:.1f} minutes.")
         spec_stored = {**asdict(spec), "dsn": redact_dsn(dsn) if spec.dsn or env_dsn() else None,
-                       "jobs": jobs_plan, "data_dir": str(spec.data_dir) if spec.data_dir else None,
-                       "results_dir": str(spec.results_dir)}
+                       "jobs": sorted({j for p in plans for j in p.jobs}),
+                       "data_dir": str(spec.data_dir) if spec.data_dir else None,
+                       "results_dir": str(spec.results_dir),
+                       "suite_file": str(spec.suite_file) if spec.suite_file else None,
+                       "expected_s": expected}
         run_result = RunResult(
             run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             folder=str(store.folder), status="running", spec=spec_stored, environment=fingerprint(info),
@@ -119,10 +132,8 @@ def _run(spec: RunSpec, workloads: list[Workload], params: dict[str, dict[str, i
         ctx = StepContext(dsn=dsn, info=info, control=control, devices=devices, device_note=device_note)
         with _sigterm_as_interrupt():
             try:
-                for ordinal, workload in enumerate(workloads, start=1):
-                    test = _run_test(ctx, store, run_result, ordinal, workload, params[workload.name], size,
-                                     jobs_plan, spec, observer)
-                    run_result.tests.append(test)
+                for ordinal, plan in enumerate(plans, start=1):
+                    run_result.tests.append(_run_test(ctx, store, run_result, ordinal, plan, size, spec, observer))
             except KeyboardInterrupt:
                 run_result.status = "interrupted"
                 store.set_status(run_result.run_id, "interrupted")
@@ -136,12 +147,12 @@ def _run(spec: RunSpec, workloads: list[Workload], params: dict[str, dict[str, i
         control.close()
 
 
-def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal: int, workload: Workload,
-              params: dict[str, int], size: datamodel.DataSize, jobs_plan: list[int], spec: RunSpec,
-              observer: RunObserver) -> TestResult:
+def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal: int, plan: TestPlan,
+              size: datamodel.DataSize, spec: RunSpec, observer: RunObserver) -> TestResult:
+    workload, params = plan.workload, plan.params
     test = TestResult(ordinal=ordinal, workload=workload.name, family=workload.family,
                       description=workload.description, unit=workload.unit,
-                      throughput_label=workload.throughput_label, mode=spec.mode, params=params,
+                      throughput_label=workload.throughput_label, mode=plan.mode, params=params,
                       kpms=list(workload.kpms),
                       per_unit=workload.per_unit(params, size) if workload.per_unit else {})
     store.save_test(run_result.run_id, test)
@@ -150,11 +161,11 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     if workload.warm:
         datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say)
     settings = workload.session(params) if workload.session else {}
-    observer.test_started(test, jobs_plan)
-    for step_no, jobs in enumerate(jobs_plan, start=1):
-        plan = StepPlan(step_no, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.collectors, settings)
+    observer.test_started(test, plan.jobs)
+    for step_no, jobs in enumerate(plan.jobs, start=1):
+        step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors, settings)
         try:
-            step = run_step(ctx, workload, params, size, plan,
+            step = run_step(ctx, workload, params, size, step_plan,
                             lambda phase, left, j=jobs: observer.step_progress(test, j, phase, left))
         except StepFailed as err:
             test.status = "failed"

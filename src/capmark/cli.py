@@ -18,7 +18,7 @@ from rich.text import Text
 from capmark import api
 from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, parse_duration, parse_jobs, parse_params, redact_text
 from capmark.errors import CapmarkError, RunInterrupted
-from capmark.report.console import kpm_tables, print_run
+from capmark.report.console import kpm_tables, print_run, type_table
 from capmark.report.export import run_to_json
 from capmark.results import StepResult, TestResult
 
@@ -74,12 +74,15 @@ class LiveObserver(api.RunObserver):
         if self.show_tables:
             for table in kpm_tables(test, self.console.width):
                 self.console.print(table)
+            per_type = type_table(test)
+            if per_type:
+                self.console.print(per_type)
 
 
 @app.command()
 def run(
-    workloads: Annotated[list[str] | None, typer.Argument(help="Workloads by name (default suite: srv-query1 "
-                                                               "tp-light); `capmark list` shows all.")] = None,
+    workloads: Annotated[list[str] | None, typer.Argument(help="Workloads or suites (quick, full) by name; "
+                                                               "default: quick. `capmark list` shows all.")] = None,
     jobs: Annotated[str | None, typer.Option("--jobs", help="Step plan, e.g. 1,2,4,8 (default: 1, 2, 4 ... "
                                                              "up to 2 x the host's cores).")] = None,
     warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per step: 30, 30s, 2m.")] = "5s",
@@ -95,13 +98,15 @@ def run(
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     no_collectors: Annotated[bool, typer.Option("--no-collectors", help="Turn off the 10 Hz wait and 1 Hz OS "
                                                                          "sampling (overhead checks).")] = False,
+    suite_file: Annotated[Path | None, typer.Option("--suite", help="TOML file naming tests, parameters, modes "
+                                                                    "and step plans (see docs/suites.md).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Measure workloads at stepped concurrency and store the run (tables, report.html, raw data)."""
+    """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
     spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs else None,
                    warmup_s=parse_duration(warmup, "warm-up"), duration_s=parse_duration(duration, "duration"),
                    mode=mode, scale=scale, params=parse_params(param), dsn=dsn, data_dir=data_dir,
-                   results_dir=results_dir, collectors=not no_collectors)
+                   results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

@@ -111,6 +111,7 @@ class RunSpec:
     data_dir: Path | None = None
     results_dir: Path = DEFAULT_RESULTS_DIR
     collectors: bool = True
+    suite_file: Path | None = None
 
     def validate(self) -> RunSpec:
         if self.mode not in MODES:

@@ -57,12 +57,45 @@ def kpm_table(test: TestResult, keys: list[str] | None = None, continued: bool =
     return table
 
 
+def type_table(test: TestResult) -> Table | None:
+    """Throughput and latency per transaction type, for tests that mix several."""
+    if len(test.steps[0].txn_types if test.steps else []) < 2:
+        return None
+    table = Table(title=escape(f"{test.workload}: per transaction type"), title_justify="left", header_style="bold",
+                  padding=(0, 1), box=None)
+    for col in ("Jobs", "Type", "Share\n%", f"Rate\n{test.throughput_label}", "Mean\nms", "p50\nms",
+                "p95\nms", "p99\nms", "Max\nms", "Err"):
+        if col == "Type":
+            table.add_column(col, no_wrap=True, min_width=max(len(t) for t in test.steps[0].txn_types))
+        else:
+            table.add_column(escape(col), justify="right")
+    for step in test.steps:
+        for row in type_rows(step):
+            table.add_row(str(step.jobs), row["type"], fmt(row["share_pct"], 1), fmt(row["throughput"], 0),
+                          *(fmt(row[k], 3) for k in ("mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms")),
+                          str(row["errors"]))
+    return table
+
+
+def type_rows(step) -> list[dict]:
+    rows = []
+    for name, hist in step.histograms.items():
+        lat = hist.summary()
+        ms = {k.replace("_s", "_ms"): (v * 1000 if v is not None else None) for k, v in lat.items()}
+        rows.append({"type": name, "units": hist.total, "share_pct": 100.0 * hist.total / step.units if step.units
+                     else None, "throughput": hist.total / step.elapsed_s, "errors": step.errors.get(name, 0), **ms})
+    return rows
+
+
 def print_run(run: RunResult, console: Console | None = None) -> None:
     console = console or Console()
     console.print(f"[bold]capmark run {run.run_id}[/] ({run.status}) — {run.target.get('version', '')}")
     for test in run.tests:
         for table in kpm_tables(test, console.width):
             console.print(table)
+        per_type = type_table(test)
+        if per_type:
+            console.print(per_type)
         for step in test.steps:
             for note in step.notes:
                 console.print(f"  step {step.ordinal} ({step.jobs} jobs): {note}")

@@ -26,7 +26,8 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
             "kpm": {k: values.get(k) for k in test.kpms},
             "na_reasons": reasons,
             "latency_s": lat,
-            "latency_by_type_s": {t: h.summary() | {"units": h.total} for t, h in step.histograms.items()},
+            "latency_by_type_s": {t: h.summary() | {"units": h.total, "throughput": h.total / step.elapsed_s}
+                                  for t, h in step.histograms.items()},
             "notes": step.notes,
         })
     return {"ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
@@ -39,7 +40,7 @@ def run_to_json(run: RunResult) -> dict[str, Any]:
     return {
         "schema": SCHEMA_ID,
         "run": {"id": run.run_id, "created_at": run.created_at, "status": run.status, "folder": run.folder,
-                "spec": run.spec, "notes": run.setup_notes},
+                "spec": run.spec, "notes": run.setup_notes, "setup_s": run.setup_s},
         "environment": run.environment,
         "target": {"version": target.get("version"), "dsn": target.get("dsn_redacted"),
                    "embedded": target.get("embedded"), "local": target.get("local"),

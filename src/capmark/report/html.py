@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from capmark.measure import kpm
 from capmark.report import plots
-from capmark.report.console import fmt
+from capmark.report.console import fmt, type_rows
 from capmark.results import RunResult, TestResult
 
 
@@ -59,8 +59,9 @@ def test_section(test: TestResult) -> Section:
             charts.append(Markup(cpu))
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
+    types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts,
-                   step_charts=step_charts)
+                   step_charts=step_charts, types=types, fmt=fmt)
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 

@@ -1,0 +1,63 @@
+from pathlib import Path
+
+import pytest
+
+from capmark import api
+from capmark.config import RunSpec
+from capmark.errors import CapmarkError
+from capmark.suite import from_file
+
+SUITE = """
+[defaults]
+jobs = [1, 2]
+warmup = "0s"
+duration = "1s"
+
+[[test]]
+workload = "tp-light"
+params = { update_pct = 50 }
+mode = "client"
+jobs = [1]
+
+[[test]]
+workload = "pls-fibo"
+params = { n = 12 }
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "suite.toml"
+    path.write_text(text)
+    return path
+
+
+def test_suite_file_sets_each_test(tmp_path):
+    plans = from_file(write(tmp_path, SUITE), [1, 2, 4], 5.0, 15.0, "server")
+    light, fibo = plans
+    assert (light.workload.name, light.mode, light.jobs, light.params["update_pct"]) == ("tp-light", "client", [1], 50)
+    assert (fibo.mode, fibo.jobs, fibo.duration_s, fibo.warmup_s, fibo.params["n"]) == ("server", [1, 2], 1.0, 0.0, 12)
+    assert fibo.expected_s == pytest.approx(2 * (0 + 1 + 1.5))
+
+
+@pytest.mark.parametrize("text,words", [
+    ("[[test]]\nworkload = 'nope'", "Unknown workload"),
+    ("[[test]]\nparams = {}", "has no workload"),
+    ("[defaults]\njobs = [1]", "names no tests"),
+    ("[[test]]\nworkload = 'tp-light'\nspeed = 3", "unknown key"),
+    ("[[test]]\nworkload = 'tp-light'\nparams = { update_pct = 7 }", "one of"),
+    ("[[test]]\nworkload = 'srv-scan'\nmode = 'client'", "server-side only"),
+    ("[[test]\nworkload = 'x'", "not valid TOML"),
+])
+def test_bad_suite_files(tmp_path, text, words):
+    with pytest.raises(CapmarkError, match=words):
+        from_file(write(tmp_path, text), [1], 1.0, 1.0, "server")
+
+
+@pytest.mark.db
+def test_suite_file_run(embedded_dsn, tmp_path):
+    run = api.run(RunSpec(suite_file=write(tmp_path, SUITE), dsn=embedded_dsn, results_dir=tmp_path / "r"))
+    light, fibo = run.tests
+    assert light.mode == "client" and [s.jobs for s in light.steps] == [1]
+    assert fibo.mode == "server" and [s.jobs for s in fibo.steps] == [1, 2]
+    assert light.steps[0].round_trips >= light.steps[0].units
+    assert run.spec["expected_s"] > 0
