@@ -115,3 +115,24 @@ def test_no_job_backend_left_behind(target_dsn):
         left = conn.execute("select count(*) from pg_stat_activity where application_name like 'capmark job%'"
                             ).fetchone()[0]
     assert left == 0
+
+
+def test_open_loop_rate_is_met_and_lag_is_measured(embedded_dsn, tmp_path):
+    spec = RunSpec(workloads=["stress-query"], jobs=[2], mode="client", rate=400.0, dsn=embedded_dsn,
+                   results_dir=tmp_path, warmup_s=0.5, duration_s=3.0)
+    test = api.run(spec).tests[0]
+    step = test.steps[0]
+    values, _ = kpm.compute(step, test.per_unit)
+    assert values["throughput"] == pytest.approx(400, rel=0.2)  # Poisson arrivals over 3 s
+    assert step.schedule_lag is not None and step.schedule_lag.total == step.units
+    assert values["lag_p99_ms"] is not None and "lag_p99_ms" in test.kpms
+    assert step.latency.percentile(50) >= step.schedule_lag.percentile(50)  # latency includes any lag
+
+
+def test_think_time_bounds_a_closed_loop(embedded_dsn, tmp_path):
+    spec = RunSpec(workloads=["stress-query"], jobs=[1], mode="client", think_s=0.01, dsn=embedded_dsn,
+                   results_dir=tmp_path, warmup_s=0.5, duration_s=2.0)
+    step = api.run(spec).tests[0].steps[0]
+    per_s = step.units / step.elapsed_s
+    # the interactive response time law: X = N / (R + Z), with N = 1 job and Z = 10 ms
+    assert per_s == pytest.approx(1 / (step.latency.mean_s + 0.01), rel=0.25)

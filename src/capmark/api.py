@@ -76,8 +76,10 @@ def plan_tests(spec: RunSpec) -> list[TestPlan]:
     spec.validate()
     jobs = spec.jobs or default_jobs(os.cpu_count() or 1)
     if spec.suite_file:
-        return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode)
-    return suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s, spec.duration_s)
+        return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
+                               spec.rate)
+    return suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s, spec.duration_s,
+                                   spec.think_s, spec.rate)
 
 
 def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
@@ -153,7 +155,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     test = TestResult(ordinal=ordinal, workload=workload.name, family=workload.family,
                       description=workload.description, unit=workload.unit,
                       throughput_label=workload.throughput_label, mode=plan.mode, params=params,
-                      kpms=list(workload.kpms),
+                      kpms=list(workload.kpms) + (["lag_p99_ms", "lag_max_ms"] if plan.rate else []),
                       per_unit=workload.per_unit(params, size) if workload.per_unit else {})
     store.save_test(run_result.run_id, test)
     for statement in workload.prepare_sql:
@@ -163,7 +165,8 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     settings = workload.session(params) if workload.session else {}
     observer.test_started(test, plan.jobs)
     for step_no, jobs in enumerate(plan.jobs, start=1):
-        step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors, settings)
+        step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors, settings,
+                             plan.think_s, plan.rate)
         try:
             step = run_step(ctx, workload, params, size, step_plan,
                             lambda phase, left, j=jobs: observer.step_progress(test, j, phase, left))

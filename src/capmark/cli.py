@@ -16,7 +16,15 @@ from rich.table import Table
 from rich.text import Text
 
 from capmark import api
-from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, parse_duration, parse_jobs, parse_params, redact_text
+from capmark.config import (
+    DEFAULT_RESULTS_DIR,
+    RunSpec,
+    parse_duration,
+    parse_jobs,
+    parse_params,
+    parse_rate,
+    redact_text,
+)
 from capmark.errors import CapmarkError, RunInterrupted
 from capmark.report.console import kpm_tables, print_run, type_table
 from capmark.report.export import run_to_json
@@ -98,6 +106,10 @@ def run(
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     no_collectors: Annotated[bool, typer.Option("--no-collectors", help="Turn off the 10 Hz wait and 1 Hz OS "
                                                                          "sampling (overhead checks).")] = False,
+    think: Annotated[str | None, typer.Option("--think", help="Client side: mean think time after each unit "
+                                                               "(exponential), e.g. 10ms.")] = None,
+    rate: Annotated[str | None, typer.Option("--rate", help="Client side: open loop, total Poisson arrivals per "
+                                                             "second; latency counts from the intended start.")] = None,
     suite_file: Annotated[Path | None, typer.Option("--suite", help="TOML file naming tests, parameters, modes "
                                                                     "and step plans (see docs/suites.md).")] = None,
     fmt: FormatOpt = Format.table,
@@ -106,7 +118,8 @@ def run(
     spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs else None,
                    warmup_s=parse_duration(warmup, "warm-up"), duration_s=parse_duration(duration, "duration"),
                    mode=mode, scale=scale, params=parse_params(param), dsn=dsn, data_dir=data_dir,
-                   results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file)
+                   results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file,
+                   think_s=parse_duration(think, "think time") if think else 0.0, rate=parse_rate(rate))
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

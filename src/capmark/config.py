@@ -112,15 +112,37 @@ class RunSpec:
     results_dir: Path = DEFAULT_RESULTS_DIR
     collectors: bool = True
     suite_file: Path | None = None
+    think_s: float = 0.0
+    rate: float = 0.0
 
     def validate(self) -> RunSpec:
         if self.mode not in MODES:
             raise CapmarkError(f"The mode '{self.mode}' is unknown; use --mode server or --mode client.")
         if self.duration_s < 1:
             raise CapmarkError("The step duration must be at least 1 second, e.g. --duration 10s.")
+        check_pacing(self.mode, self.think_s, self.rate)
         if self.scale < 1:
             raise CapmarkError(f"The scale must be a positive integer; got {self.scale}.")
         return self
+
+
+def check_pacing(mode: str, think_s: float, rate: float) -> None:
+    if (think_s or rate) and mode != "client":
+        raise CapmarkError("--think and --rate pace a client-side driver; add --mode client.")
+    if think_s and rate:
+        raise CapmarkError("Give either --think (closed loop) or --rate (open loop), not both.")
+    if rate < 0:
+        raise CapmarkError(f"The arrival rate must be positive; got {rate}.")
+
+
+def parse_rate(text: str | None) -> float:
+    """Arrivals per second from '500' or '500/s'."""
+    if not text:
+        return 0.0
+    try:
+        return float(str(text).removesuffix("/s"))
+    except ValueError:
+        raise CapmarkError(f"The rate '{text}' is not a number of arrivals per second, e.g. --rate 500.") from None
 
 
 def env_dsn() -> str | None:

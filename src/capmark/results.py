@@ -32,6 +32,8 @@ class StepResult:
     round_trips: int = 0
     notes: list[str] = field(default_factory=list)
     kpm: dict[str, Any] = field(default_factory=dict)
+    pacing: dict[str, float] = field(default_factory=dict)  # client side: think_s, rate (0 = closed loop)
+    schedule_lag: LatencyHistogram | None = None  # open loop: how late units started
 
     @property
     def units(self) -> int:
@@ -44,12 +46,15 @@ class StepResult:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["histograms"] = {k: h.to_dict() for k, h in self.histograms.items()}
+        d["schedule_lag"] = self.schedule_lag.to_dict() if self.schedule_lag else None
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepResult:
         d = dict(d)
         d["histograms"] = {k: LatencyHistogram.from_dict(h) for k, h in d["histograms"].items()}
+        if d.get("schedule_lag"):
+            d["schedule_lag"] = LatencyHistogram.from_dict(d["schedule_lag"])
         return cls(**d)
 
 

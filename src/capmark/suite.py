@@ -12,6 +12,7 @@ A suite file names its tests and, optionally, defaults for all of them:
     workload = "tp-light"
     params = { update_pct = 50 }
     mode = "client"
+    rate = 500            # open loop: Poisson arrivals per second (or think = "10ms": closed loop)
 
     [[test]]
     workload = "srv-query1"
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capmark.config import MODES, parse_duration, parse_jobs
+from capmark.config import MODES, check_pacing, parse_duration, parse_jobs, parse_rate
 from capmark.errors import CapmarkError
 from capmark.workloads import registry
 from capmark.workloads.base import ParamValue, Workload
@@ -43,6 +44,8 @@ class TestPlan:
     jobs: list[int]
     warmup_s: float
     duration_s: float
+    think_s: float = 0.0
+    rate: float = 0.0
 
     @property
     def expected_s(self) -> float:
@@ -50,14 +53,15 @@ class TestPlan:
 
 
 def from_command_line(names: list[str], params: dict[str, str], mode: str, jobs: list[int], warmup_s: float,
-                      duration_s: float) -> list[TestPlan]:
+                      duration_s: float, think_s: float = 0.0, rate: float = 0.0) -> list[TestPlan]:
     workloads = registry.select(names)
     values = registry.check_params(workloads, params)
     registry.check_mode(workloads, mode)
-    return [TestPlan(w, values[w.name], mode, jobs, warmup_s, duration_s) for w in workloads]
+    return [TestPlan(w, values[w.name], mode, jobs, warmup_s, duration_s, think_s, rate) for w in workloads]
 
 
-def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: float, mode: str) -> list[TestPlan]:
+def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: float, mode: str,
+              think_s: float = 0.0, rate: float = 0.0) -> list[TestPlan]:
     try:
         data = tomllib.loads(path.read_text())
     except OSError as err:
@@ -68,7 +72,8 @@ def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: 
     tests = data.get("test", [])
     if not isinstance(tests, list) or not tests:
         raise CapmarkError(f"The suite file {path} names no tests; add [[test]] tables with a workload each.")
-    base = {"jobs": default_jobs, "warmup": warmup_s, "duration": duration_s, "mode": mode}
+    base = {"jobs": default_jobs, "warmup": warmup_s, "duration": duration_s, "mode": mode, "think": think_s,
+            "rate": rate}
     base.update(_settings(defaults, path, "[defaults]"))
     plans = []
     for i, entry in enumerate(tests, start=1):
@@ -79,12 +84,14 @@ def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: 
             given = {k: str(v) for k, v in entry.get("params", {}).items()}
             values = registry.check_params([name], given)[name.name]
             registry.check_mode([name], merged["mode"])
-            plans.append(TestPlan(name, values, merged["mode"], merged["jobs"], merged["warmup"], merged["duration"]))
+            check_pacing(merged["mode"], merged["think"], merged["rate"])
+            plans.append(TestPlan(name, values, merged["mode"], merged["jobs"], merged["warmup"], merged["duration"],
+                                  merged["think"], merged["rate"]))
     return plans
 
 
 def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
-    known = {"workload", "params", "jobs", "warmup", "duration", "mode"}
+    known = {"workload", "params", "jobs", "warmup", "duration", "mode", "think", "rate"}
     unknown = set(table) - known
     if unknown:
         raise CapmarkError(f"{where} of {path} has unknown key(s) {', '.join(sorted(unknown))}; "
@@ -97,6 +104,10 @@ def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
         out["warmup"] = parse_duration(table["warmup"], "warm-up")
     if "duration" in table:
         out["duration"] = parse_duration(table["duration"], "duration")
+    if "think" in table:
+        out["think"] = parse_duration(table["think"], "think time")
+    if "rate" in table:
+        out["rate"] = parse_rate(str(table["rate"]))
     if "mode" in table:
         if table["mode"] not in MODES:
             raise CapmarkError(f"{where} of {path} has mode '{table['mode']}'; use server or client.")

@@ -31,11 +31,24 @@ class Tally:
     series_units: dict[int, int] = field(default_factory=dict)
     series_errors: dict[int, int] = field(default_factory=dict)
     round_trips: int = 0
+    lag: LatencyHistogram = field(default_factory=LatencyHistogram)  # open loop: actual - intended start
 
     def add_second(self, second: int, units: int, errors: int) -> None:
         self.series_units[second] = self.series_units.get(second, 0) + units
         if errors:
             self.series_errors[second] = self.series_errors.get(second, 0) + errors
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """Client-side pacing: think time between units (closed loop) or Poisson arrivals (open loop)."""
+
+    think_s: float = 0.0  # mean of an exponential think time after each unit
+    rate_per_job: float = 0.0  # arrivals per second for this job; 0 = closed loop
+
+    @property
+    def active(self) -> bool:
+        return self.think_s > 0 or self.rate_per_job > 0
 
 
 @dataclass
@@ -50,7 +63,7 @@ class Schedule:
 class Job(threading.Thread):
     def __init__(self, index: int, conn: psycopg.Connection, workload: Workload, params: dict[str, int],
                  size: DataSize, mode: str, info: TargetInfo, barrier: threading.Barrier,
-                 schedule: Schedule, stop: threading.Event) -> None:
+                 schedule: Schedule, stop: threading.Event, pacing: Pacing | None = None) -> None:
         super().__init__(name=f"capmark-job-{index}", daemon=True)
         self.index = index
         self.conn = conn
@@ -62,6 +75,7 @@ class Job(threading.Thread):
         self.barrier = barrier
         self.schedule = schedule
         self.stop_event = stop
+        self.pacing = pacing or Pacing()
         self.failure: str | None = None
         ntypes = len(workload.txn_types)
         self.tally = Tally([LatencyHistogram() for _ in range(ntypes)], [0] * ntypes)
@@ -91,6 +105,8 @@ class Job(threading.Thread):
     def _run_until(self, deadline: float, *, measure: bool) -> None:
         if self.mode == "server":
             self._server_slices(deadline, measure)
+        elif self.pacing.active:
+            self._paced_units(deadline, measure)
         else:
             self._client_units(deadline, measure)
 
@@ -169,6 +185,54 @@ class Job(threading.Thread):
                 counts[second] = counts.get(second, 0) + 1
         for second, c in counts.items():
             self.tally.add_second(second, c, 0)
+        if measure:
+            self.tally.round_trips += session.round_trips - trips0
+
+    def _paced_units(self, deadline: float, measure: bool) -> None:
+        """Think time or open-loop arrivals. With arrivals, latency counts from the intended start, so a
+        late start (the driver or the server falling behind) shows in the latency: no coordinated omission."""
+        session = self.session
+        assert session is not None
+        unit, rng, params, size = self.workload.client_unit, self.rng, self.params, self.size
+        pace, stop = self.pacing, self.stop_event
+        wall0, perf0 = time.time(), time.perf_counter()
+        end = perf0 + (deadline - wall0)
+        start = self.schedule.measure_start
+        trips0 = session.round_trips
+        next_arrival = perf0 + (rng.expovariate(pace.rate_per_job) if pace.rate_per_job else 0.0)
+        while not stop.is_set():
+            if pace.rate_per_job:
+                intended = next_arrival
+                next_arrival += rng.expovariate(pace.rate_per_job)
+                if intended >= end:
+                    break
+                wait = intended - time.perf_counter()
+                if wait > 0 and stop.wait(wait):
+                    break
+                actual = time.perf_counter()
+                if measure:
+                    self.tally.lag.record(max(0.0, actual - intended))
+            else:
+                intended = time.perf_counter()
+                if intended >= end:
+                    break
+            try:
+                kind = unit(session, rng, params, size)
+            except psycopg.Error:
+                if self.conn.broken:
+                    raise
+                if session.in_transaction:
+                    session.rollback()
+                if measure:
+                    self.tally.errors[0] += 1
+                    self.tally.add_second(int(wall0 + (intended - perf0) - start), 0, 1)
+                continue
+            done = time.perf_counter()
+            if measure:
+                self.tally.histograms[kind].record(done - intended)
+                self.tally.add_second(int(wall0 + (done - perf0) - start), 1, 0)
+            if pace.think_s and stop.wait(rng.expovariate(1.0 / pace.think_s)):
+                break
         if measure:
             self.tally.round_trips += session.round_trips - trips0
 

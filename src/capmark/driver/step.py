@@ -16,7 +16,7 @@ from capmark.collect import os as oscollect
 from capmark.collect import pgstats
 from capmark.collect.sampler import Sampler
 from capmark.driver.histogram import merge_all
-from capmark.driver.jobs import Job, Schedule
+from capmark.driver.jobs import Job, Pacing, Schedule
 from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
 from capmark.results import StepResult
@@ -45,6 +45,8 @@ class StepPlan:
     mode: str
     collectors: bool = True
     session_settings: dict[str, str] = field(default_factory=dict)  # SET on every job connection
+    think_s: float = 0.0  # client side: mean think time after each unit
+    rate: float = 0.0  # client side: total Poisson arrival rate (units/s) over all jobs; 0 = closed loop
 
 
 def _os_reading(ctx: StepContext) -> dict:
@@ -90,7 +92,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
             for name, value in plan.session_settings.items():
                 conn.execute("select set_config(%s, %s, false)", (name, value))
         pids = [c.info.backend_pid for c in conns]
-        jobs = [Job(i + 1, c, workload, params, size, plan.mode, ctx.info, barrier, schedule, stop)
+        pacing = Pacing(plan.think_s, plan.rate / plan.jobs if plan.rate else 0.0)
+        jobs = [Job(i + 1, c, workload, params, size, plan.mode, ctx.info, barrier, schedule, stop, pacing)
                 for i, c in enumerate(conns)]
         for job in jobs:
             job.start()
@@ -156,6 +159,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                     "sampler_backend_s": sampler_cpu},
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(j.tally.round_trips for j in jobs), notes=notes + samples.errors,
+        pacing={"think_s": plan.think_s, "rate": plan.rate},
+        schedule_lag=merge_all([j.tally.lag for j in jobs]) if plan.rate else None,
     )
     if os_before and os_after:
         result.os = _os_summary(os_before, os_after)

@@ -47,6 +47,8 @@ COLUMNS: dict[str, KpmColumn] = {c.key: c for c in (
     KpmColumn("wal_writes_per_commit", "WAL writes per commit", "", 3),
     KpmColumn("wal_fsyncs_per_commit", "WAL fsyncs per commit", "", 3),
     KpmColumn("extend_mb_per_s", "Extended", "MB/s", 2),
+    KpmColumn("lag_p99_ms", "Start lag p99", "ms", 3),
+    KpmColumn("lag_max_ms", "Start lag max", "ms", 3),
 )}
 
 BLOCK = 8192
@@ -112,6 +114,9 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
         wal = total(step.db_delta.get("lsn", []), "wal_lsn_bytes")
     values["wal_mb_per_s"] = wal / el / 1e6 if wal is not None else None
     _family_kpms(step, values, reasons, per_unit or {}, el, units, wal, commits, hit, read)
+    lag = step.schedule_lag
+    values["lag_p99_ms"] = lag.percentile(99) * 1000 if lag and lag.total else None
+    values["lag_max_ms"] = lag.observed_max_s * 1000 if lag and lag.total else None
     return values, reasons
 
 
