@@ -140,3 +140,10 @@ def test_da_rowstore_scans_every_row_per_query(catalogue):
     assert db(step, "tup_returned") >= step.units * 100_000 * 0.99
 
 
+
+
+def test_dbwr_makes_the_checkpointer_write(catalogue):
+    test = catalogue["dbwr-thr"]
+    values = kpm.compute(test.steps[0], test.per_unit)[0]
+    assert values["ckpt_blocks_per_s"] > 0  # job 1 checkpoints every slice on the embedded server
+    assert db(test.steps[0], "tup_updated") >= test.steps[0].units * 50 * 0.99

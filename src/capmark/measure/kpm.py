@@ -47,6 +47,10 @@ COLUMNS: dict[str, KpmColumn] = {c.key: c for c in (
     KpmColumn("wal_writes_per_commit", "WAL writes per commit", "", 3),
     KpmColumn("wal_fsyncs_per_commit", "WAL fsyncs per commit", "", 3),
     KpmColumn("extend_mb_per_s", "Extended", "MB/s", 2),
+    KpmColumn("ckpt_blocks_per_s", "Checkpointer writes", "blocks/s", 0),
+    KpmColumn("bgwriter_blocks_per_s", "Bgwriter writes", "blocks/s", 0),
+    KpmColumn("backend_blocks_per_s", "Backend writes", "blocks/s", 0),
+    KpmColumn("written_mb_per_s", "Data written", "MB/s", 2),
     KpmColumn("lag_p99_ms", "Start lag p99", "ms", 3),
     KpmColumn("lag_max_ms", "Start lag max", "ms", 3),
 )}
@@ -114,10 +118,32 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
         wal = total(step.db_delta.get("lsn", []), "wal_lsn_bytes")
     values["wal_mb_per_s"] = wal / el / 1e6 if wal is not None else None
     _family_kpms(step, values, reasons, per_unit or {}, el, units, wal, commits, hit, read)
+    _writer_kpms(step, values, reasons, el)
     lag = step.schedule_lag
     values["lag_p99_ms"] = lag.percentile(99) * 1000 if lag and lag.total else None
     values["lag_max_ms"] = lag.observed_max_s * 1000 if lag and lag.total else None
     return values, reasons
+
+
+WRITERS = {"ckpt_blocks_per_s": ("checkpointer", "buffers_checkpoint"),
+           "bgwriter_blocks_per_s": ("background writer", "buffers_clean"),
+           "backend_blocks_per_s": ("client backend", "buffers_backend")}
+
+
+def _writer_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], el: float) -> None:
+    """Data blocks written by each writer: pg_stat_io (16+), else pg_stat_bgwriter (14-15)."""
+    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
+    bgw = step.db_delta.get("bgwriter", [])
+    for key, (backend_type, legacy) in WRITERS.items():
+        if io:
+            values[key] = (total(io, "writes", backend_type=backend_type) or 0.0) / el
+        elif bgw and legacy in bgw[0]:
+            values[key] = (total(bgw, legacy) or 0.0) / el
+        else:
+            values[key] = None
+            reasons[key] = "this server reports no writes per writer"
+    blocks = [values[k] for k in WRITERS if values[k] is not None]
+    values["written_mb_per_s"] = sum(blocks) * BLOCK / 1e6 if blocks else None
 
 
 def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],

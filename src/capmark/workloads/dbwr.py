@@ -1,0 +1,39 @@
+"""DBWR family: the writers of dirty buffers (checkpointer, background writer, backends) under load."""
+
+from __future__ import annotations
+
+from capmark.workloads.base import Workload, kpms, procedure_sql
+
+DBWR_KPMS = kpms("ckpt_blocks_per_s", "bgwriter_blocks_per_s", "backend_blocks_per_s", "written_mb_per_s",
+                 drop=("logical_reads_per_s", "physical_reads_per_s", "buffer_hit_pct"))
+ROWS_PER_TXN = 50
+
+# Job 1 requests a checkpoint at the start of every slice (about once a second) so that dirty buffers
+# are written continuously; a role that may not checkpoint leaves it to checkpoint_timeout.
+_PROLOGUE = """
+  if (p_params->>'job')::int = 1 then
+    begin
+      checkpoint;
+    exception when insufficient_privilege then null;
+    end;
+  end if;"""
+
+_BODY = f"""
+      for r2 in 1..{ROWS_PER_TXN} loop
+        k := 1 + floor(random() * n_bacc)::int;
+        s2 := 1 + floor(random() * 25)::int;
+        update capmark.booking set amount = amount + 1 where account_id = k and seq = s2;
+      end loop;
+      commit;
+      {{rec}}"""
+
+DBWR_THR = Workload(
+    name="dbwr-thr", family="DBWR",
+    description=f"Massive buffer changes ({ROWS_PER_TXN} random rows per transaction) with a checkpoint about "
+                "every second: blocks written by checkpointer, background writer and backends.",
+    unit="transaction", throughput_label="tps", txn_types=("update",), procedure="slice_dbwr_thr",
+    procedure_sql=procedure_sql("slice_dbwr_thr", "r2 int; k int; s2 int; n_bacc int := (p_params->>'booking_accounts')::int;",
+                                _BODY, prologue=_PROLOGUE),
+    kpms=DBWR_KPMS, writes=True, warm=("booking",), per_unit=lambda p, s: {"rows": ROWS_PER_TXN})
+
+WORKLOADS = (DBWR_THR,)
