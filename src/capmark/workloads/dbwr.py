@@ -18,6 +18,7 @@ _PROLOGUE = """
     end;
   end if;"""
 
+_DECLARE = "r2 int; k int; s2 int; n_bacc int := (p_params->>'booking_accounts')::int;"
 _BODY = f"""
       for r2 in 1..{ROWS_PER_TXN} loop
         k := 1 + floor(random() * n_bacc)::int;
@@ -32,8 +33,7 @@ DBWR_THR = Workload(
     description=f"Massive buffer changes ({ROWS_PER_TXN} random rows per transaction) with a checkpoint about "
                 "every second: blocks written by checkpointer, background writer and backends.",
     unit="transaction", throughput_label="tps", txn_types=("update",), procedure="slice_dbwr_thr",
-    procedure_sql=procedure_sql("slice_dbwr_thr", "r2 int; k int; s2 int; n_bacc int := (p_params->>'booking_accounts')::int;",
-                                _BODY, prologue=_PROLOGUE),
+    procedure_sql=procedure_sql("slice_dbwr_thr", _DECLARE, _BODY, prologue=_PROLOGUE),
     kpms=DBWR_KPMS, writes=True, warm=("booking",), per_unit=lambda p, s: {"rows": ROWS_PER_TXN})
 
 WORKLOADS = (DBWR_THR,)
