@@ -128,23 +128,42 @@ def run(
         console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}")
 
 
+def _key_metrics(w) -> list[str]:
+    """The throughput unit, latency, and the KPM columns a family adds to the common ones."""
+    from capmark.measure.kpm import COLUMNS, unit_of
+    from capmark.workloads.base import COMMON_KPMS
+
+    extra = [f"{COLUMNS[k].label} [{unit_of(COLUMNS[k], w.throughput_label)}]" for k in w.kpms
+             if k not in COMMON_KPMS and k in COLUMNS]
+    return [w.throughput_label, "ms (p50/p95/p99)", *extra]
+
+
 @app.command("list")
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
-    """List the workloads, their unit of work and parameters."""
+    """List the workloads (family, unit of work, key metrics, parameters) and the suites."""
+    from capmark.workloads.registry import SUITES
+
     items = api.list_workloads()
     if fmt == Format.json:
-        print(json.dumps([{"name": w.name, "family": w.family, "unit": w.unit, "throughput_unit":
-                           w.throughput_label, "description": w.description, "kpms": list(w.kpms),
-                           "params": [{"name": p.name, "default": p.default, "allowed": p.allowed(),
-                                       "help": p.help} for p in w.params]} for w in items], indent=1))
+        print(json.dumps({"workloads": [
+            {"name": w.name, "family": w.family, "unit": w.unit, "throughput_unit": w.throughput_label,
+             "description": w.description, "key_metrics": _key_metrics(w), "kpms": list(w.kpms),
+             "client_side": w.client_side, "transaction_types": list(w.txn_types),
+             "params": [{"name": p.name, "default": p.default, "allowed": p.allowed(), "help": p.help}
+                        for p in w.params]} for w in items],
+            "suites": {k: list(v) for k, v in SUITES.items()}}, indent=1))
         return
     table = Table(title="capmark workloads", title_justify="left")
-    for col in ("name", "family", "unit", "parameters", "description"):
+    for col in ("name", "family", "unit", "key metrics", "parameters (default, allowed)", "description"):
         table.add_column(col)
     for w in items:
-        params = ", ".join(f"{p.name}={p.default} {p.allowed()}" for p in w.params) or "-"
-        table.add_row(w.name, w.family, f"{w.unit} [{w.throughput_label}]", params, w.description)
-    Console().print(table)
+        params = "\n".join(f"{p.name}={p.default} {p.allowed()}" for p in w.params) or "-"
+        modes = "" if w.client_side else " (server-side only)"
+        table.add_row(w.name, w.family, w.unit, ", ".join(_key_metrics(w)), params, w.description + modes)
+    console = Console()
+    console.print(table)
+    for name, members in SUITES.items():
+        console.print(f"suite {name}: {', '.join(members)}")
 
 
 @app.command()
