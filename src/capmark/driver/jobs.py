@@ -152,7 +152,7 @@ class Job(threading.Thread):
         assert session is not None
         unit = self.workload.client_unit
         rng, params, size = self.rng, self.params, self.size
-        hists, errors = self.tally.histograms, self.tally.errors
+        hists = self.tally.histograms
         clock = time.perf_counter
         wall0 = time.time()
         perf0 = clock()
@@ -169,14 +169,8 @@ class Job(threading.Thread):
             n += 1
             try:
                 kind = unit(session, rng, params, size)
-            except psycopg.Error:
-                if self.conn.broken:
-                    raise
-                if session.in_transaction:
-                    session.rollback()
-                if measure:
-                    errors[0] += 1
-                    self.tally.add_second(int(wall0 + (t0 - perf0) - start), 0, 1)
+            except psycopg.Error as err:
+                self._unit_failed(err, measure, int(wall0 + (t0 - perf0) - start))
                 continue
             if measure:
                 t1 = clock()
@@ -187,6 +181,17 @@ class Job(threading.Thread):
             self.tally.add_second(second, c, 0)
         if measure:
             self.tally.round_trips += session.round_trips - trips0
+
+    def _unit_failed(self, err: psycopg.Error, measure: bool, second: int) -> None:
+        """A client-side unit failed: a broken connection ends the job, anything else is counted and skipped."""
+        if self.conn.broken:
+            raise err
+        assert self.session is not None
+        if self.session.in_transaction:
+            self.session.rollback()
+        if measure:
+            self.tally.errors[0] += 1
+            self.tally.add_second(second, 0, 1)
 
     def _paced_units(self, deadline: float, measure: bool) -> None:
         """Think time or open-loop arrivals. With arrivals, latency counts from the intended start, so a
@@ -218,14 +223,8 @@ class Job(threading.Thread):
                     break
             try:
                 kind = unit(session, rng, params, size)
-            except psycopg.Error:
-                if self.conn.broken:
-                    raise
-                if session.in_transaction:
-                    session.rollback()
-                if measure:
-                    self.tally.errors[0] += 1
-                    self.tally.add_second(int(wall0 + (intended - perf0) - start), 0, 1)
+            except psycopg.Error as err:
+                self._unit_failed(err, measure, int(wall0 + (intended - perf0) - start))
                 continue
             done = time.perf_counter()
             if measure:

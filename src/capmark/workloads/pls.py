@@ -101,20 +101,20 @@ begin
   return candidate;
 end $$;"""
 
-PLS_FIBO = Workload(
-    name="pls-fibo", family="PLS", description="Recursive Fibonacci of n in PL/pgSQL: seconds per computation.",
-    unit="computation", throughput_label="per s", txn_types=("fibo",), procedure="slice_pls_fibo",
-    procedure_sql=procedure_sql("slice_pls_fibo", "vf bigint; nf int := (p_params->>'n')::int;",
-                                "vf := capmark.fibo(nf);\n      {rec}"),
-    params=(ParamSpec("n", 20, "which Fibonacci number", minimum=1, maximum=30),),
-    kpms=PLS_KPMS, helpers_sql=(FIBO_SQL,))
+def _computation(name: str, description: str, helper: str, call: str, param: ParamSpec) -> Workload:
+    """One call of a helper function per unit; the unit's time is the KPM (seconds per computation)."""
+    proc = "slice_" + name.replace("-", "_")
+    return Workload(
+        name=name, family="PLS", description=description, unit="computation", throughput_label="per s",
+        txn_types=(name.removeprefix("pls-"),), procedure=proc,
+        procedure_sql=procedure_sql(proc, f"v bigint; n int := (p_params->>'{param.name}')::int;",
+                                    f"v := {call};\n      {{rec}}"),
+        params=(param,), kpms=PLS_KPMS, helpers_sql=(helper,))
 
-PLS_PRIME = Workload(
-    name="pls-prime", family="PLS", description="The first n primes by trial division in PL/pgSQL: seconds.",
-    unit="computation", throughput_label="per s", txn_types=("prime",), procedure="slice_pls_prime",
-    procedure_sql=procedure_sql("slice_pls_prime", "vp int; np int := (p_params->>'n')::int;",
-                                "vp := capmark.nth_prime(np);\n      {rec}"),
-    params=(ParamSpec("n", 1000, "how many primes", minimum=1, maximum=100000),),
-    kpms=PLS_KPMS, helpers_sql=(PRIME_SQL,))
+
+PLS_FIBO = _computation("pls-fibo", "Recursive Fibonacci of n in PL/pgSQL: seconds per computation.", FIBO_SQL,
+                        "capmark.fibo(n)", ParamSpec("n", 20, "which Fibonacci number", minimum=1, maximum=30))
+PLS_PRIME = _computation("pls-prime", "The first n primes by trial division in PL/pgSQL: seconds.", PRIME_SQL,
+                         "capmark.nth_prime(n)", ParamSpec("n", 1000, "how many primes", minimum=1, maximum=100000))
 
 WORKLOADS = (PLS_ADD, PLS_BUILTIN, PLS_MIXED, PLS_FIBO, PLS_PRIME)
