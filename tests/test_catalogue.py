@@ -147,3 +147,27 @@ def test_dbwr_makes_the_checkpointer_write(catalogue):
     values = kpm.compute(test.steps[0], test.per_unit)[0]
     assert values["ckpt_blocks_per_s"] > 0  # job 1 checkpoints every slice on the embedded server
     assert db(test.steps[0], "tup_updated") >= test.steps[0].units * 50 * 0.99
+
+
+def test_sto_random_reads_reach_the_device_and_dirty_nothing(catalogue):
+    step = catalogue["sto-random"].steps[0]  # write_pct defaults to 0
+    assert step.histograms["write"].total == 0
+    calls = [r for r in step.db_delta.get("statements", []) if "slice_sto_random" in (r.get("query") or "")]
+    assert calls and sum(r["shared_blks_dirtied"] for r in calls) == 0
+    values = kpm.compute(step)[0]
+    assert values["db_read_iops"] > 0
+    bypassed = not any("not bypassed" in n for n in step.notes)
+    if bypassed and values["os_cache_read_pct"] is not None:
+        # the embedded server reads data files with O_DIRECT where the file system allows it
+        assert values["os_cache_read_pct"] < 10
+
+
+def test_sto_read_scans_from_storage(catalogue):
+    step = catalogue["sto-read"].steps[0]
+    hit, read = db(step, "blks_hit"), db(step, "blks_read")
+    assert read / (hit + read) > 0.9  # the table was evicted from shared buffers before every scan
+
+
+def test_sto_scatter_writes_from_the_foreground(catalogue):
+    values = kpm.compute(catalogue["sto-scatter"].steps[0])[0]
+    assert values["backend_blocks_per_s"] > 0

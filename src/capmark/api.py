@@ -176,6 +176,9 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             observer.say(f"{workload.name} step {step_no} ({jobs} jobs) failed: {err}; skipping the rest of "
                          "this test.")
             break
+        if workload.family == "STO" and "data" not in ctx.info.settings.get("debug_io_direct", ""):
+            step.notes.append("The OS page cache is not bypassed on this server (debug_io_direct is not 'data'): "
+                              "'OS cache served' estimates how many database reads never reached the device.")
         values, reasons = kpm.compute(step, test.per_unit)
         step.kpm = {**values, "na_reasons": reasons}
         test.steps.append(step)

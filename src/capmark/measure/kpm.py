@@ -51,6 +51,12 @@ COLUMNS: dict[str, KpmColumn] = {c.key: c for c in (
     KpmColumn("bgwriter_blocks_per_s", "Bgwriter writes", "blocks/s", 0),
     KpmColumn("backend_blocks_per_s", "Backend writes", "blocks/s", 0),
     KpmColumn("written_mb_per_s", "Data written", "MB/s", 2),
+    KpmColumn("db_read_iops", "DB reads", "IOPS", 0),
+    KpmColumn("db_read_ms", "DB read time", "ms", 3),
+    KpmColumn("device_iops", "Device IOPS", "IOPS", 0),
+    KpmColumn("device_mb_per_s", "Device", "MB/s", 1),
+    KpmColumn("device_read_ms", "Device read time", "ms", 3),
+    KpmColumn("os_cache_read_pct", "OS cache served", "%", 1),
     KpmColumn("lag_p99_ms", "Start lag p99", "ms", 3),
     KpmColumn("lag_max_ms", "Start lag max", "ms", 3),
 )}
@@ -119,6 +125,7 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
     values["wal_mb_per_s"] = wal / el / 1e6 if wal is not None else None
     _family_kpms(step, values, reasons, per_unit or {}, el, units, wal, commits, hit, read)
     _writer_kpms(step, values, reasons, el)
+    _storage_kpms(step, values, reasons, el)
     lag = step.schedule_lag
     values["lag_p99_ms"] = lag.percentile(99) * 1000 if lag and lag.total else None
     values["lag_max_ms"] = lag.observed_max_s * 1000 if lag and lag.total else None
@@ -144,6 +151,52 @@ def _writer_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
             reasons[key] = "this server reports no writes per writer"
     blocks = [values[k] for k in WRITERS if values[k] is not None]
     values["written_mb_per_s"] = sum(blocks) * BLOCK / 1e6 if blocks else None
+
+
+def db_reads(step: StepResult) -> tuple[float, float, float | None] | None:
+    """Data-file reads in the window: (count, bytes, total read time ms or None)."""
+    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
+    if io:
+        reads = total(io, "reads") or 0.0
+        if any("read_bytes" in r for r in io):
+            nbytes = total(io, "read_bytes") or 0.0
+        else:
+            nbytes = sum((r.get("reads") or 0) * (r.get("op_bytes") or BLOCK) for r in io)
+        return reads, nbytes, total(io, "read_time")
+    db = step.db_delta.get("database", [])
+    reads = total(db, "blks_read")
+    return (reads, reads * BLOCK, total(db, "blk_read_time")) if reads is not None else None
+
+
+def _storage_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], el: float) -> None:
+    got = db_reads(step)
+    if got:
+        reads, nbytes, read_ms = got
+        values["db_read_iops"] = reads / el
+        values["db_read_ms"] = read_ms / reads if read_ms is not None and reads else None
+        if values["db_read_ms"] is None:
+            reasons["db_read_ms"] = "no reads, or track_io_timing is off"
+    else:
+        values["db_read_iops"] = values["db_read_ms"] = None
+        nbytes = None
+    disks = (step.os or {}).get("disks") or {}
+    if not disks:
+        for key in ("device_iops", "device_mb_per_s", "device_read_ms", "os_cache_read_pct"):
+            values[key] = None
+            reasons[key] = "no device counters: the database host is remote or its data device is unknown"
+        return
+    dev_reads = sum(d.get("reads", 0) for d in disks.values())
+    dev_ops = dev_reads + sum(d.get("writes", 0) for d in disks.values())
+    dev_read_bytes = sum(d.get("sectors_read", 0) for d in disks.values()) * 512
+    dev_bytes = dev_read_bytes + sum(d.get("sectors_written", 0) for d in disks.values()) * 512
+    values["device_iops"] = dev_ops / el
+    values["device_mb_per_s"] = dev_bytes / el / 1e6
+    values["device_read_ms"] = sum(d.get("read_ms", 0) for d in disks.values()) / dev_reads if dev_reads else None
+    if nbytes:
+        values["os_cache_read_pct"] = max(0.0, min(100.0, 100.0 * (1 - dev_read_bytes / nbytes)))
+    else:
+        values["os_cache_read_pct"] = None
+        reasons["os_cache_read_pct"] = "the database read nothing from its data files"
 
 
 def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],

@@ -76,10 +76,11 @@ class DataSize:
     booking_accounts: int  # accounts that have bookings (25 each)
     call_customers: int  # customers that have call records (125 each)
     ring_rows: int  # rows of the WAL ring per job
+    sto_rows: int  # rows of the STO block table (~8 per block)
 
     def as_params(self) -> dict[str, int]:
         return {"items": self.items, "accounts": self.accounts, "booking_accounts": self.booking_accounts,
-                "call_customers": self.call_customers, "ring_rows": self.ring_rows}
+                "call_customers": self.call_customers, "ring_rows": self.ring_rows, "sto_rows": self.sto_rows}
 
 
 ClientUnit = Callable[[Any, random.Random, dict[str, ParamValue], DataSize], int]

@@ -2,7 +2,7 @@
 
 One model serves every family: items (SRV lookups and scans), accounts with their bookings (TP,
 ~25 rows per account), customers' call records (~125 rows per customer), a WAL ring (WAL workloads
-update rows of about 1 kB in place), a load table (DL) and the Stress table.
+update rows of about 1 kB in place), a load table (DL), the Stress table and a block table for STO.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from capmark.engines.postgres import check_privileges
 from capmark.workloads.base import DataSize
 
 ROWS_PER_SCALE = 100_000
-MODEL_VERSION = 2
+MODEL_VERSION = 3
 RING_JOBS = 32  # jobs beyond this share WAL ring slots (job % RING_JOBS)
 
 
 def size_for(scale: int) -> DataSize:
     return DataSize(items=ROWS_PER_SCALE * scale, accounts=ROWS_PER_SCALE * scale,
-                    booking_accounts=10_000 * scale, call_customers=2_000 * scale, ring_rows=1_000)
+                    booking_accounts=10_000 * scale, call_customers=2_000 * scale, ring_rows=1_000,
+                    sto_rows=200_000 * scale)
 
 
 # table -> (DDL, fill statement or None, secondary indexes)
@@ -69,6 +70,11 @@ def _tables(size: DataSize) -> dict[str, tuple[str, str | None, list[str]]]:
              "create index dl_row_k1_idx on capmark.dl_row (k1)",
              "create index dl_row_k2_idx on capmark.dl_row (k2)",
              "create sequence capmark.dl_row_seq cache 1000"]),
+        "sto_block": (  # ~8 rows of ~900 bytes per 8 kB block: ~200 MB per scale unit
+            "create table capmark.sto_block (id int primary key, grp int not null, payload text not null)",
+            f"insert into capmark.sto_block select g, g % 1000, repeat(md5(g::text), 28) "
+            f"from generate_series(1, {size.sto_rows}) g",
+            []),
         "stress_item": (
             "create table capmark.stress_item (id bigint primary key, val int not null, payload text not null)",
             f"insert into capmark.stress_item select g, g % 1000, repeat('s', 60) from generate_series(1, {size.items}) g",

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from capmark.errors import CapmarkError
-from capmark.workloads import da, dbwr, dl, pls, srv, stress, tp, wal
+from capmark.workloads import da, dbwr, dl, pls, srv, sto, stress, tp, wal
 from capmark.workloads.base import ParamValue, Workload
 
-WORKLOADS: dict[str, Workload] = {w.name: w for family in (srv, wal, dbwr, dl, da, tp, pls, stress)
+WORKLOADS: dict[str, Workload] = {w.name: w for family in (srv, sto, wal, dbwr, dl, da, tp, pls, stress)
                                   for w in family.WORKLOADS}
 SUITES: dict[str, tuple[str, ...]] = {
     "quick": ("srv-mixed", "tp-mixed1", "wal-lat1"),

@@ -1,0 +1,78 @@
+"""STO family: physical IO for real.
+
+Reads must miss both caches. Shared buffers: on PostgreSQL 18 the block table's buffers are evicted
+(pg_buffercache_evict_relation) at the start of every slice, or of every scan for sto-read; elsewhere
+the table must be larger than shared buffers (grow --scale). The OS page cache: the embedded server
+reads data files with O_DIRECT (debug_io_direct=data) where the file system allows it; otherwise the
+report says so and estimates the share of reads the OS cache served (database reads vs device reads).
+"""
+
+from __future__ import annotations
+
+from capmark.workloads.base import Workload, kpms, percent, procedure_sql
+
+STO_KPMS = kpms("db_read_iops", "db_read_ms", "device_iops", "device_mb_per_s", "device_read_ms",
+                "os_cache_read_pct", drop=("wal_mb_per_s", "commits_per_s"))
+
+EVICT_SQL = """
+create or replace function capmark.sto_evict(rel regclass) returns boolean language plpgsql as $$
+begin
+  -- pg_buffercache_evict_relation exists from PostgreSQL 18, in the schema pg_buffercache was created in
+  perform capmark.pg_buffercache_evict_relation(rel);
+  return true;
+exception when undefined_function or insufficient_privilege or invalid_schema_name then
+  return false;
+end $$;"""
+
+_N = "n_sto int := (p_params->>'sto_rows')::int;"
+_EVICT = "evicted := capmark.sto_evict('capmark.sto_block');"
+
+STO_READ = Workload(
+    name="sto-read", family="STO", description="Sequential scan of the block table from storage: MB/s, IOPS.",
+    unit="scan", throughput_label="scans/s", txn_types=("scan",), procedure="slice_sto_read",
+    procedure_sql=procedure_sql("slice_sto_read", "c bigint; evicted boolean;",
+                                f"{_EVICT}\n      select count(*) + sum(grp) into c from capmark.sto_block;\n      {{rec}}"),
+    kpms=kpms("scan_mb_per_s", "db_read_iops", "db_read_ms", "device_iops", "device_mb_per_s", "device_read_ms",
+              "os_cache_read_pct", drop=("wal_mb_per_s", "commits_per_s")),
+    helpers_sql=(EVICT_SQL,), session=lambda p: {"max_parallel_workers_per_gather": "0"},
+    per_unit=lambda p, s: {"rows": s.sto_rows})
+
+STO_RANDOM = Workload(
+    name="sto-random", family="STO",
+    description="Random index reads (write_pct % also update the row) on the block table, from storage: IOPS, "
+                "IO time.",
+    unit="transaction", throughput_label="tps", txn_types=("read", "write"), procedure="slice_sto_random",
+    procedure_sql=procedure_sql(
+        "slice_sto_random", f"k int; v int; evicted boolean; {_N} wp int := (p_params->>'write_pct')::int;",
+        """
+      k := 1 + floor(random() * n_sto)::int;
+      if random() * 100 < wp then
+        update capmark.sto_block set grp = grp + 1 where id = k;
+        commit;
+        {rec1}
+      else
+        select grp into v from capmark.sto_block where id = k;
+        commit;
+        {rec0}
+      end if;""", ntypes=2, prologue=_EVICT),
+    params=(percent("write_pct", 0, "percent of transactions that update the row they read"),),
+    kpms=STO_KPMS, writes=True, helpers_sql=(EVICT_SQL,))
+
+STO_SCATTER = Workload(
+    name="sto-scatter", family="STO",
+    description="Random block writes by the foreground: update a random row, then write its dirty block out "
+                "from the backend (buffer eviction): blocks/s, IOPS, MB/s.",
+    unit="block write", throughput_label="blocks/s", txn_types=("write",), procedure="slice_sto_scatter",
+    procedure_sql=procedure_sql(
+        "slice_sto_scatter", f"k int; evicted boolean; {_N}",
+        f"""
+      k := 1 + floor(random() * n_sto)::int;
+      update capmark.sto_block set grp = grp + 1 where id = k;
+      commit;
+      {_EVICT}
+      {{rec}}""", prologue=_EVICT),
+    kpms=kpms("backend_blocks_per_s", "written_mb_per_s", "device_iops", "device_mb_per_s",
+              drop=("wal_mb_per_s", "commits_per_s")),
+    writes=True, helpers_sql=(EVICT_SQL,))
+
+WORKLOADS = (STO_READ, STO_RANDOM, STO_SCATTER)
