@@ -171,3 +171,16 @@ def test_sto_read_scans_from_storage(catalogue):
 def test_sto_scatter_writes_from_the_foreground(catalogue):
     values = kpm.compute(catalogue["sto-scatter"].steps[0])[0]
     assert values["backend_blocks_per_s"] > 0
+
+
+def test_tp_custom_follows_its_default_weights(catalogue):
+    step = catalogue["tp-custom"].steps[0]
+    weights = {"lookup": 20, "report": 20, "light": 20, "medium": 20, "heavy": 10, "insert": 10}
+    for kind, weight in weights.items():
+        assert step.histograms[kind].total / step.units * 100 == pytest.approx(weight, abs=5)
+
+
+def test_da_storage_reads_its_table_from_outside_shared_buffers(catalogue):
+    step = catalogue["da-storage"].steps[0]
+    hit, read = db(step, "blks_hit"), db(step, "blks_read")
+    assert read / (hit + read) > 0.9

@@ -6,7 +6,7 @@ from capmark.workloads.base import ParamSpec
 
 
 def test_every_workload_declares_what_the_report_needs():
-    assert len(registry.WORKLOADS) >= 33
+    assert len(registry.WORKLOADS) >= 35
     for w in registry.WORKLOADS.values():
         assert w.unit and w.throughput_label and w.txn_types and "elapsed_s" in w.kpms
         assert f"capmark.{w.procedure}(" in w.procedure_sql

@@ -189,6 +189,18 @@ def mix(branches: list[tuple[float, Unit]]) -> tuple[str, str]:
     return " ".join(decl), "\n      ".join(lines)
 
 
+def weighted_mix(branches: list[tuple[str, Unit]]) -> tuple[str, str]:
+    """Like mix(), with each branch's weight read from a parameter, so one procedure serves every mix."""
+    decl, body = mix([(1, unit) for _, unit in branches])
+    names = [name for name, _ in branches]
+    decl += " " + " ".join(f"w_{i} int := coalesce((p_params->>'{n}')::int, 0);" for i, n in enumerate(names))
+    body = body.replace(f"x := random() * {float(len(branches))!r};",
+                        "x := random() * (" + " + ".join(f"w_{i}" for i in range(len(names))) + ");")
+    for i in range(len(names) - 1):
+        body = body.replace(f"x < {float(i + 1)!r} then", "x < " + " + ".join(f"w_{j}" for j in range(i + 1)) + " then")
+    return decl, body
+
+
 def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: int = 1, prologue: str = "") -> str:
     """The slice procedure around one unit of work: run for p_secs, return histogram, errors, busy time.
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from capmark.errors import CapmarkError
 from capmark.workloads import units as u
-from capmark.workloads.base import DataSize, ParamSpec, Workload, kpms, mix, procedure_sql
+from capmark.workloads.base import DataSize, ParamSpec, Workload, kpms, procedure_sql, weighted_mix
 
 STRESS_KPMS = kpms("wal_kb_per_txn")
 STATEMENTS = {
@@ -56,13 +56,7 @@ def check_weights(params: dict) -> None:
 
 
 def _mixed_procedure() -> str:
-    # weights come from p_params so that one procedure serves every mix
-    decl, body = mix([(1, unit) for unit in UNITS.values()])
-    body = body.replace("x := random() * 4.0;", "x := random() * 100;")
-    for i, edge in enumerate(("wq", "wq + wi", "wq + wi + wu")):
-        body = body.replace(f"x < {float(i + 1)!r}", f"x < {edge}")
-    decl += (" wq int := (p_params->>'pct_query')::int; wu int := (p_params->>'pct_update')::int;"
-             " wi int := (p_params->>'pct_insert')::int;")
+    decl, body = weighted_mix([(f"pct_{kind}", unit) for kind, unit in UNITS.items()])
     return procedure_sql("slice_stress_mixed", decl, body, ntypes=4, batch=4)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from capmark.errors import CapmarkError
 from capmark.workloads import units as u
-from capmark.workloads.base import DataSize, Workload, kpms, mix, percent, procedure_sql
+from capmark.workloads.base import DataSize, ParamSpec, Workload, kpms, mix, percent, procedure_sql, weighted_mix
 
 TP_KPMS = kpms("wal_kb_per_txn")
 UPDATE_PCT = percent("update_pct", 20, "percent of transactions that lock and update the rows they read")
@@ -83,4 +84,30 @@ TP_MIXED2 = _mixed("tp-mixed2", "Write-intensive mix: tp-light 40 %, tp-medium 3
                    [(40, "light", u.as_one_type(u.LIGHT)), (30, "medium", u.as_one_type(u.MEDIUM)),
                     (20, "heavy", u.as_one_type(u.HEAVY)), (10, "insert", u.load("3"))], update_pct=100)
 
-WORKLOADS = (TP_LOOKUP, TP_REPORT, TP_LIGHT, TP_MEDIUM, TP_HEAVY, TP_MIXED1, TP_MIXED2)
+_CUSTOM_TYPES = (("lookup", u.LOOKUP, 20), ("report", u.TP_REPORT, 20), ("light", u.as_one_type(u.LIGHT), 20),
+                 ("medium", u.as_one_type(u.MEDIUM), 20), ("heavy", u.as_one_type(u.HEAVY), 10),
+                 ("insert", u.load("rpi"), 10))
+_CUSTOM_DECL, _CUSTOM_BODY = weighted_mix([(f"w_{name}", unit) for name, unit, _ in _CUSTOM_TYPES])
+TP_CUSTOM = Workload(
+    name="tp-custom", family="TP",
+    description="Your own transaction mix: weights w_lookup, w_report, w_light, w_medium, w_heavy, w_insert, "
+                "with update_pct and rows_per_insert.",
+    unit="transaction", throughput_label="tps", txn_types=tuple(name for name, _, _ in _CUSTOM_TYPES),
+    procedure="slice_tp_custom",
+    procedure_sql=procedure_sql("slice_tp_custom", _CUSTOM_DECL + " rpi int := (p_params->>'rows_per_insert')::int;",
+                                _CUSTOM_BODY, ntypes=len(_CUSTOM_TYPES)),
+    params=(*(ParamSpec(f"w_{name}", weight, f"weight of {name} transactions", minimum=0, maximum=1000)
+              for name, _, weight in _CUSTOM_TYPES),
+            percent("update_pct", 20, "update percentage of the light/medium/heavy transactions"),
+            ParamSpec("rows_per_insert", 2, "rows per insert transaction", choices=(1, 2, 3, 4, 5, 10, 20, 25, 50, 100))),
+    kpms=TP_KPMS, writes=True, warm=("account", "booking", "callrec"), prepare_sql=("truncate capmark.dl_row",),
+    check=lambda p: _positive_weights(p))
+
+
+def _positive_weights(params: dict) -> None:
+    if sum(params[f"w_{name}"] for name, _, _ in _CUSTOM_TYPES) <= 0:
+        raise CapmarkError("tp-custom needs at least one positive weight (w_lookup, w_report, w_light, w_medium, "
+                           "w_heavy, w_insert).")
+
+
+WORKLOADS = (TP_LOOKUP, TP_REPORT, TP_LIGHT, TP_MEDIUM, TP_HEAVY, TP_MIXED1, TP_MIXED2, TP_CUSTOM)
