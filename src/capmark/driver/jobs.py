@@ -68,7 +68,7 @@ class Job(threading.Thread):
         self.index = index
         self.conn = conn
         self.workload = workload
-        self.params = params
+        self.params = {**params, "job": index}  # client units may keep per-job state (e.g. a WAL ring slot)
         self.size = size
         self.mode = mode
         self.info = info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from capmark.workloads import client as c
 from capmark.workloads import units as u
 from capmark.workloads.base import ParamSpec, Workload, kpms, procedure_sql
 
@@ -20,7 +21,8 @@ DL_BUFFER = Workload(
                                 batch=2),
     params=(ParamSpec("rows_per_insert", 1, "rows per INSERT statement", choices=ROWS_CHOICES),),
     kpms=DL_KPMS, writes=True, prepare_sql=("truncate capmark.dl_row",),
-    per_unit=lambda p, s: {"rows": p["rows_per_insert"]})
+    per_unit=lambda p, s: {"rows": p["rows_per_insert"]},
+    **c.fields(c.load("rows_per_insert")))
 
 # each job loads into its own unlogged, index-free table, emptied at the start of every slice
 _DIRECT_PROLOGUE = """

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import random
-from typing import Any
-
 from capmark.errors import CapmarkError
+from capmark.workloads import client as c
 from capmark.workloads import units as u
-from capmark.workloads.base import DataSize, ParamSpec, Workload, kpms, mix, percent, procedure_sql, weighted_mix
+from capmark.workloads.base import ParamSpec, Workload, kpms, mix, percent, procedure_sql, weighted_mix
 
 TP_KPMS = kpms("wal_kb_per_txn")
 UPDATE_PCT = percent("update_pct", 20, "percent of transactions that lock and update the rows they read")
-
-
-def _light_client(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
-    k = int(rng.random() * size.accounts) + 1
-    if rng.random() * 100 < params["update_pct"]:
-        session.begin()
-        session.run("tp_light_lock", k)
-        session.run("tp_light_update", k)
-        session.commit()
-        return 1
-    session.run("tp_light_read", k)
-    return 0
-
-
-def _lookup_client(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
-    session.run("tp_lookup", int(rng.random() * size.accounts) + 1)
-    return 0
 
 
 def _single(name: str, description: str, unit: u.Unit, **kw) -> Workload:
@@ -47,22 +28,20 @@ def _read_update(name: str, description: str, unit: u.Unit, **kw) -> Workload:
 
 
 TP_LOOKUP = _single("tp-lookup", "Read 1 account row via primary key; 1 commit.", u.LOOKUP,
-                    client_statements={"tp_lookup": "select balance from capmark.account where id = $1"},
-                    client_unit=_lookup_client)
-TP_REPORT = _single("tp-report", "Read ~25 bookings of an account via index; 1 commit.", u.TP_REPORT)
+                    **c.fields(c.read_only("account")))
+TP_REPORT = _single("tp-report", "Read ~25 bookings of an account via index; 1 commit.", u.TP_REPORT,
+                    **c.fields(c.read_only("booking")))
 TP_LIGHT = _read_update(
     "tp-light", "Read 1 row via index; update_pct % of transactions lock it (FOR UPDATE) and update it.", u.LIGHT,
-    client_statements={
-        "tp_light_read": "select balance from capmark.account where id = $1",
-        "tp_light_lock": "select balance from capmark.account where id = $1 for update",
-        "tp_light_update": "update capmark.account set balance = balance + 1, updated = now() where id = $1",
-    },
-    client_unit=_light_client)
-TP_MEDIUM = _read_update("tp-medium", "Read ~25 bookings via index; update_pct % lock and update them.", u.MEDIUM)
-TP_HEAVY = _read_update("tp-heavy", "Read ~125 call records via index; update_pct % lock and update them.", u.HEAVY)
+    **c.fields(c.read_update("account")))
+TP_MEDIUM = _read_update("tp-medium", "Read ~25 bookings via index; update_pct % lock and update them.", u.MEDIUM,
+                         **c.fields(c.read_update("booking")))
+TP_HEAVY = _read_update("tp-heavy", "Read ~125 call records via index; update_pct % lock and update them.", u.HEAVY,
+                        **c.fields(c.read_update("callrec")))
 
 
-def _mixed(name: str, description: str, branches: list[tuple[float, str, u.Unit]], update_pct: int) -> Workload:
+def _mixed(name: str, description: str, branches: list[tuple[float, str, u.Unit]], update_pct: int,
+           client: tuple[dict[str, str], object]) -> Workload:
     decl, body = mix([(w, unit) for w, _, unit in branches])
     proc = "slice_" + name.replace("-", "_")
     return Workload(
@@ -71,18 +50,22 @@ def _mixed(name: str, description: str, branches: list[tuple[float, str, u.Unit]
         procedure_sql=procedure_sql(proc, decl, body, ntypes=len(branches)),
         params=(percent("update_pct", update_pct, "update percentage of the read/update transactions"),),
         kpms=TP_KPMS, writes=True, warm=("account", "booking", "callrec"),
-        prepare_sql=("truncate capmark.dl_row",),
+        prepare_sql=("truncate capmark.dl_row",), **c.fields(client),
     )
 
 
 TP_MIXED1 = _mixed("tp-mixed1", "Read-intensive mix: tp-report, tp-lookup, tp-medium (40 % updates), "
                    "dl-buffer (2 rows), equally weighted.",
                    [(1, "report", u.TP_REPORT), (1, "lookup", u.LOOKUP), (1, "medium", u.as_one_type(u.MEDIUM)),
-                    (1, "insert", u.load("2"))], update_pct=40)
+                    (1, "insert", u.load("2"))], update_pct=40,
+                   client=c.weighted([(1, c.read_only("booking")), (1, c.read_only("account")),
+                                      (1, c.read_update("booking", 0, 0)), (1, c.load(2))]))
 TP_MIXED2 = _mixed("tp-mixed2", "Write-intensive mix: tp-light 40 %, tp-medium 30 %, tp-heavy 20 %, "
                    "dl-buffer (3 rows) 10 %.",
                    [(40, "light", u.as_one_type(u.LIGHT)), (30, "medium", u.as_one_type(u.MEDIUM)),
-                    (20, "heavy", u.as_one_type(u.HEAVY)), (10, "insert", u.load("3"))], update_pct=100)
+                    (20, "heavy", u.as_one_type(u.HEAVY)), (10, "insert", u.load("3"))], update_pct=100,
+                   client=c.weighted([(40, c.read_update("account", 0, 0)), (30, c.read_update("booking", 0, 0)),
+                                      (20, c.read_update("callrec", 0, 0)), (10, c.load(3))]))
 
 _CUSTOM_TYPES = (("lookup", u.LOOKUP, 20), ("report", u.TP_REPORT, 20), ("light", u.as_one_type(u.LIGHT), 20),
                  ("medium", u.as_one_type(u.MEDIUM), 20), ("heavy", u.as_one_type(u.HEAVY), 10),

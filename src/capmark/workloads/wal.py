@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from capmark.workloads import client as c
 from capmark.workloads import units as u
 from capmark.workloads.base import Workload, kpms, procedure_sql
 
@@ -17,6 +18,7 @@ def _wal(name: str, rows: int, description: str, session: dict[str, str], batch:
         txn_types=("commit",), procedure=proc, procedure_sql=procedure_sql(proc, unit.declare, unit.body, batch=batch),
         kpms=WAL_KPMS, writes=True, session=lambda p: session, warm=("wal_ring",),
         per_unit=lambda p, s: {"rows": rows},
+        **c.fields(c.wal_update(rows)),
     )
 
 

@@ -1,0 +1,104 @@
+"""Client-side units of work: the same transactions as the PL/pgSQL units, issued from the driver.
+
+Each function runs one unit on a ClientSession (prepared statements) and returns its transaction
+type index. Builders return the statements to prepare together with the function.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+from capmark.workloads.base import DataSize
+
+ClientFn = Callable[[Any, random.Random, dict, DataSize], int]
+Statements = dict[str, str]
+
+TABLES = {  # table -> (key column, size attribute, columns read, update)
+    "account": ("id", "accounts", "balance", "balance = balance + 1, updated = now()"),
+    "booking": ("account_id", "booking_accounts", "seq, amount", "amount = amount + 1"),
+    "callrec": ("customer_id", "call_customers", "seq, cost", "cost = cost + 0.0001"),
+}
+
+
+def read_only(table: str, kind: int = 0) -> tuple[Statements, ClientFn]:
+    key, size_of, cols, _ = TABLES[table]
+    name = f"{table}_read"
+
+    def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+        session.run(name, int(rng.random() * getattr(size, size_of)) + 1)
+        return kind
+
+    return {name: f"select {cols} from capmark.{table} where {key} = $1"}, run
+
+
+def read_update(table: str, read_kind: int = 0, update_kind: int = 1) -> tuple[Statements, ClientFn]:
+    """update_pct % of transactions lock the rows (FOR UPDATE) and update them; one commit each."""
+    key, size_of, cols, update = TABLES[table]
+    names = (f"{table}_read", f"{table}_lock", f"{table}_update")
+
+    def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+        k = int(rng.random() * getattr(size, size_of)) + 1
+        if rng.random() * 100 < params["update_pct"]:
+            session.begin()
+            session.run(names[1], k)
+            session.run(names[2], k)
+            session.commit()
+            return update_kind
+        session.run(names[0], k)
+        return read_kind
+
+    return {names[0]: f"select {cols} from capmark.{table} where {key} = $1",
+            names[1]: f"select {cols} from capmark.{table} where {key} = $1 for update",
+            names[2]: f"update capmark.{table} set {update} where {key} = $1"}, run
+
+
+def load(rows_param: str | int, kind: int = 0) -> tuple[Statements, ClientFn]:
+    """One INSERT of generated rows into the load table (autocommit: one commit)."""
+    def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+        session.run("dl_insert", params[rows_param] if isinstance(rows_param, str) else rows_param)
+        return kind
+
+    return {"dl_insert": "insert into capmark.dl_row select nextval('capmark.dl_row_seq'), "
+                         "(random() * 1000000)::int, (random() * 1000)::int, repeat('d', 100) "
+                         "from generate_series(1, $1::int)"}, run
+
+
+def wal_update(rows: int) -> tuple[Statements, ClientFn]:
+    """Update `rows` rows of ~1 kB in the job's slot of the WAL ring; one synchronous commit."""
+    def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+        pos = getattr(session, "ring_pos", 0)
+        pos = (pos + rows) % max(size.ring_rows - rows, 1)
+        session.ring_pos = pos
+        session.run("wal_update", params["job"] % 32, pos)
+        return 0
+
+    return {"wal_update": "update capmark.wal_ring set payload = repeat(md5(random()::text), 30) "
+                          f"where job = $1 and id > $2 and id <= $2 + {rows}"}, run
+
+
+def weighted(branches: list[tuple[float, tuple[Statements, ClientFn]]]) -> tuple[Statements, ClientFn]:
+    """Pick one branch per unit by weight; branch i reports transaction type i."""
+    statements: Statements = {}
+    for _, (stmts, _fn) in branches:
+        statements.update(stmts)
+    weights = [w for w, _ in branches]
+    fns = [fn for _, (_s, fn) in branches]
+    total = sum(weights)
+
+    def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+        x = rng.random() * total
+        for i, w in enumerate(weights):
+            if x < w or i == len(weights) - 1:
+                fns[i](session, rng, params, size)
+                return i
+            x -= w
+        return 0
+
+    return statements, run
+
+
+def fields(pair: tuple[Statements, ClientFn]) -> dict[str, Any]:
+    """Workload keyword arguments for a client-side unit."""
+    return {"client_statements": pair[0], "client_unit": pair[1]}
