@@ -184,3 +184,14 @@ def test_da_storage_reads_its_table_from_outside_shared_buffers(catalogue):
     step = catalogue["da-storage"].steps[0]
     hit, read = db(step, "blks_hit"), db(step, "blks_read")
     assert read / (hit + read) > 0.9
+
+
+def test_every_client_side_workload_runs_from_the_driver(embedded_dsn, tmp_path):
+    names = [w.name for w in registry.WORKLOADS.values() if w.client_side]
+    assert len(names) >= 18
+    run = api.run(RunSpec(workloads=names, jobs=[1], warmup_s=0, duration_s=1.0, mode="client",
+                          params={"update_pct": "50"}, dsn=embedded_dsn, results_dir=tmp_path))
+    for test in run.tests:
+        step = test.steps[0]
+        assert step.status == "ok" and step.units > 0 and sum(step.errors.values()) == 0, (test.workload, step.notes)
+        assert step.round_trips >= step.units, test.workload
