@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from capmark.workloads.base import ParamSpec, Workload, kpms, procedure_sql
-from capmark.workloads.sto import EVICT_SQL
+from capmark.workloads.sto import EVICT_BLOCKS, EVICT_SQL
 
 DA_KPMS = kpms("rows_per_s", "scan_mb_per_s", drop=("wal_mb_per_s", "commits_per_s"))
 
@@ -26,7 +26,7 @@ DA_STORAGE = Workload(
     unit="query", throughput_label="qps", txn_types=("aggregate",), procedure="slice_da_storage",
     procedure_sql=procedure_sql(
         "slice_da_storage", "evicted boolean;",
-        "evicted := capmark.sto_evict('capmark.sto_block');\n"
+        f"{EVICT_BLOCKS}\n"
         "      perform grp, count(*), sum(length(payload)) from capmark.sto_block group by grp;\n      {rec}"),
     params=DA_ROWSTORE.params, kpms=kpms("rows_per_s", "scan_mb_per_s", "device_mb_per_s", "os_cache_read_pct",
                                          drop=("wal_mb_per_s", "commits_per_s")),

@@ -25,13 +25,14 @@ exception when undefined_function or insufficient_privilege or invalid_schema_na
 end $$;"""
 
 _N = "n_sto int := (p_params->>'sto_rows')::int;"
-_EVICT = "evicted := capmark.sto_evict('capmark.sto_block');"
+EVICT_BLOCKS = "evicted := capmark.sto_evict('capmark.sto_block');"
 
 STO_READ = Workload(
     name="sto-read", family="STO", description="Sequential scan of the block table from storage: MB/s, IOPS.",
     unit="scan", throughput_label="scans/s", txn_types=("scan",), procedure="slice_sto_read",
     procedure_sql=procedure_sql("slice_sto_read", "c bigint; evicted boolean;",
-                                f"{_EVICT}\n      select count(*) + sum(grp) into c from capmark.sto_block;\n      {{rec}}"),
+                                f"{EVICT_BLOCKS}\n"
+                                "      select count(*) + sum(grp) into c from capmark.sto_block;\n      {rec}"),
     kpms=kpms("scan_mb_per_s", "db_read_iops", "db_read_ms", "device_iops", "device_mb_per_s", "device_read_ms",
               "os_cache_read_pct", drop=("wal_mb_per_s", "commits_per_s")),
     helpers_sql=(EVICT_SQL,), session=lambda p: {"max_parallel_workers_per_gather": "0"},
@@ -54,7 +55,7 @@ STO_RANDOM = Workload(
         select grp into v from capmark.sto_block where id = k;
         commit;
         {rec0}
-      end if;""", ntypes=2, prologue=_EVICT),
+      end if;""", ntypes=2, prologue=EVICT_BLOCKS),
     params=(percent("write_pct", 0, "percent of transactions that update the row they read"),),
     kpms=STO_KPMS, writes=True, helpers_sql=(EVICT_SQL,))
 
@@ -69,8 +70,8 @@ STO_SCATTER = Workload(
       k := 1 + floor(random() * n_sto)::int;
       update capmark.sto_block set grp = grp + 1 where id = k;
       commit;
-      {_EVICT}
-      {{rec}}""", prologue=_EVICT),
+      {EVICT_BLOCKS}
+      {{rec}}""", prologue=EVICT_BLOCKS),
     kpms=kpms("backend_blocks_per_s", "written_mb_per_s", "device_iops", "device_mb_per_s",
               drop=("wal_mb_per_s", "commits_per_s")),
     writes=True, helpers_sql=(EVICT_SQL,))
