@@ -228,6 +228,31 @@ def report(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> t
     return run_result, write_report(run_result)
 
 
+def tests_of(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR) -> tuple[RunResult, list[TestResult]]:
+    """A stored run and its tests, from RUN or RUN:TEST (a workload name or test ordinal)."""
+    test_ref = None
+    if ref and ":" in ref:
+        head, _, tail = ref.rpartition(":")
+        if head and tail and "/" not in tail:
+            ref, test_ref = head, tail
+    run_result = open_run(ref, results_dir)
+    if test_ref is None:
+        return run_result, run_result.tests
+    chosen = [t for t in run_result.tests if t.workload == test_ref or str(t.ordinal) == test_ref]
+    if not chosen:
+        names = ", ".join(t.workload for t in run_result.tests)
+        raise CapmarkError(f"Run {run_result.run_id} has no test '{test_ref}'; its tests are: {names}.")
+    return run_result, chosen
+
+
+def demands(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> dict:
+    """Service demands and reconciliation of a stored run (or one test), as the capmark.demands/1 document."""
+    from capmark.report.demands import run_document
+
+    run_result, tests = tests_of(ref, results_dir)
+    return run_document(run_result, tests)
+
+
 # --- the embedded server -----------------------------------------------------------------------------
 
 def db_start(data_dir: Path | None = None) -> str:

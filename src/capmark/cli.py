@@ -182,6 +182,25 @@ def report(
     Console().print(f"Report: {path}")
 
 
+@app.command()
+def demands(
+    run_ref: Annotated[str | None, typer.Argument(metavar="RUN[:TEST]", help="Run id or folder, optionally :workload "
+                                                  "or :test number (default: latest run, every test).")] = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Service demands per unit of work, how they vary with load, and whether the instruments agree."""
+    from capmark.report.demands import print_demands
+
+    doc = api.demands(run_ref, results_dir)
+    if fmt == Format.json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = Console()
+    for test_doc in doc["tests"]:
+        print_demands(test_doc, console)
+
+
 @db_app.command("start")
 def db_start(data_dir: DataDir = None) -> None:
     """Start (and on first use initialise and configure) the embedded PostgreSQL."""

@@ -1,0 +1,267 @@
+"""Service demands per unit of work, from a stored step: what each unit costs every resource.
+
+The method of seed 000 (sections 2 and 4): take the deltas of a step, divide by the units done, and
+split CPU into client backends, each background role, the driver (client tier) and OS overhead,
+disk into busy time and operations per device, and database IO and WAL by who did them. Every value
+is per unit; keys name their unit when it is not seconds or bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from capmark.collect.os import ROLES
+from capmark.collect.pgstats import total
+from capmark.measure.kpm import wal_io
+from capmark.results import StepResult, TestResult
+
+BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum", "io workers", "postmaster",
+              "other", "exited processes")
+WRITERS = {"client backend": "backends", "checkpointer": "checkpointer", "background writer": "background writer"}
+
+
+@dataclass(frozen=True)
+class Component:
+    key: str
+    label: str
+    group: str  # cpu | disk | dbio | wal | client | os
+    unit: str  # display unit of the per-unit value
+    scale: float = 1.0  # stored value x scale = displayed value
+    time: bool = False  # a time demand (seconds): shares within its group add up
+
+
+def _cpu(role: str) -> str:
+    return "cpu_" + role.replace(" ", "_") + "_s"
+
+
+def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, Component]]:
+    """Per-unit demands of one step, and the description of every component present."""
+    units = step.units or 0
+    out: dict[str, float | None] = {}
+    comps: dict[str, Component] = {}
+
+    def put(key: str, value: float | None, label: str, group: str, unit: str, scale: float = 1.0,
+            time: bool = False) -> None:
+        out[key] = value / units if value is not None and units else None
+        comps[key] = Component(key, label, group, unit, scale, time)
+
+    # CPU: every process of the instance by role, the driver, and what no process accounts for
+    busy = attributed = None
+    if step.os.get("cpu_seconds"):
+        secs = step.os["cpu_seconds"]
+        busy = sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0)
+    if step.process_cpu:
+        attributed = 0.0
+        for role in ROLES:
+            r = step.process_cpu.get(role, {})
+            value = r.get("user_s", 0.0) + r.get("sys_s", 0.0)
+            attributed += value
+            put(_cpu(role), value, f"CPU {role}", "cpu", "ms", 1e3, True)
+    driver = step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0) if step.driver_cpu else None
+    put("cpu_driver_s", driver, "CPU capmark driver (client tier)", "cpu", "ms", 1e3, True)
+    if busy is not None and attributed is not None and driver is not None:
+        put("cpu_os_overhead_s", busy - attributed - driver, "CPU OS overhead (not in any process)", "cpu", "ms",
+            1e3, True)
+        put("cpu_host_busy_s", busy, "CPU host busy (total)", "os", "ms", 1e3)
+
+    # disks of the data directory
+    for dev, d in (step.os.get("disks") or {}).items():
+        put(f"disk_{dev}_busy_s", d.get("io_ms", 0) / 1000, f"{dev} busy", "disk", "ms", 1e3, True)
+        put(f"disk_{dev}_reads", d.get("reads", 0), f"{dev} reads", "disk", "ops")
+        put(f"disk_{dev}_writes", d.get("writes", 0), f"{dev} writes", "disk", "ops")
+        put(f"disk_{dev}_flushes", d.get("flushes", 0), f"{dev} flushes", "disk", "ops")
+        put(f"disk_{dev}_read_bytes", d.get("sectors_read", 0) * 512, f"{dev} read", "disk", "kB", 1 / 1024)
+        put(f"disk_{dev}_write_bytes", d.get("sectors_written", 0) * 512, f"{dev} written", "disk", "kB", 1 / 1024)
+
+    # database IO by who did it
+    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
+    if io:
+        for backend_type, who in WRITERS.items():
+            put(f"db_writes_{who.replace(' ', '_')}_blocks", total(io, "writes", backend_type=backend_type) or 0.0,
+                f"data blocks written by {who}", "dbio", "blocks")
+        put("db_reads_blocks", total(io, "reads") or 0.0, "data reads (IOs)", "dbio", "IOs")
+        put("db_extends_blocks", total(io, "extends") or 0.0, "data extends", "dbio", "blocks")
+        for kind in ("read", "write", "extend", "fsync"):
+            value = total(io, f"{kind}_time")
+            put(f"db_{kind}_time_s", value / 1000 if value is not None else None, f"data {kind} time", "dbio",
+                "ms", 1e3, True)
+    else:
+        db = step.db_delta.get("database", [])
+        bgw = step.db_delta.get("bgwriter", [])
+        put("db_reads_blocks", total(db, "blks_read"), "data blocks read", "dbio", "blocks")
+        for legacy, who in (("buffers_checkpoint", "checkpointer"), ("buffers_clean", "background_writer"),
+                            ("buffers_backend", "backends")):
+            put(f"db_writes_{who}_blocks", total(bgw, legacy), f"data blocks written by {who.replace('_', ' ')}",
+                "dbio", "blocks")
+        for kind, col in (("read", "blk_read_time"), ("write", "blk_write_time")):
+            value = total(db, col)
+            put(f"db_{kind}_time_s", value / 1000 if value is not None else None, f"data {kind} time", "dbio",
+                "ms", 1e3, True)
+
+    # WAL
+    wal = step.db_delta.get("wal", [])
+    put("wal_bytes", total(wal, "wal_bytes"), "WAL generated", "wal", "kB", 1 / 1024)
+    put("wal_records", total(wal, "wal_records"), "WAL records", "wal", "records")
+    put("wal_fpi", total(wal, "wal_fpi"), "WAL full-page images", "wal", "images")
+    wio = wal_io(step)
+    if wio:
+        put("wal_writes", wio["writes"], "WAL writes", "wal", "writes")
+        put("wal_fsyncs", wio["fsyncs"], "WAL fsyncs", "wal", "fsyncs")
+        put("wal_write_time_s", wio["write_ms"] / 1000, "WAL write time", "wal", "ms", 1e3, True)
+        put("wal_fsync_time_s", wio["fsync_ms"] / 1000, "WAL fsync time", "wal", "ms", 1e3, True)
+    written = wal_written_bytes(step)
+    put("wal_written_bytes", written, "WAL written to disk", "wal", "kB", 1 / 1024)
+
+    # client tier
+    if step.round_trips:
+        put("client_round_trips", step.round_trips, "round trips", "client", "trips")
+    return out, comps
+
+
+def devices(step: StepResult) -> dict[str, dict[str, float | None]]:
+    """Per device over the window: utilization, average service time per operation, average queue length."""
+    out = {}
+    el_ms = (step.elapsed_s or 0) * 1000
+    for dev, d in (step.os.get("disks") or {}).items():
+        ops = d.get("reads", 0) + d.get("writes", 0)
+        out[dev] = {"utilization_pct": 100 * d.get("io_ms", 0) / el_ms if el_ms else None,
+                    "service_ms": d.get("io_ms", 0) / ops if ops else None,
+                    "queue_length": d.get("weighted_io_ms", 0) / el_ms if el_ms else None,
+                    "iops": ops / step.elapsed_s if step.elapsed_s else None}
+    return out
+
+
+def wal_written_bytes(step: StepResult) -> float | None:
+    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "wal"]
+    if io and any("write_bytes" in r for r in io):
+        return total(io, "write_bytes")
+    return None
+
+
+def per_commit(step: StepResult) -> dict[str, float | None]:
+    """WAL figures per commit (the group-commit view) and commit latency vs flush time."""
+    commits = total(step.db_delta.get("database", []), "xact_commit") or 0.0
+    units = step.units
+    wio = wal_io(step)
+    wal = total(step.db_delta.get("wal", []), "wal_bytes")
+    written = wal_written_bytes(step)
+    flush_ms = (wio["write_ms"] + wio["fsync_ms"]) / units if wio and units else None
+    return {
+        "commits": commits,
+        "wal_bytes_per_commit": wal / units if wal is not None and units else None,
+        "wal_writes_per_commit": wio["writes"] / units if wio and units else None,
+        "wal_fsyncs_per_commit": wio["fsyncs"] / units if wio and units else None,
+        "wal_flush_ms_per_commit": flush_ms,
+        "commit_latency_ms": step.latency.mean_s * 1000 if step.latency.mean_s else None,
+        "wal_written_over_generated": written / wal if written is not None and wal else None,
+    }
+
+
+def run_queue(step: StepResult) -> dict[str, float | None]:
+    """The OS run queue counts running processes too (seed 001): waiting = runnable - busy CPUs."""
+    series = step.os_series
+    if not series or not step.os.get("cores"):
+        return {"runnable": None, "busy_cpus": None, "waiting": None}
+    runnable = sum(s["procs_running"] for s in series) / len(series)
+    busy_cpus = sum(s.get("cpu_busy_pct", 0.0) for s in series) / len(series) / 100 * step.os["cores"]
+    return {"runnable": runnable, "busy_cpus": busy_cpus, "waiting": max(0.0, runnable - busy_cpus)}
+
+
+def latency_realism(step: StepResult) -> dict[str, Any]:
+    """Mean vs median vs tail; the mean alone misleads when it sits far from the median (seed 001)."""
+    lat = step.latency.summary()
+    mean, p50 = lat["mean_s"], lat["p50_s"]
+    skew = mean / p50 if mean and p50 else None
+    return {**{k.replace("_s", "_ms"): (v * 1000 if v is not None else None) for k, v in lat.items()},
+            "mean_over_median": skew, "skewed": bool(skew and skew > 1.5)}
+
+
+def top_statements(step: StepResult, n: int = 5) -> list[dict[str, Any]]:
+    rows = [r for r in step.db_delta.get("statements", []) if (r.get("calls") or 0) > 0]
+    rows.sort(key=lambda r: r.get("total_exec_time") or 0.0, reverse=True)
+    out = []
+    for r in rows[:n]:
+        calls = r["calls"]
+        out.append({"query": (r.get("query") or "")[:120], "calls": calls,
+                    "mean_ms": (r.get("total_exec_time") or 0.0) / calls,
+                    "rows_per_call": (r.get("rows") or 0) / calls,
+                    **{f"{k}_per_call": (r.get(k) or 0) / calls for k in
+                       ("shared_blks_hit", "shared_blks_read", "shared_blks_dirtied", "shared_blks_written")},
+                    "wal_bytes_per_call": float(r.get("wal_bytes") or 0) / calls})
+    return out
+
+
+@dataclass
+class Trend:
+    key: str
+    direction: str  # rises | falls | steady
+    change_pct: float | None  # last step vs first step
+    note: str
+
+
+def trend(jobs: list[int], values: list[float | None], label: str, threshold_pct: float = 20.0,
+          floor: float = 0.0) -> Trend:
+    """Does a demand change with load? A trend over the steps, not only spread: the fitted change from the
+    first to the last step (least squares on log2 jobs) and whether the steps agree on its direction.
+    Components that never reach `floor` are too small to call."""
+    pts = [(math.log2(j), v) for j, v in zip(jobs, values, strict=True) if v is not None]
+    if len(pts) < 2 or max(abs(v) for _, v in pts) <= floor:
+        return Trend(label, "steady", None, "")
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    first = my + slope * (xs[0] - mx)
+    last = my + slope * (xs[-1] - mx)
+    if first <= 0:
+        return Trend(label, "steady", None, "")
+    change = (last / first - 1) * 100
+    steps = [b - a for a, b in zip(ys, ys[1:], strict=False)]
+    agree = sum(1 for s in steps if s * slope > 0) >= max(1, len(steps) - 1)
+    if abs(change) < threshold_pct or not agree:
+        return Trend(label, "steady", change, "")
+    direction = "rises" if change > 0 else "falls"
+    size = "to near zero" if last <= 0 else f"by {abs(change):.0f} %"
+    return Trend(label, direction, change, f"{label} {direction} {size} from {jobs[0]} to {jobs[-1]} jobs")
+
+
+def _floor(comp: Component) -> float:
+    """Below this per-unit value a component is noise: 1 us of time, 0.05 operations, 100 bytes."""
+    if comp.time:
+        return 1e-6
+    if comp.unit == "kB":
+        return 100.0
+    return 0.05
+
+
+def test_demands(test: TestResult) -> dict[str, Any]:
+    """The demand table of a test: every component per step, with mean, standard deviation, share and trend."""
+    per_step = [step_demands(s) for s in test.steps]
+    comps: dict[str, Component] = {}
+    for _, c in per_step:
+        comps.update(c)
+    jobs = [s.jobs for s in test.steps]
+    rows = []
+    for key, comp in comps.items():
+        values = [d.get(key) for d, _ in per_step]
+        present = [v for v in values if v is not None]
+        if not present:
+            continue
+        mean = sum(present) / len(present)
+        std = math.sqrt(sum((v - mean) ** 2 for v in present) / len(present))
+        rows.append({"key": key, "label": comp.label, "group": comp.group, "unit": comp.unit, "scale": comp.scale,
+                     "time": comp.time, "values": values, "mean": mean, "std": std,
+                     "trend": trend(jobs, values, comp.label, floor=_floor(comp)).__dict__})
+    for group in {r["group"] for r in rows}:
+        group_total = sum(r["mean"] for r in rows if r["group"] == group and r["time"])
+        for r in rows:
+            if r["group"] == group and r["time"]:
+                r["share_pct"] = 100 * r["mean"] / group_total if group_total > 0 else None
+    return {"workload": test.workload, "unit": test.unit, "jobs": jobs, "components": rows,
+            "per_commit": [per_commit(s) for s in test.steps], "run_queue": [run_queue(s) for s in test.steps],
+            "devices": [devices(s) for s in test.steps],
+            "latency": [latency_realism(s) for s in test.steps],
+            "statements": [top_statements(s) for s in test.steps],
+            "varies": [r["trend"]["note"] for r in rows if r["trend"]["note"]]}

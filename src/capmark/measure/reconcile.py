@@ -1,0 +1,92 @@
+"""Do the instruments agree? Pairs of figures for the same thing from the database and from the OS.
+
+Seed 001 warns that wait-event counts undercount IO calls and that averages hide skew; the same care
+applies here: where two instruments disagree, the demands use the one closer to the resource (device
+counters for the disk, process CPU for the CPU split) and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from capmark.collect.pgstats import total
+from capmark.measure.demands import wal_written_bytes
+from capmark.measure.kpm import BLOCK, db_reads
+from capmark.results import StepResult
+
+THRESHOLD = 0.2  # disagree when the ratio is off by more than 20 %
+MINIMUM = {"bytes": 1e6, "s": 0.05}  # below this on both sides there is too little to compare
+
+
+@dataclass
+class Pair:
+    name: str
+    database: float | None  # or "process" figure
+    os: float | None
+    unit: str
+    ratio: float | None  # database / os
+    agree: bool | None
+    sentence: str
+    used: str  # which figure the demands use, and why
+
+
+def _pair(name: str, db: float | None, os_: float | None, unit: str, used: str, disagree: str) -> Pair:
+    small = max(db or 0.0, os_ or 0.0) < MINIMUM.get(unit, 0.0)
+    ratio = db / os_ if db is not None and os_ and not small else None
+    agree = None if ratio is None else abs(ratio - 1) <= THRESHOLD
+    return Pair(name, db, os_, unit, ratio, agree, "" if agree in (True, None) else disagree.format(ratio=ratio),
+                used)
+
+
+def reconcile(step: StepResult) -> list[dict]:
+    pairs: list[Pair] = []
+    secs = step.os.get("cpu_seconds") or {}
+    busy = sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0) if secs else None
+    attributed = None
+    if step.process_cpu:
+        attributed = sum(r.get("user_s", 0.0) + r.get("sys_s", 0.0) for r in step.process_cpu.values())
+        attributed += step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0)
+    pairs.append(_pair("process CPU vs host busy CPU", attributed, busy, "s",
+                       "process CPU per role; the rest of host busy CPU is OS overhead",
+                       "Processes account for {ratio:.0%} of host busy CPU: the remainder is OS overhead (interrupts, "
+                       "kernel threads) or other programs on the host."))
+    disks = step.os.get("disks") or {}
+    dev_read = sum(d.get("sectors_read", 0) for d in disks.values()) * 512 if disks else None
+    dev_write = sum(d.get("sectors_written", 0) for d in disks.values()) * 512 if disks else None
+    reads = db_reads(step)
+    pairs.append(_pair("database reads vs device reads", reads[1] if reads else None, dev_read, "bytes",
+                       "device reads for disk demand; database reads for who asked",
+                       "The database read {ratio:.1f} x what reached the device: the difference came from the OS "
+                       "page cache (or the device served reads for others)."))
+    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
+    if io:
+        db_write = (total(io, "write_bytes") if any("write_bytes" in r for r in io)
+                    else sum((r.get("writes") or 0) * (r.get("op_bytes") or BLOCK) for r in io))
+        db_write += sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK) for r in io
+                        if "extend_bytes" not in r) + (total(io, "extend_bytes") or 0.0)
+    else:
+        bgw = step.db_delta.get("bgwriter", [])
+        blocks = sum(total(bgw, c) or 0.0 for c in ("buffers_checkpoint", "buffers_clean", "buffers_backend"))
+        db_write = blocks * BLOCK if bgw else None
+    wal_written = wal_written_bytes(step)
+    all_writes = (db_write or 0.0) + (wal_written or 0.0) if db_write is not None else None
+    pairs.append(_pair("database writes (data + WAL) vs device writes", all_writes, dev_write, "bytes",
+                       "device writes for disk demand",
+                       "The database reported {ratio:.2f} x the bytes the device wrote: writes still in the OS cache "
+                       "(not yet flushed), file-system journaling, or writes by other programs explain a gap."))
+    pairs.append(_pair("WAL bytes written vs device bytes written", wal_written, dev_write, "bytes",
+                       "WAL written for the log demand (the WAL shares the data device here)",
+                       "WAL is {ratio:.0%} of what the device wrote; the rest is data files and other IO."))
+    io_samples = sum(n for k, n in step.waits.items() if k.startswith("IO:"))
+    if step.wait_samples:
+        sampled_s = io_samples / (step.wait_samples / step.elapsed_s) if step.elapsed_s else None
+        io_ms = sum(total(step.db_delta.get("io", []), c) or 0.0 for c in
+                    ("read_time", "write_time", "extend_time", "fsync_time"))
+        if not step.db_delta.get("io"):
+            db = step.db_delta.get("database", [])
+            io_ms = (total(db, "blk_read_time") or 0.0) + (total(db, "blk_write_time") or 0.0)
+        pairs.append(_pair("IO time: wait-event samples vs database IO timing", sampled_s, io_ms / 1000 or None, "s",
+                           "database IO timing (track_io_timing); wait samples only show where time goes",
+                           "Wait-event samples see {ratio:.0%} of the IO time the database timed: short IO waits "
+                           "fall between 10 Hz samples (seed 001's undercount)."))
+    return [asdict(p) for p in pairs]
