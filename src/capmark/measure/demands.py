@@ -236,7 +236,7 @@ def _floor(comp: Component) -> float:
     return 0.05
 
 
-def test_demands(test: TestResult) -> dict[str, Any]:
+def demands_of_test(test: TestResult) -> dict[str, Any]:
     """The demand table of a test: every component per step, with mean, standard deviation, share and trend."""
     per_step = [step_demands(s) for s in test.steps]
     comps: dict[str, Component] = {}

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from capmark.measure.demands import test_demands
+from capmark.measure.demands import demands_of_test
 from capmark.measure.reconcile import reconcile
 from capmark.report.console import fmt
 from capmark.results import RunResult, TestResult
@@ -17,7 +17,7 @@ SCHEMA_ID = "capmark.demands/1"
 
 
 def test_document(test: TestResult) -> dict[str, Any]:
-    doc = test_demands(test)
+    doc = demands_of_test(test)
     doc["reconciliation"] = [{"jobs": s.jobs, "pairs": reconcile(s)} for s in test.steps]
     return doc
 
