@@ -185,6 +185,10 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
         store.save_step(run_result.run_id, test, step)
         observer.step_done(test, step)
     store.save_test(run_result.run_id, test)
+    if test.steps:
+        from capmark.report.demands import test_document
+
+        store.save_derived(run_result.run_id, test.ordinal, "demands", test_document(test))
     observer.test_done(test)
     return test
 

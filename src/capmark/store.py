@@ -24,6 +24,8 @@ create table if not exists run (
   setup_notes text, setup_s real);
 create table if not exists test (
   run_id text, ordinal int, workload text, status text, header text, primary key (run_id, ordinal));
+create table if not exists derived (
+  run_id text, test_ordinal int, kind text, doc text, primary key (run_id, test_ordinal, kind));
 create table if not exists step (
   run_id text, test_ordinal int, ordinal int, jobs int, status text, kpm text, raw text,
   primary key (run_id, test_ordinal, ordinal));
@@ -88,6 +90,11 @@ class RunStore:
         kpm = raw.pop("kpm")
         self.db.execute("insert or replace into step values (?,?,?,?,?,?,?)",
                         (run_id, test.ordinal, step.ordinal, step.jobs, step.status, _dumps(kpm), _dumps(raw)))
+        self.db.commit()
+
+    def save_derived(self, run_id: str, test_ordinal: int, kind: str, doc: Any) -> None:
+        """Derived analyses (e.g. service demands) beside the raw material they were computed from."""
+        self.db.execute("insert or replace into derived values (?,?,?,?)", (run_id, test_ordinal, kind, _dumps(doc)))
         self.db.commit()
 
     def has_run(self) -> bool:

@@ -18,6 +18,14 @@ def fmt(value: object, digits: int) -> str:
     return str(value)
 
 
+def fmt_scaled(value: float | None, scale: float) -> str:
+    """A per-unit demand in its display unit: three decimals for small values, none for large ones."""
+    if value is None:
+        return "n/a"
+    x = value * scale
+    return f"{x:,.3f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
 def _col_width(key: str, test: TestResult) -> int:
     c = kpm.COLUMNS[key]
     return max(len(c.label), len(kpm.unit_of(c, test.throughput_label)) + 2, 10) + 3

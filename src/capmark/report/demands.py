@@ -10,7 +10,7 @@ from rich.table import Table
 
 from capmark.measure.demands import demands_of_test
 from capmark.measure.reconcile import reconcile
-from capmark.report.console import fmt
+from capmark.report.console import fmt, fmt_scaled
 from capmark.results import RunResult, TestResult
 
 SCHEMA_ID = "capmark.demands/1"
@@ -26,13 +26,6 @@ def run_document(run: RunResult, tests: list[TestResult]) -> dict[str, Any]:
     return {"schema": SCHEMA_ID, "run": run.run_id, "tests": [test_document(t) for t in tests]}
 
 
-def _value(v: float | None, scale: float) -> str:
-    if v is None:
-        return "n/a"
-    x = v * scale
-    return f"{x:,.3f}" if abs(x) < 100 else f"{x:,.0f}"
-
-
 def print_demands(doc: dict[str, Any], console: Console) -> None:
     jobs = doc["jobs"]
     table = Table(title=escape(f"{doc['workload']}: service demand per {doc['unit']}"), title_justify="left",
@@ -44,8 +37,8 @@ def print_demands(doc: dict[str, Any], console: Console) -> None:
     for col in ("mean", "std", "share %"):
         table.add_column(col, justify="right")
     for r in doc["components"]:
-        table.add_row(escape(r["label"]), r["unit"], *(_value(v, r["scale"]) for v in r["values"]),
-                      _value(r["mean"], r["scale"]), _value(r["std"], r["scale"]),
+        table.add_row(escape(r["label"]), r["unit"], *(fmt_scaled(v, r["scale"]) for v in r["values"]),
+                      fmt_scaled(r["mean"], r["scale"]), fmt_scaled(r["std"], r["scale"]),
                       fmt(r.get("share_pct"), 1) if r.get("share_pct") is not None else "")
     console.print(table)
     for note in doc["varies"]:

@@ -30,7 +30,10 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
                                   for t, h in step.histograms.items()},
             "notes": step.notes,
         })
-    return {"ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
+    from capmark.report.demands import test_document
+
+    return {"demands": test_document(test) if test.steps else None,
+            "ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
             "throughput_unit": test.throughput_label, "mode": test.mode, "params": test.params,
             "status": test.status, "columns": columns(test), "steps": steps}
 

@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from capmark.measure import kpm
 from capmark.report import plots
-from capmark.report.console import fmt, type_rows
+from capmark.report.console import fmt, fmt_scaled, type_rows
 from capmark.results import RunResult, TestResult
 
 
@@ -65,8 +65,22 @@ def test_section(test: TestResult) -> Section:
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 
+def demands_section(test: TestResult) -> Section | None:
+    if not test.steps:
+        return None
+    from capmark.report.demands import test_document
+
+    doc = test_document(test)
+    doc["latency_rows"] = list(zip(doc["jobs"], doc["latency"], strict=True))
+    doc["commit_rows"] = list(zip(doc["jobs"], doc["per_commit"], strict=True))
+    doc["device_rows"] = list(zip(doc["jobs"], doc["run_queue"], doc["devices"], strict=True))
+    doc["top_statements"] = doc["statements"][-1] if doc["statements"] else []
+    html = _render("demands.html.j2", doc=doc, fmt=fmt, val=fmt_scaled)
+    return Section(f"Service demands: {test.workload}", html, f"demands-{test.ordinal}")
+
+
 SECTIONS: list[Callable[[RunResult], Section | None]] = [summary_section, environment_section]
-TEST_SECTIONS: list[Callable[[TestResult], Section | None]] = [test_section]
+TEST_SECTIONS: list[Callable[[TestResult], Section | None]] = [test_section, demands_section]
 
 
 def render(run: RunResult) -> str:
