@@ -75,3 +75,12 @@ def test_demands_command_prints_json(runs):
     assert [t["workload"] for t in doc["tests"]] == ["wal-lat1"]
     keys = {c["key"] for c in doc["tests"][0]["components"]}
     assert {"cpu_client_backends_s", "cpu_os_overhead_s", "wal_bytes", "wal_fsyncs"} <= keys
+
+
+def test_nested_statements_show_per_statement_costs(embedded_dsn, tmp_path):
+    run = api.run(RunSpec(workloads=["tp-light"], jobs=[1], warmup_s=0.5, duration_s=1.5, dsn=embedded_dsn,
+                          params={"update_pct": "100"}, nested_statements=True, results_dir=tmp_path))
+    statements = demands_of_test(run.tests[0])["statements"][-1]
+    update = [s for s in statements if s["query"].startswith("update capmark.account")]
+    assert update and update[0]["calls"] >= run.tests[0].steps[0].units * 0.99
+    assert update[0]["wal_bytes_per_call"] > 0

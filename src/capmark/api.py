@@ -163,6 +163,11 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     if workload.warm:
         datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say)
     settings = workload.session(params) if workload.session else {}
+    if spec.nested_statements:
+        if ctx.info.has("pg_stat_statements") and _is_superuser(ctx.control):
+            settings = {**settings, "pg_stat_statements.track": "all"}
+        else:
+            observer.say("Nested statements are not tracked: needs pg_stat_statements and a superuser.")
     observer.test_started(test, plan.jobs)
     for step_no, jobs in enumerate(plan.jobs, start=1):
         step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors, settings,
@@ -191,6 +196,10 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
         store.save_derived(run_result.run_id, test.ordinal, "demands", test_document(test))
     observer.test_done(test)
     return test
+
+
+def _is_superuser(control: Any) -> bool:
+    return control.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()[0]
 
 
 def _check_connections(control: Any, jobs: int) -> None:

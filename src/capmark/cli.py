@@ -110,6 +110,9 @@ def run(
                                                                "(exponential), e.g. 10ms.")] = None,
     rate: Annotated[str | None, typer.Option("--rate", help="Client side: open loop, total Poisson arrivals per "
                                                              "second; latency counts from the intended start.")] = None,
+    nested_statements: Annotated[bool, typer.Option("--nested-statements", help="Track the statements inside "
+                                                    "the server-side procedures in pg_stat_statements (costs "
+                                                    "~10 % on the tiniest units).")] = False,
     suite_file: Annotated[Path | None, typer.Option("--suite", help="TOML file naming tests, parameters, modes "
                                                                     "and step plans (see docs/suites.md).")] = None,
     fmt: FormatOpt = Format.table,
@@ -119,7 +122,8 @@ def run(
                    warmup_s=parse_duration(warmup, "warm-up"), duration_s=parse_duration(duration, "duration"),
                    mode=mode, scale=scale, params=parse_params(param), dsn=dsn, data_dir=data_dir,
                    results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file,
-                   think_s=parse_duration(think, "think time") if think else 0.0, rate=parse_rate(rate))
+                   think_s=parse_duration(think, "think time") if think else 0.0, rate=parse_rate(rate),
+                   nested_statements=nested_statements)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

@@ -114,6 +114,7 @@ class RunSpec:
     suite_file: Path | None = None
     think_s: float = 0.0
     rate: float = 0.0
+    nested_statements: bool = False  # pg_stat_statements tracks statements inside the slice procedures
 
     def validate(self) -> RunSpec:
         if self.mode not in MODES:

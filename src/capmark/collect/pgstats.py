@@ -56,7 +56,7 @@ def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int]
         snap["statements"] = _rows(conn, """
             select s.*, left(s.query, 300) as query from pg_stat_statements s
             where s.dbid = (select oid from pg_database where datname = current_database())
-              and s.query not like '%%pg_stat%%'""")
+              and s.query not like '%%pg_stat%%' and s.query not like '%%pg_current_wal_lsn%%'""")
     if info.has("per_backend_stats") and backend_pids:
         snap["backend_io"] = _rows(conn, "select b.* from unnest(%s::int[]) p, pg_stat_get_backend_io(p) b",
                                    (backend_pids,))
