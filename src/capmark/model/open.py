@@ -1,0 +1,82 @@
+"""Open queueing models: M/M/1, M/M/m (Erlang C) and the quick response-time formula of seed 001."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scipy.optimize import brentq
+
+from capmark.errors import CapmarkError
+
+
+@dataclass(frozen=True)
+class OpenResult:
+    utilization: float
+    wait_probability: float
+    mean_queue_length_waiting: float
+    mean_number_in_system: float
+    waiting_time: float
+    response_time: float
+
+
+def erlang_c(servers: int, offered_load: float) -> float:
+    """Probability that an arrival waits in an M/M/m queue with offered load a = lambda / mu."""
+    rho = offered_load / servers
+    term, total = 1.0, 1.0
+    for k in range(1, servers):
+        term *= offered_load / k
+        total += term
+    last = term * offered_load / servers / (1 - rho)
+    return last / (total + last)
+
+
+def mmm(arrival_rate: float, service_rate: float, servers: int = 1) -> OpenResult:
+    """M/M/m with FCFS: utilization, Erlang C wait probability, waiting queue, response time."""
+    a = arrival_rate / service_rate
+    rho = a / servers
+    if rho >= 1:
+        raise CapmarkError(f"The queue is unstable: utilization {rho:.2f} >= 1 (arrivals {arrival_rate:g}/s, "
+                           f"capacity {servers * service_rate:g}/s); lower the load or add servers.")
+    pw = erlang_c(servers, a)
+    lq = pw * rho / (1 - rho)
+    wq = lq / arrival_rate
+    r = wq + 1 / service_rate
+    return OpenResult(rho, pw, lq, arrival_rate * r, wq, r)
+
+
+def mm1(arrival_rate: float, service_rate: float) -> OpenResult:
+    return mmm(arrival_rate, service_rate, 1)
+
+
+def quick_response_time(service_time: float, arrival_rate: float, servers: float) -> float:
+    """Seed 001's R = S / (1 - (S lambda / M)^M); M may be fractional (effective servers)."""
+    u = service_time * arrival_rate / servers
+    if u >= 1:
+        raise CapmarkError(f"The quick formula needs S*lambda/M < 1; got {u:.2f}. Lower the load or raise M.")
+    return service_time / (1 - u ** servers)
+
+
+def effective_servers(service_time: float, arrival_rate: float, response_time: float) -> float:
+    """The M for which the quick formula gives the observed response time."""
+    if response_time <= service_time:
+        raise CapmarkError("The observed response time must exceed the service time to solve for M.")
+    low = service_time * arrival_rate * (1 + 1e-9)  # M must keep S*lambda/M below 1
+    return float(brentq(lambda m: quick_response_time(service_time, arrival_rate, m) - response_time,
+                        max(low, 1e-9), 1e4))
+
+
+def open_network(arrival_rates: list[float], demands: list[list[float]]) -> dict[str, list]:
+    """Multi-class open network of single-server queueing stations (product form).
+
+    demands[k][c] is class c's demand at station k; returns per station utilization and per class
+    residence times and response times."""
+    utilizations = [sum(lam * d for lam, d in zip(arrival_rates, row, strict=True)) for row in demands]
+    for k, u in enumerate(utilizations):
+        if u >= 1:
+            raise CapmarkError(f"Station {k} is saturated (utilization {u:.2f} >= 1); the open model has no "
+                               "steady state.")
+    residence = [[d / (1 - u) for d in row] for row, u in zip(demands, utilizations, strict=True)]
+    response = [sum(residence[k][c] for k in range(len(demands))) for c in range(len(arrival_rates))]
+    return {"utilizations": utilizations, "residence_times": residence, "response_times": response,
+            "stretch": [math.nan if u >= 1 else 1 / (1 - u) for u in utilizations]}

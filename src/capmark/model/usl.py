@@ -1,0 +1,67 @@
+"""The Universal Scalability Law (Gunther): X(N) = lambda N / (1 + sigma (N - 1) + kappa N (N - 1))."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import curve_fit
+
+from capmark.errors import CapmarkError
+
+
+def usl(n: np.ndarray | float, lam: float, sigma: float, kappa: float) -> np.ndarray | float:
+    return lam * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
+
+
+@dataclass
+class USLFit:
+    lam: float
+    sigma: float
+    kappa: float
+    se_lambda: float
+    se_sigma: float
+    se_kappa: float
+    r_squared: float
+    points: int
+
+    @property
+    def peak_concurrency(self) -> float:
+        """N* = floor(sqrt((1 - sigma) / kappa)), as Gunther and Schwartz state it (inf when kappa = 0)."""
+        if self.kappa <= 0:
+            return math.inf
+        return float(max(1, math.floor(math.sqrt((1 - self.sigma) / self.kappa))))
+
+    @property
+    def peak_throughput(self) -> float:
+        n = self.peak_concurrency
+        return self.lam / self.sigma if math.isinf(n) else float(usl(n, self.lam, self.sigma, self.kappa))
+
+    def throughput(self, n: float) -> float:
+        return float(usl(n, self.lam, self.sigma, self.kappa))
+
+    def response_time(self, n: float, think_time: float = 0.0) -> float:
+        """Little's law on the fitted curve: R = N / X - Z."""
+        return n / self.throughput(n) - think_time
+
+    @property
+    def amdahl(self) -> bool:
+        return self.kappa == 0
+
+
+def fit(concurrency: Sequence[float], throughput: Sequence[float]) -> USLFit:
+    """Least-squares fit with non-negative sigma and kappa; standard errors from the covariance."""
+    n = np.asarray(concurrency, dtype=float)
+    x = np.asarray(throughput, dtype=float)
+    if len(n) < 4:
+        raise CapmarkError(f"The USL has three parameters; fitting it needs at least 4 measured points, got {len(n)}.")
+    lam0 = float(x[np.argmin(n)] / n[np.argmin(n)])
+    params, cov = curve_fit(usl, n, x, p0=[lam0, 0.01, 0.0001], bounds=([0, 0, 0], [np.inf, 1, 1]),
+                            method="trf", x_scale="jac", ftol=1e-14, xtol=1e-14, gtol=1e-14, max_nfev=100_000)
+    lam, sigma, kappa = (float(v) for v in params)
+    se = np.sqrt(np.clip(np.diag(cov), 0, None)) if np.all(np.isfinite(cov)) else np.full(3, np.nan)
+    residual = x - usl(n, lam, sigma, kappa)
+    r2 = 1 - float(np.sum(residual ** 2)) / float(np.sum((x - x.mean()) ** 2))
+    return USLFit(lam, sigma, kappa, float(se[0]), float(se[1]), float(se[2]), r2, len(n))
