@@ -1,26 +1,19 @@
-"""The model library reproduces the published cases in ../shared/validation/queueing_cases.json."""
+"""The model library reproduces every published case in ../shared/validation/queueing_cases.json, through
+the same code path as `capmark solve`."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from capmark.model import mva, usl
-from capmark.model.open import effective_servers, mmm, quick_response_time
+from capmark.model.cases import solve
 
 CASES_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "queueing_cases.json"
 CASES = json.loads(CASES_FILE.read_text())["cases"]
-
-
-def stations_of(model: dict) -> list[mva.Station]:
-    out = []
-    for s in model["stations"]:
-        out.append(mva.Station(s["name"], demand=s.get("demand"), visits=s.get("visits", 1.0),
-                               service_time=s.get("service_time"), servers=s.get("servers", 1),
-                               service_time_with_n_present=s.get("service_time_with_n_present")))
-    return out
 
 
 def close(actual, expected, rel):
@@ -34,29 +27,32 @@ def close(actual, expected, rel):
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_published_case(case):
-    m, expect, rel = case["model"], case["expect"], case["rel_tol"]
-    kind, method = case["kind"], case.get("method")
-    if kind == "closed":
-        stations = stations_of(m)
-        solve = mva.schweitzer_mva if method == "schweitzer-amva" else mva.exact_mva
-        res = solve(stations, m["population"], m.get("think_time", 0.0))
-        got = {"throughput": res.throughput, "response_time": res.response_time, "queue_lengths": res.queue_lengths,
-               "utilizations": res.utilizations, "residence_time_per_visit": res.residence_time_per_visit(stations)}
-    elif kind == "closed-multiclass":
-        res = mva.exact_mva_multiclass([s["demand"] for s in m["stations"]], m["population"], m.get("think_time"))
-        got = {"throughput": res.throughput, "queue_lengths": res.queue_lengths}
-    elif kind == "open":
-        res = mmm(m["arrival_rate"], m["service_rate"], m["servers"])
-        got = {"mean_queue_length_waiting": res.mean_queue_length_waiting, "response_time": res.response_time}
-    elif kind == "usl-fit":
-        f = usl.fit(m["concurrency"], m["throughput"])
-        got = {"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "peak_concurrency": f.peak_concurrency,
-               "peak_throughput": f.peak_throughput}
-    elif kind == "quick-formula":
-        got = {"response_time": quick_response_time(m["service_time"], m["arrival_rate"], m["servers"])}
-    elif kind == "quick-formula-solve-servers":
-        got = {"servers": effective_servers(m["service_time"], m["arrival_rate"], m["response_time"])}
-    else:
-        pytest.fail(f"case kind {kind} is not handled by capmark.model yet")
-    for key, value in expect.items():
-        close(got[key], value, rel)
+    got = solve(case)
+    for key, value in case["expect"].items():
+        close(got[key], value, case["rel_tol"])
+
+
+def test_solve_command_reads_the_whole_file():
+    out = subprocess.run([sys.executable, "-m", "capmark.cli", "solve", str(CASES_FILE)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    results = json.loads(out.stdout)
+    assert [r["id"] for r in results] == [c["id"] for c in CASES]
+
+
+@pytest.mark.parametrize("case,words", [
+    ({"kind": "closed", "model": {"population": 0, "stations": [{"name": "a", "demand": 1}]}}, "population"),
+    ({"kind": "closed", "model": {"population": 2, "stations": [{"name": "a", "demand": -1}]}}, "zero or more"),
+    ({"kind": "closed", "model": {"population": 2, "stations": []}}, "no stations"),
+    ({"kind": "closed", "method": "magic", "model": {"population": 2, "stations": [{"demand": 1}]}}, "Unknown method"),
+    ({"kind": "open", "model": {"arrival_rate": 11, "service_rate": 5, "servers": 2}}, "unstable"),
+    ({"kind": "usl-fit", "model": {"concurrency": [1, 2, 3], "throughput": [1, 2, 3]}}, "at least 4"),
+    ({"kind": "teleport", "model": {}}, "Unknown case kind"),
+])
+def test_bad_models_get_one_sentence(tmp_path, case, words):
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(case))
+    out = subprocess.run([sys.executable, "-m", "capmark.cli", "solve", str(path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert words in " ".join(out.stderr.split())

@@ -1,0 +1,59 @@
+"""Properties every solver must keep, on random models (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capmark.model import laws, mva
+
+demand = st.floats(min_value=0.001, max_value=5.0)
+demands = st.lists(demand, min_size=1, max_size=6)
+think = st.floats(min_value=0.0, max_value=20.0)
+population = st.integers(min_value=1, max_value=40)
+
+
+def stations(ds):
+    return [mva.Station(f"s{i}", demand=d) for i, d in enumerate(ds)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(demands, think, population)
+def test_exact_mva_keeps_the_laws_and_the_bounds(ds, z, n):
+    r = mva.exact_mva(stations(ds), n, z)
+    assert sum(r.queue_lengths) + r.throughput * z == pytest.approx(n, rel=1e-9)  # Little on the whole system
+    for d, u, q, rt in zip(ds, r.utilizations, r.queue_lengths, r.residence_times, strict=True):
+        assert u == pytest.approx(r.throughput * d, rel=1e-9)  # utilization law
+        assert q == pytest.approx(r.throughput * rt, rel=1e-9)  # Little per station
+        assert u <= 1 + 1e-9
+    b = laws.asymptotic_bounds(ds, z, n)
+    assert b["throughput_lower"] * (1 - 1e-9) <= r.throughput <= b["throughput_upper"] * (1 + 1e-9)
+    assert b["response_time_lower"] * (1 - 1e-9) <= r.response_time <= b["response_time_upper"] * (1 + 1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(demands, think)
+def test_schweitzer_equals_exact_for_one_customer(ds, z):
+    exact = mva.exact_mva(stations(ds), 1, z)
+    approx = mva.schweitzer_mva(stations(ds), 1, z)
+    assert approx.throughput == pytest.approx(exact.throughput, rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(demands, think, st.integers(min_value=1, max_value=12))
+def test_one_class_multiclass_equals_single_class(ds, z, n):
+    single = mva.exact_mva(stations(ds), n, z)
+    multi = mva.exact_mva_multiclass([[d] for d in ds], [n], [z])
+    assert multi.throughput[0] == pytest.approx(single.throughput, rel=1e-9)
+    assert multi.queue_lengths == pytest.approx(single.queue_lengths, rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(demands, think, population)
+def test_one_server_multiserver_equals_queueing_station(ds, z, n):
+    plain = mva.exact_mva(stations(ds), n, z)
+    as_ld = mva.exact_mva([mva.Station(f"s{i}", demand=d, service_time_with_n_present=[d] * n)
+                           for i, d in enumerate(ds)], n, z)
+    assert as_ld.throughput == pytest.approx(plain.throughput, rel=1e-6)
+    assert as_ld.queue_lengths == pytest.approx(plain.queue_lengths, rel=1e-6, abs=1e-9)
