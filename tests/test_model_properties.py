@@ -57,3 +57,12 @@ def test_one_server_multiserver_equals_queueing_station(ds, z, n):
                            for i, d in enumerate(ds)], n, z)
     assert as_ld.throughput == pytest.approx(plain.throughput, rel=1e-6)
     assert as_ld.queue_lengths == pytest.approx(plain.queue_lengths, rel=1e-6, abs=1e-9)
+
+
+@settings(max_examples=50, deadline=None)
+@given(demands, think, st.integers(min_value=1, max_value=600))
+def test_convolution_equals_the_mva_recursion(ds, z, n):
+    rec = mva.exact_mva(stations(ds), n, z, method="recursion")
+    conv = mva.exact_mva(stations(ds), n, z, method="convolution")
+    assert conv.throughput == pytest.approx(rec.throughput, rel=1e-9)
+    assert conv.queue_lengths == pytest.approx(rec.queue_lengths, rel=1e-7, abs=1e-12)

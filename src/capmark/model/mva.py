@@ -73,10 +73,20 @@ def _utilization(station: Station, throughput: float, marginals: list[float] | N
     return throughput * station.total_demand / station.servers
 
 
-def exact_mva(stations: Sequence[Station], population: int, think_time: float = 0.0) -> ClosedResult:
-    """Exact single-class MVA; load-dependent stations use marginal queue-length probabilities."""
+def exact_mva(stations: Sequence[Station], population: int, think_time: float = 0.0,
+              method: str = "auto") -> ClosedResult:
+    """Exact single-class MVA; load-dependent stations use marginal queue-length probabilities.
+
+    Models of load-independent stations with a large population are solved through the normalizing
+    constant (Buzen's convolution, one linear recurrence per station), which gives the same exact
+    answer as the MVA recursion in a fraction of the time."""
     if population < 1:
         raise CapmarkError("A closed model needs a population of at least 1.")
+    use_convolution = method == "convolution" or (method == "auto" and population >= 200)
+    if use_convolution and not any(s.load_dependent for s in stations):
+        fast = _convolution(stations, population, think_time)
+        if fast is not None:
+            return fast
     k = len(stations)
     q = [0.0] * k
     marg: list[list[float] | None] = [[1.0] if s.load_dependent else None for s in stations]
@@ -105,6 +115,68 @@ def exact_mva(stations: Sequence[Station], population: int, think_time: float = 
                 marg[i] = new
     utils = [_utilization(s, x, marg[i]) for i, s in enumerate(stations)]
     return ClosedResult(x, sum(r), list(r), list(q), utils, stations=[s.name for s in stations])
+
+
+def _convolution(stations: Sequence[Station], population: int, think_time: float) -> ClosedResult | None:
+    """Buzen's algorithm with demands scaled by the largest one; None when G overflows (then use MVA)."""
+    import numpy as np
+    from scipy.signal import lfilter
+
+    queues = [s.total_demand for s in stations if s.kind != "delay"]
+    z = think_time + sum(s.total_demand for s in stations if s.kind == "delay")
+    if not queues or max(queues) <= 0:
+        return None
+    scale = max(queues)
+    n = np.arange(population + 1, dtype=float)
+    zs = z / scale
+    from scipy.special import gammaln
+
+    g = np.exp(n * np.log(zs) - gammaln(n + 1)) if zs > 0 else (n == 0).astype(float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for d in queues:
+            g = lfilter([1.0], [1.0, -d / scale], g)
+        if not np.all(np.isfinite(g)) or g[-1] <= 0:
+            return None
+        x = g[-2] / g[-1] / scale
+        # Q_k(N) = sum_j D_k^j G(N-j) / G(N): the last output of y(n) = D_k (G(n-1) + y(n-1))
+        q_queue = [float(lfilter([0.0, d / scale], [1.0, -d / scale], g)[-1] / g[-1]) for d in queues]
+    q, r, it = [], [], iter(q_queue)
+    for s in stations:
+        if s.kind == "delay":
+            q.append(x * s.total_demand)
+            r.append(s.total_demand)
+        else:
+            qi = next(it)
+            q.append(qi)
+            r.append(qi / x)
+    utils = [x * s.total_demand for s in stations]
+    return ClosedResult(float(x), float(sum(r)), r, q, utils, stations=[s.name for s in stations])
+
+
+def schweitzer_multiclass(demands: Sequence[Sequence[float]], population: Sequence[int],
+                          think_time: Sequence[float] | None = None, delay: Sequence[bool] | None = None,
+                          tol: float = 1e-10, max_iter: int = 100_000) -> MultiClassResult:
+    """Multi-class Bard-Schweitzer: a class-c arrival sees Q_k - Q_kc / N_c, iterated to a fixed point."""
+    import numpy as np
+
+    d = np.asarray(demands, dtype=float)  # [station, class]
+    pop = np.asarray(population, dtype=float)
+    z = np.asarray(think_time if think_time is not None else [0.0] * len(population), dtype=float)
+    is_delay = np.asarray(delay if delay is not None else [False] * d.shape[0])[:, None]
+    q = np.tile(pop / d.shape[0], (d.shape[0], 1))
+    for _ in range(max_iter):
+        seen = q.sum(axis=1, keepdims=True) - q / np.where(pop > 0, pop, 1)
+        r = np.where(is_delay, d, d * (1 + seen))
+        x = np.where(pop > 0, pop / (z + r.sum(axis=0)), 0.0)
+        new_q = r * x
+        if np.max(np.abs(new_q - q)) < tol:
+            q = new_q
+            break
+        q = new_q
+    else:
+        raise CapmarkError(f"Bard-Schweitzer MVA did not converge in {max_iter} iterations.")
+    return MultiClassResult(x.tolist(), r.sum(axis=0).tolist(), r.tolist(), q.sum(axis=1).tolist(), q.tolist(),
+                            (d * x).sum(axis=1).tolist())
 
 
 def schweitzer_mva(stations: Sequence[Station], population: int, think_time: float = 0.0, tol: float = 1e-10,
