@@ -4,6 +4,7 @@ the same code path as `capmark solve`."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,21 @@ import pytest
 
 from capmark.model.cases import solve
 
-CASES_FILE = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "queueing_cases.json"
+
+def _cases_file() -> Path:
+    """../shared/validation/queueing_cases.json beside the checkout (CAPMARK_VALIDATION_FILE overrides)."""
+    override = os.environ.get("CAPMARK_VALIDATION_FILE")
+    if override:
+        return Path(override)
+    for folder in Path(__file__).resolve().parents:
+        candidate = folder / "shared" / "validation" / "queueing_cases.json"
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError("shared/validation/queueing_cases.json is not beside this checkout; set "
+                            "CAPMARK_VALIDATION_FILE to its path")
+
+
+CASES_FILE = _cases_file()
 CASES = json.loads(CASES_FILE.read_text())["cases"]
 
 
