@@ -66,3 +66,13 @@ def test_convolution_equals_the_mva_recursion(ds, z, n):
     conv = mva.exact_mva(stations(ds), n, z, method="convolution")
     assert conv.throughput == pytest.approx(rec.throughput, rel=1e-9)
     assert conv.queue_lengths == pytest.approx(rec.queue_lengths, rel=1e-7, abs=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(demands, think, st.integers(min_value=1, max_value=30))
+def test_linearizer_is_at_least_as_close_to_exact_as_schweitzer(ds, z, n):
+    exact = mva.exact_mva(stations(ds), n, z).throughput
+    lin = mva.linearizer(stations(ds), n, z).throughput
+    bs = mva.schweitzer_mva(stations(ds), n, z).throughput
+    assert abs(lin - exact) <= abs(bs - exact) * 1.05 + 1e-9
+    assert lin == pytest.approx(exact, rel=0.02)

@@ -13,7 +13,7 @@ from capmark.model import mva, usl
 from capmark.model.open import effective_servers, mmm, quick_response_time
 
 KINDS = ("closed", "closed-multiclass", "open", "usl-fit", "quick-formula", "quick-formula-solve-servers")
-CLOSED_METHODS = ("exact-mva", "exact-mva-load-dependent", "schweitzer-amva")
+CLOSED_METHODS = ("exact-mva", "exact-mva-load-dependent", "schweitzer-amva", "linearizer-amva")
 
 
 def _number(value: Any, what: str, *, positive: bool = False, allow_zero: bool = True) -> float:
@@ -73,7 +73,7 @@ def solve(case: dict) -> dict[str, Any]:
         stations = _stations(model)
         z = _number(model.get("think_time", 0.0), "The think time")
         n = _population(model.get("population"))
-        solver = mva.schweitzer_mva if method == "schweitzer-amva" else mva.exact_mva
+        solver = {"schweitzer-amva": mva.schweitzer_mva, "linearizer-amva": mva.linearizer}.get(method, mva.exact_mva)
         r = solver(stations, n, z)
         return {"throughput": r.throughput, "response_time": r.response_time, "queue_lengths": r.queue_lengths,
                 "utilizations": r.utilizations, "residence_times": r.residence_times,

@@ -131,8 +131,8 @@ def _convolution(stations: Sequence[Station], population: int, think_time: float
     zs = z / scale
     from scipy.special import gammaln
 
-    g = np.exp(n * np.log(zs) - gammaln(n + 1)) if zs > 0 else (n == 0).astype(float)
     with np.errstate(over="ignore", invalid="ignore"):
+        g = np.exp(n * np.log(zs) - gammaln(n + 1)) if zs > 0 else (n == 0).astype(float)
         for d in queues:
             g = lfilter([1.0], [1.0, -d / scale], g)
         if not np.all(np.isfinite(g)) or g[-1] <= 0:
@@ -198,6 +198,44 @@ def schweitzer_mva(stations: Sequence[Station], population: int, think_time: flo
             return ClosedResult(x, sum(r), r, q, utils, it, [s.name for s in stations])
         q = new_q
     raise CapmarkError(f"Bard-Schweitzer MVA did not converge in {max_iter} iterations.")
+
+
+def linearizer(stations: Sequence[Station], population: int, think_time: float = 0.0, passes: int = 3,
+               tol: float = 1e-10, max_iter: int = 100_000) -> ClosedResult:
+    """Linearizer (Chandy & Neuse 1982), single class: like Bard-Schweitzer, but with the deviation
+    F_k = Q_k(n-1)/(n-1) - Q_k(n)/n estimated from solutions at N and N-1 (assumed linear in n)."""
+    if any(s.load_dependent for s in stations):
+        raise CapmarkError("Linearizer handles load-independent stations; use exact_mva for load-dependent ones.")
+    k = len(stations)
+    d = [s.total_demand for s in stations]
+    queue = [s.kind != "delay" for s in stations]
+
+    def core(n: int, f: list[float], q: list[float]) -> tuple[float, list[float], list[float], int]:
+        x, r = 0.0, [0.0] * k
+        for it in range(1, max_iter + 1):
+            seen = [(n - 1) * (q[i] / n + f[i]) if n > 1 else 0.0 for i in range(k)]
+            r = [d[i] * (1 + seen[i]) if queue[i] else d[i] for i in range(k)]
+            x = n / (think_time + sum(r))
+            new_q = [x * ri for ri in r]
+            if max(abs(a - b) for a, b in zip(new_q, q, strict=True)) < tol:
+                return x, r, new_q, it
+            q = new_q
+        raise CapmarkError(f"Linearizer did not converge in {max_iter} iterations.")
+
+    n = population
+    f = [0.0] * k
+    q_n = [n / k] * k
+    q_n1 = [(n - 1) / k] * k
+    total_it = 0
+    for _ in range(passes):
+        x, r, q_n, it1 = core(n, f, q_n)
+        if n > 1:
+            _, _, q_n1, it2 = core(n - 1, f, q_n1)
+            f = [q_n1[i] / (n - 1) - q_n[i] / n for i in range(k)]
+            total_it += it2
+        total_it += it1
+    x, r, q_n, it = core(n, f, q_n)
+    return ClosedResult(x, sum(r), r, q_n, [x * di for di in d], total_it + it, [s.name for s in stations])
 
 
 @dataclass
