@@ -210,21 +210,9 @@ def solve(file: Annotated[Path, typer.Argument(help="A JSON case (kind, method, 
                                                  "shared/validation/queueing_cases.json, a list of them, or "
                                                  "{\"cases\": [...]}.")]) -> None:
     """Solve queueing models (closed, multi-class, open M/M/m, USL fit, quick formula) and print JSON."""
-    from capmark.model.cases import solve as solve_case
+    from capmark.model.cases import solve_file
 
-    try:
-        data = json.loads(file.read_text())
-    except OSError as err:
-        raise CapmarkError(f"Cannot read {file} ({err.strerror}); check the path.") from None
-    except json.JSONDecodeError as err:
-        raise CapmarkError(f"{file} is not valid JSON ({err.msg} at line {err.lineno}); fix it and retry.") from None
-    cases = data["cases"] if isinstance(data, dict) and "cases" in data else data
-    if isinstance(cases, dict):
-        print(json.dumps(solve_case(cases), indent=1))
-        return
-    if not isinstance(cases, list):
-        raise CapmarkError(f"{file} holds neither a case nor a list of cases.")
-    print(json.dumps([{"id": c.get("id"), **solve_case(c)} for c in cases], indent=1))
+    print(json.dumps(solve_file(file), indent=1))
 
 
 @db_app.command("start")

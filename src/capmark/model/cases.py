@@ -5,7 +5,9 @@ Input errors become one sentence (CapmarkError); results use the field names of 
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from capmark.errors import CapmarkError
@@ -118,3 +120,19 @@ def solve(case: dict) -> dict[str, Any]:
         _number(model.get("service_time"), "The service time", positive=True, allow_zero=False),
         _number(model.get("arrival_rate"), "The arrival rate", positive=True, allow_zero=False),
         _number(model.get("response_time"), "The response time", positive=True, allow_zero=False))}
+
+
+def solve_file(path: Path) -> dict[str, Any] | list[dict[str, Any]]:
+    """One case, a list of cases, or {"cases": [...]} from a JSON file; a list gets each case's id back."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise CapmarkError(f"Cannot read {path} ({err.strerror}); check the path.") from None
+    except json.JSONDecodeError as err:
+        raise CapmarkError(f"{path} is not valid JSON ({err.msg} at line {err.lineno}); fix it and retry.") from None
+    cases = data["cases"] if isinstance(data, dict) and "cases" in data else data
+    if isinstance(cases, dict):
+        return solve(cases)
+    if not isinstance(cases, list):
+        raise CapmarkError(f"{path} holds neither a case nor a list of cases.")
+    return [{"id": c.get("id"), **solve(c)} for c in cases]
