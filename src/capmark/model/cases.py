@@ -14,7 +14,7 @@ from capmark.errors import CapmarkError
 from capmark.model import mva, usl
 from capmark.model.open import effective_servers, mmm, quick_response_time
 
-KINDS = ("closed", "closed-multiclass", "open", "usl-fit", "quick-formula", "quick-formula-solve-servers")
+KINDS = ("closed", "closed-multiclass", "open", "usl-fit", "quick-formula", "quick-formula-solve-servers", "lqn")
 CLOSED_METHODS = ("exact-mva", "exact-mva-load-dependent", "schweitzer-amva", "linearizer-amva")
 
 
@@ -59,6 +59,31 @@ def _population(value: Any) -> int:
     return value
 
 
+def _lqn(case: dict) -> dict[str, Any]:
+    """kind "lqn": processors [{name, multiplicity}], tasks [{name, reference, population, think_time,
+    multiplicity, entries: [{name, phase1: {processor: demand}, phase2: {...}, calls: {entry: visits}}]}];
+    method "mol" (Schweitzer device layer, default) or "mol-exact"."""
+    from capmark.model import lqn
+
+    model = case["model"]
+    method = case.get("method", "mol")
+    if method not in ("mol", "mol-exact"):
+        raise CapmarkError(f"Unknown method {method!r} for a layered model; use mol or mol-exact.")
+    try:
+        procs = [lqn.Processor(p["name"], int(p.get("multiplicity", 1))) for p in model["processors"]]
+        tasks = [lqn.Task(t["name"], [lqn.Entry(e["name"], dict(e.get("phase1", {})), dict(e.get("phase2", {})),
+                                                dict(e.get("calls", {}))) for e in t["entries"]],
+                          multiplicity=float(t.get("multiplicity", math.inf)), reference=bool(t.get("reference")),
+                          population=int(t.get("population", 0)), think_time=float(t.get("think_time", 0.0)))
+                 for t in model["tasks"]]
+    except KeyError as err:
+        raise CapmarkError(f"The layered model lacks {err.args[0]!r}; see docs/models.md for its schema.") from None
+    r = lqn.solve(procs, tasks, device_solver="exact" if method == "mol-exact" else "schweitzer")
+    return {"throughput": r.throughput, "response_time": r.response_time,
+            "processor_utilization": r.processor_utilization, "task_utilization": r.task_utilization,
+            "task_waiting_time": r.task_waiting_time, "iterations": r.iterations}
+
+
 def solve(case: dict) -> dict[str, Any]:
     """Results of one case, keyed like the cases' `expect` fields."""
     kind = case.get("kind")
@@ -68,6 +93,8 @@ def solve(case: dict) -> dict[str, Any]:
     if not isinstance(model, dict):
         raise CapmarkError("The case has no \"model\" object.")
     method = case.get("method")
+    if kind == "lqn":
+        return _lqn(case)
     if kind == "closed":
         method = method or "exact-mva"
         if method not in CLOSED_METHODS:
