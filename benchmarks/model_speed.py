@@ -8,7 +8,8 @@ from __future__ import annotations
 import random
 import time
 
-from capmark.model import mva
+from capmark.model import lqn, mva
+from capmark.model.examples import stress_lqm
 
 
 def best(fn, repeat: int = 5) -> float:
@@ -33,6 +34,11 @@ def main() -> None:
     d10 = [[rng.uniform(0.01, 1.0) for _ in range(10)] for _ in range(20)]
     t = best(lambda: mva.schweitzer_multiclass(d10, [1000] * 10, [1.0] * 10))
     print(f"Bard-Schweitzer, 10 classes x 1,000, 20 stations: {t * 1000:.1f} ms (target <= 100 ms)")
+
+    for method in ("schweitzer", "exact"):
+        times = [best(lambda n=n, m=method: lqn.solve(*stress_lqm(n), device_solver=m)) for n in range(1, 11)]
+        print(f"seed's Stress LQM, device layer {method}: " + ", ".join(f"{t * 1000:.1f}" for t in times)
+              + " ms for 1..10 clients (target <= 50 ms each)")
 
 
 if __name__ == "__main__":
