@@ -21,6 +21,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "lsn": (),
     "backend_io": ("backend_type", "object", "context"),
     "backend_wal": (),
+    "tables": ("relname",),
 }
 
 
@@ -48,6 +49,10 @@ def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int]
         "bgwriter": _rows(conn, "select * from pg_stat_bgwriter"),
         "lsn": _rows(conn, "select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') as wal_lsn_bytes"),
     }
+    snap["tables"] = _rows(conn, """
+        select relname, n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd, seq_scan, seq_tup_read, idx_scan,
+               idx_tup_fetch, n_live_tup, n_dead_tup
+        from pg_stat_user_tables where schemaname = 'capmark'""")
     if info.has("pg_stat_io"):
         snap["io"] = _rows(conn, "select * from pg_stat_io")
     if info.has("pg_stat_checkpointer"):
