@@ -266,6 +266,16 @@ def demands(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> 
     return run_document(run_result, tests)
 
 
+def calibrate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR,
+              from_jobs: list[int] | None = None) -> dict:
+    """Calibrate a queueing model per test of a stored run and validate it against every step."""
+    from capmark.plan.calibrate import validate
+
+    run_result, tests = tests_of(ref, results_dir)
+    return {"schema": "capmark.calibrate/1", "run": run_result.run_id,
+            "tests": [validate(t, from_jobs) for t in tests if t.steps]}
+
+
 # --- the embedded server -----------------------------------------------------------------------------
 
 def db_start(data_dir: Path | None = None) -> str:

@@ -215,6 +215,52 @@ def solve(file: Annotated[Path, typer.Argument(help="A JSON case (kind, method, 
     print(json.dumps(solve_file(file), indent=1))
 
 
+@app.command()
+def calibrate(
+    run_ref: Annotated[str | None, typer.Argument(metavar="RUN[:TEST]", help="Run id or folder, optionally "
+                                                  ":workload (default: latest run, every test).")] = None,
+    from_steps: Annotated[str | None, typer.Option("--from-steps", help="Job counts of the steps to calibrate "
+                                                   "from, e.g. 1,2 (default: the lowest valid step).")] = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Calibrate a queueing model from measured demands and compare it with every measured step."""
+    doc = api.calibrate(run_ref, results_dir, parse_jobs(from_steps) if from_steps else None)
+    if fmt == Format.json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = Console()
+    for t in doc["tests"]:
+        table = Table(title=f"{t['workload']}: measured vs model (calibrated on {t['calibrated_from_jobs']} jobs)",
+                      title_justify="left", box=None, padding=(0, 1))
+        for col in ("jobs", "X meas", "X model", "X err %", "R meas ms", "R model ms", "R err %", "p95 err %",
+                    "CPU meas %", "CPU model %", "bottleneck"):
+            table.add_column(col, justify="right")
+        for r in t["steps"]:
+            m, p, e = r["measured"], r["model"], r["error_pct"]
+            table.add_row(f"{r['jobs']}{'*' if r['calibration'] else ''}", f"{m['throughput']:,.0f}",
+                          f"{p['throughput']:,.0f}", _pct(e["throughput"]), f"{m['response_time_s'] * 1000:.3f}",
+                          f"{p['response_time_s'] * 1000:.3f}", _pct(e["response_time_s"]), _pct(e["p95_s"]),
+                          _num(m["cpu_busy_pct"]), _num(p["cpu_busy_pct"]), p["bottleneck"])
+        console.print(table)
+        v = t["verdict"]
+        console.print(f"  model: {t['model']}; throughput error median {_pct(v['throughput']['median_abs_pct'])} %, "
+                      f"max {_pct(v['throughput']['max_abs_pct'])} %; response time median "
+                      f"{_pct(v['response_time_s']['median_abs_pct'])} %, max {_pct(v['response_time_s']['max_abs_pct'])} %"
+                      f" (* = calibration step; p95 = model mean x measured p95/mean at calibration)", highlight=False)
+        u = t["usl"]
+        console.print("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}, peak "
+                                   f"{u['peak_concurrency']} jobs" if "sigma" in u else u["note"]), highlight=False)
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:+.1f}" if v else "0.0"
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}"
+
+
 @db_app.command("start")
 def db_start(data_dir: DataDir = None) -> None:
     """Start (and on first use initialise and configure) the embedded PostgreSQL."""

@@ -1,0 +1,1 @@
+"""capmark.plan: calibrate queueing models from stored runs, validate them against every step, predict."""
