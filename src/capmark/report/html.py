@@ -79,8 +79,19 @@ def demands_section(test: TestResult) -> Section | None:
     return Section(f"Service demands: {test.workload}", html, f"demands-{test.ordinal}")
 
 
+def model_section(test: TestResult) -> Section | None:
+    if not [s for s in test.steps if s.status == "ok"]:
+        return None
+    from capmark.plan.calibrate import validate
+
+    doc = validate(test)
+    html = _render("model.html.j2", doc=doc, fmt=fmt, unit=test.unit,
+                   chart=Markup(plots.measured_vs_model(doc, test.throughput_label)))
+    return Section(f"Model: {test.workload}", html, f"model-{test.ordinal}")
+
+
 SECTIONS: list[Callable[[RunResult], Section | None]] = [summary_section, environment_section]
-TEST_SECTIONS: list[Callable[[TestResult], Section | None]] = [test_section, demands_section]
+TEST_SECTIONS: list[Callable[[TestResult], Section | None]] = [test_section, demands_section, model_section]
 
 
 def render(run: RunResult) -> str:

@@ -97,3 +97,20 @@ def throughput_series(step: StepResult, label: str) -> str:
     ax.set_ylim(bottom=0)
     ax.set_title(f"Step {step.ordinal}: 1 s series")
     return _svg(fig)
+
+
+def measured_vs_model(doc: dict, label: str) -> str:
+    """Throughput vs jobs: measurements, the calibrated queueing model and the USL fit."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    jobs = [r["jobs"] for r in doc["steps"]]
+    ax.plot(jobs, [r["measured"]["throughput"] for r in doc["steps"]], "o", label="measured")
+    ax.plot(jobs, [r["model"]["throughput"] for r in doc["steps"]], "-", label="queueing model")
+    if "predicted" in doc.get("usl", {}):
+        valid = [r["jobs"] for r in doc["steps"] if r["valid"]]
+        ax.plot(valid, doc["usl"]["predicted"], "--", label="USL")
+    ax.set_xlabel("jobs")
+    ax.set_ylabel(label)
+    ax.set_ylim(bottom=0)
+    ax.set_title("Measured vs model")
+    ax.legend()
+    return _svg(fig)
