@@ -11,35 +11,29 @@ from collections.abc import Callable
 from typing import Any
 
 from capmark.workloads.base import DataSize
+from capmark.workloads.units import TABLES
 
 ClientFn = Callable[[Any, random.Random, dict, DataSize], int]
 Statements = dict[str, str]
 
-TABLES = {  # table -> (key column, size attribute, columns read, update)
-    "account": ("id", "accounts", "balance", "balance = balance + 1, updated = now()"),
-    "booking": ("account_id", "booking_accounts", "seq, amount", "amount = amount + 1"),
-    "callrec": ("customer_id", "call_customers", "seq, cost", "cost = cost + 0.0001"),
-}
-
-
 def read_only(table: str, kind: int = 0) -> tuple[Statements, ClientFn]:
-    key, size_of, cols, _ = TABLES[table]
+    t = TABLES[table]
     name = f"{table}_read"
 
     def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
-        session.run(name, int(rng.random() * getattr(size, size_of)) + 1)
+        session.run(name, int(rng.random() * getattr(size, t.size_of)) + 1)
         return kind
 
-    return {name: f"select {cols} from capmark.{table} where {key} = $1"}, run
+    return {name: f"select {t.cols} from capmark.{table} where {t.key} = $1"}, run
 
 
 def read_update(table: str, read_kind: int = 0, update_kind: int = 1) -> tuple[Statements, ClientFn]:
     """update_pct % of transactions lock the rows (FOR UPDATE) and update them; one commit each."""
-    key, size_of, cols, update = TABLES[table]
+    t = TABLES[table]
     names = (f"{table}_read", f"{table}_lock", f"{table}_update")
 
     def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
-        k = int(rng.random() * getattr(size, size_of)) + 1
+        k = int(rng.random() * getattr(size, t.size_of)) + 1
         if rng.random() * 100 < params["update_pct"]:
             session.begin()
             session.run(names[1], k)
@@ -49,9 +43,9 @@ def read_update(table: str, read_kind: int = 0, update_kind: int = 1) -> tuple[S
         session.run(names[0], k)
         return read_kind
 
-    return {names[0]: f"select {cols} from capmark.{table} where {key} = $1",
-            names[1]: f"select {cols} from capmark.{table} where {key} = $1 for update",
-            names[2]: f"update capmark.{table} set {update} where {key} = $1"}, run
+    return {names[0]: f"select {t.cols} from capmark.{table} where {t.key} = $1",
+            names[1]: f"select {t.cols} from capmark.{table} where {t.key} = $1 for update",
+            names[2]: f"update capmark.{table} set {t.update} where {t.key} = $1"}, run
 
 
 def load(rows_param: str | int, kind: int = 0) -> tuple[Statements, ClientFn]:

@@ -7,6 +7,8 @@ Updating units catch their own errors so that one failed transaction does not en
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from capmark.workloads.base import Unit
 
 ITEMS = "n_items int := (p_params->>'items')::int;"
@@ -53,32 +55,51 @@ TP_REPORT = Unit(f"k int; {BOOKING_ACCOUNTS}", """
       {rec}""")
 
 
-def read_update(table: str, key: str, update: str) -> Unit:
+@dataclass(frozen=True)
+class TxnTable:
+    """How the TP transactions read and update one table; shared by the server- and client-side units."""
+
+    key: str  # column selected by the random key
+    size_of: str  # DataSize attribute (and p_params key) giving the key range
+    n_var: str  # PL/pgSQL variable holding that range
+    declare: str  # its declaration
+    cols: str  # columns read
+    update: str  # SET clause of the update
+
+
+TABLES = {
+    "account": TxnTable("id", "accounts", "n_acc", ACCOUNTS, "balance", "balance = balance + 1, updated = now()"),
+    "booking": TxnTable("account_id", "booking_accounts", "n_bacc", BOOKING_ACCOUNTS, "seq, amount",
+                        "amount = amount + 1"),
+    "callrec": TxnTable("customer_id", "call_customers", "n_cust", CALL_CUSTOMERS, "seq, cost",
+                        "cost = cost + 0.0001"),
+}
+
+
+def read_update(table: str) -> Unit:
     """Read rows of one key; update_pct % of the time lock them, update them; one commit."""
-    declare = {"account": ACCOUNTS, "booking": BOOKING_ACCOUNTS, "callrec": CALL_CUSTOMERS}[table]
-    n = {"account": "n_acc", "booking": "n_bacc", "callrec": "n_cust"}[table]
-    cols = {"account": "balance", "booking": "seq, amount", "callrec": "seq, cost"}[table]
-    return Unit(f"k int; {declare} {_pct('update_pct', 20)}", f"""
-      k := 1 + floor(random() * {n})::int;
+    t = TABLES[table]
+    return Unit(f"k int; {t.declare} {_pct('update_pct', 20)}", f"""
+      k := 1 + floor(random() * {t.n_var})::int;
       if random() * 100 < update_pct then
         begin
-          perform {cols} from capmark.{table} where {key} = k for update;
-          update capmark.{table} set {update} where {key} = k;
+          perform {t.cols} from capmark.{table} where {t.key} = k for update;
+          update capmark.{table} set {t.update} where {t.key} = k;
         exception when others then
           o_errors[{{err}}] := o_errors[{{err}}] + 1;
         end;
         commit;
         {{rec_update}}
       else
-        perform {cols} from capmark.{table} where {key} = k;
+        perform {t.cols} from capmark.{table} where {t.key} = k;
         commit;
         {{rec_read}}
       end if;""")
 
 
-LIGHT = read_update("account", "id", "balance = balance + 1, updated = now()")
-MEDIUM = read_update("booking", "account_id", "amount = amount + 1")
-HEAVY = read_update("callrec", "customer_id", "cost = cost + 0.0001")
+LIGHT = read_update("account")
+MEDIUM = read_update("booking")
+HEAVY = read_update("callrec")
 
 
 def as_one_type(unit: Unit) -> Unit:
