@@ -98,21 +98,11 @@ class RunStore:
         self.db.commit()
 
     def has_run(self) -> bool:
-        try:
-            return self.db.execute("select count(*) from run").fetchone()[0] > 0
-        except sqlite3.ProgrammingError:  # already closed
-            return (self.folder / DB_NAME).exists() and _has_run_record(self.folder / DB_NAME)
+        return self.db.execute("select count(*) from run").fetchone()[0] > 0
 
     def close(self) -> None:
         self.db.close()
 
-
-def _has_run_record(path: Path) -> bool:
-    db = sqlite3.connect(path)
-    try:
-        return db.execute("select count(*) from run").fetchone()[0] > 0
-    finally:
-        db.close()
 
 
 def load_run(folder: Path) -> RunResult:

@@ -32,6 +32,14 @@ class Component:
     time: bool = False  # a time demand (seconds): shares within its group add up
 
 
+def host_busy_s(step: StepResult) -> float | None:
+    """CPU seconds the host was busy in the window (every state but idle and iowait), or None if not local."""
+    secs = step.os.get("cpu_seconds")
+    if not secs:
+        return None
+    return sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0)
+
+
 def _cpu(role: str) -> str:
     return "cpu_" + role.replace(" ", "_") + "_s"
 
@@ -48,10 +56,8 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
         comps[key] = Component(key, label, group, unit, scale, time)
 
     # CPU: every process of the instance by role, the driver, and what no process accounts for
-    busy = attributed = None
-    if step.os.get("cpu_seconds"):
-        secs = step.os["cpu_seconds"]
-        busy = sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0)
+    busy = host_busy_s(step)
+    attributed = None
     if step.process_cpu:
         attributed = 0.0
         for role in ROLES:

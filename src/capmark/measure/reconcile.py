@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from capmark.collect.pgstats import total
-from capmark.measure.demands import wal_written_bytes
+from capmark.measure.demands import host_busy_s, wal_written_bytes
 from capmark.measure.kpm import BLOCK, db_reads
 from capmark.results import StepResult
 
@@ -40,8 +40,7 @@ def _pair(name: str, db: float | None, os_: float | None, unit: str, used: str, 
 
 def reconcile(step: StepResult) -> list[dict]:
     pairs: list[Pair] = []
-    secs = step.os.get("cpu_seconds") or {}
-    busy = sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0) if secs else None
+    busy = host_busy_s(step)
     attributed = None
     if step.process_cpu:
         attributed = sum(r.get("user_s", 0.0) + r.get("sys_s", 0.0) for r in step.process_cpu.values())
