@@ -1,126 +1,192 @@
-"""Calibrate a closed queueing model from measured service demands and validate it against every step.
+"""Calibrate the model of a test from measured steps and validate it against every step.
 
-The model of a test (first slice of the planning issue): the database host's CPU as a multi-server
-station (m = its cores) with the CPU demand of the database (backends, background processes and OS
-overhead; not the capmark driver), each data device as a queueing station with its busy time per unit,
-and a delay station for the rest of the measured response time at the calibration step (commit flush
-waits, lock waits, network: time that does not queue for CPU or disk in this model). Jobs are the
-population, with no think time (closed loop). The calibration averages the demands of the chosen steps.
+Everything comes from the stored demands of the calibration step(s) (default: the lowest valid
+step): the CPU per unit of the database host, each device's busy time per unit, and for commits
+the WAL flush: flushes per unit, the elapsed time of one flush (pg_stat_io / pg_stat_wal write and
+fsync time) and the device busy time it causes. A flush's elapsed time beyond its device time is
+CPU (the system calls and lock handling), which batching saves as well; that is why the CPU per
+commit falls with load. What the stations do not explain of the measured response time at
+calibration becomes a delay, so the model reproduces its calibration step exactly.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import statistics
+from dataclasses import replace
 from typing import Any
 
+from capmark.errors import CapmarkError
 from capmark.measure import kpm
-from capmark.measure.demands import step_demands
-from capmark.model import mva, usl
-from capmark.results import TestResult
-
-MODEL_NAME = "closed MVA: CPU (m-server, exact load-dependent) + data devices + calibrated delay"
-
-
-@dataclass
-class Calibration:
-    steps: list[int]  # job counts the demands come from
-    cores: int
-    cpu_s: float
-    devices: dict[str, float]
-    delay_s: float
-    p95_over_mean: float  # response-time shape at calibration, to approximate p95 from the mean
-    stations: list[mva.Station] = field(default_factory=list)
+from capmark.measure.demands import devices, host_busy_s, step_demands
+from capmark.measure.validity import problems
+from capmark.model import usl
+from capmark.plan.dbmodel import CLOSED_MODEL, DbModel, Prediction, solve
+from capmark.results import StepResult, TestResult
 
 
-def _cpu_s(d: dict[str, float | None]) -> float:
+def _db_cpu(d: dict[str, float | None]) -> float:
     return sum(v for k, v in d.items() if k.startswith("cpu_") and v is not None
                and k not in ("cpu_driver_s", "cpu_host_busy_s"))
 
 
-def calibrate(test: TestResult, from_jobs: list[int] | None = None) -> Calibration:
-    chosen = [s for s in test.steps if s.status == "ok" and (not from_jobs or s.jobs in from_jobs)]
-    if not chosen:
-        chosen = [min((s for s in test.steps if s.status == "ok"), key=lambda s: s.jobs)]
-    if from_jobs is None:
-        chosen = [min(chosen, key=lambda s: s.jobs)]
-    cores = int(chosen[0].os.get("cores") or os.cpu_count() or 1)
-    cpu, devices, residual, shape = 0.0, {}, 0.0, 0.0
-    for step in chosen:
-        d, _ = step_demands(step)
-        c = _cpu_s(d)
-        devs = {k[5:-7]: v for k, v in d.items() if k.startswith("disk_") and k.endswith("_busy_s") and v is not None}
-        lat = step.latency.summary()
-        mean = lat["mean_s"] or 0.0
-        # what the model's stations would give at this step's population, minus what was measured
-        base = mva.exact_mva(_stations(c, devs, 0.0, cores), step.jobs)
-        residual += max(0.0, step.jobs / (step.units / step.elapsed_s) - base.response_time)
-        cpu += c
-        for k, v in devs.items():
-            devices[k] = devices.get(k, 0.0) + v
-        shape += (lat["p95_s"] or mean) / mean if mean else 1.0
-    n = len(chosen)
-    cal = Calibration([s.jobs for s in chosen], cores, cpu / n, {k: v / n for k, v in devices.items()}, residual / n,
-                      shape / n)
-    cal.stations = _stations(cal.cpu_s, cal.devices, cal.delay_s, cores)
-    return cal
+def flushes(step: StepResult) -> tuple[float, float | None]:
+    """WAL flushes per unit and the elapsed time of one flush (None without WAL IO timing)."""
+    wio = kpm.wal_io(step)
+    if not wio or not wio.get("fsyncs") or not step.units:
+        return 0.0, None
+    elapsed = (wio["write_ms"] + wio["fsync_ms"]) / 1000 / wio["fsyncs"]
+    return wio["fsyncs"] / step.units, elapsed if elapsed > 0 else None
 
 
-def _stations(cpu_s: float, devices: dict[str, float], delay_s: float, cores: int) -> list[mva.Station]:
-    out = [mva.Station("cpu", demand=max(cpu_s, 1e-12), servers=max(1, cores))]
-    out += [mva.Station(f"disk {k}", demand=max(v, 1e-12)) for k, v in devices.items()]
-    if delay_s > 0:
-        out.append(mva.Station("other (delay)", demand=delay_s, kind="delay"))
-    return out
+def _step_parameters(step: StepResult) -> dict[str, Any]:
+    d, _ = step_demands(step)
+    local = host_busy_s(step) is not None
+    driver = d.get("cpu_driver_s") or 0.0
+    cpu = _db_cpu(d) + (driver if local else 0.0)
+    busy = {k[5:-7]: v for k, v in d.items() if k.startswith("disk_") and k.endswith("_busy_s") and v is not None}
+    f, flush_s = flushes(step)
+    wal_dev = None
+    flush_dev = flush_cpu = 0.0
+    if f > 0 and busy:
+        wal_dev = max(busy, key=lambda k: d.get(f"disk_{k}_flushes") or 0.0)
+        flush_dev = busy[wal_dev] / f if flush_s is None else min(busy[wal_dev] / f, flush_s)
+        flush_cpu = max(0.0, flush_s - flush_dev) if flush_s is not None else 0.0
+        busy[wal_dev] = max(0.0, busy[wal_dev] - f * flush_dev)
+    elif f > 0 and flush_s is not None:
+        flush_cpu = flush_s  # no device visible (remote database): the whole flush counts as its own time
+    lat = step.latency.summary()
+    mean = lat["mean_s"] or 0.0
+    return {"cpu": max(0.0, cpu - f * flush_cpu), "devices": busy, "wal_device": wal_dev, "f": f,
+            "flush_cpu": flush_cpu, "flush_device": flush_dev, "client": 0.0 if local else driver,
+            "p95": (lat["p95_s"] or mean) / mean if mean else 1.0, "p99": (lat["p99_s"] or mean) / mean if mean else 1.0}
 
 
-def predict(cal: Calibration, jobs: int) -> dict[str, Any]:
-    r = mva.exact_mva(cal.stations, jobs)
-    util = dict(zip([s.name for s in cal.stations], r.utilizations, strict=True))
-    queueing = [s for s in cal.stations if s.kind != "delay"]
-    bottleneck = max(queueing, key=lambda s: util[s.name]).name
-    return {"jobs": jobs, "throughput": r.throughput, "response_time_s": r.response_time,
-            "p95_s": r.response_time * cal.p95_over_mean, "cpu_busy_pct": util["cpu"] * 100,
-            "utilizations": util, "bottleneck": bottleneck}
+def calibrate(test: TestResult, from_jobs: list[int] | None = None) -> DbModel:
+    valid = [s for s in test.steps if not problems(s)]
+    if not valid:
+        raise CapmarkError(f"Test {test.workload} has no valid step to calibrate on; `capmark calibrate` shows why "
+                           "each step is invalid.")
+    if from_jobs:
+        chosen = [s for s in valid if s.jobs in from_jobs]
+        if not chosen:
+            have = ", ".join(str(s.jobs) for s in valid)
+            raise CapmarkError(f"Test {test.workload} has no valid step with {from_jobs} jobs to calibrate on; "
+                               f"valid steps have {have} jobs.")
+    else:
+        chosen = [min(valid, key=lambda s: s.jobs)]
+    params = [_step_parameters(s) for s in chosen]
+    mean = statistics.fmean
+    names = sorted({k for p in params for k in p["devices"]})
+    wal_devs = [p["wal_device"] for p in params if p["wal_device"]]
+    model = DbModel(
+        workload=test.workload, unit=test.unit, cores=int(chosen[0].os.get("cores") or os.cpu_count() or 1),
+        cpu_s=mean(p["cpu"] for p in params),
+        devices={k: mean(p["devices"].get(k, 0.0) for p in params) for k in names},
+        wal_device=max(set(wal_devs), key=wal_devs.count) if wal_devs else None,
+        flush_requests=mean(p["f"] for p in params), flush_cpu_s=mean(p["flush_cpu"] for p in params),
+        flush_device_s=mean(p["flush_device"] for p in params), delay_s=0.0,
+        client_s=mean(p["client"] for p in params), think_s=chosen[0].pacing.get("think_s", 0.0),
+        p95_over_mean=mean(p["p95"] for p in params), p99_over_mean=mean(p["p99"] for p in params),
+        calibrated_from=[s.jobs for s in chosen])
+    if model.flush_requests > 0 and not model.flush_cpu_s and not model.flush_device_s:
+        model.notes.append("WAL flush time is not measured (track_wal_io_timing off): group commit not modelled")
+        model.flush_requests = 0.0
+    # flush requests before batching = measured flushes x predicted batch; the delay closes the gap to the
+    # measured cycle time; both depend on each other, so a few rounds
+    measured_f = [p["f"] for p in params]
+    for _ in range(4):
+        batches = [solve(model, s.jobs).batch or 1.0 for s in chosen]
+        model = replace(model, flush_requests=mean(f * b for f, b in zip(measured_f, batches, strict=True)))
+        for _ in range(3):
+            gaps = [s.jobs / (s.units / s.elapsed_s) - (solve(model, s.jobs).response_time_s or 0.0) - model.think_s
+                    for s in chosen]
+            model = replace(model, delay_s=model.delay_s + mean(gaps))
+    if model.delay_s < 0:
+        model.notes.append(f"the measured response time is {-model.delay_s * 1e6:.1f} us per unit shorter than the "
+                           "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
+    return model
 
 
 def _err(model: float | None, measured: float | None) -> float | None:
     return (model / measured - 1) * 100 if model is not None and measured else None
 
 
+def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> dict[str, Any]:
+    values, _ = kpm.compute(step, per_unit)
+    f, _ = flushes(step)
+    return {"throughput": values["throughput"], "response_time_s": (values["rt_mean_ms"] or 0) / 1000,
+            "p95_s": (values["rt_p95_ms"] or 0) / 1000, "p99_s": (values["rt_p99_ms"] or 0) / 1000,
+            "cpu_busy_pct": values["cpu_busy_pct"],
+            "device_util_pct": {f"disk {k}": v["utilization_pct"] for k, v in devices(step).items()},
+            "flushes_per_unit": f or None}
+
+
+def _abs_stats(values: list[float | None]) -> dict[str, float | None]:
+    errs = sorted(abs(v) for v in values if v is not None)
+    return {"median_abs_pct": statistics.median(errs) if errs else None, "max_abs_pct": errs[-1] if errs else None}
+
+
 def validate(test: TestResult, from_jobs: list[int] | None = None) -> dict[str, Any]:
     """Measured vs model for every step, the verdict, and the USL as an empirical second model."""
-    cal = calibrate(test, from_jobs)
+    model = calibrate(test, from_jobs)
     rows = []
     for step in test.steps:
-        values, _ = kpm.compute(step, test.per_unit)
-        p = predict(cal, step.jobs)
-        measured = {"throughput": values["throughput"], "response_time_s": (values["rt_mean_ms"] or 0) / 1000,
-                    "p95_s": (values["rt_p95_ms"] or 0) / 1000, "cpu_busy_pct": values["cpu_busy_pct"]}
-        rows.append({"jobs": step.jobs, "valid": step.status == "ok", "calibration": step.jobs in cal.steps,
-                     "measured": measured, "model": p,
-                     "error_pct": {k: _err(p[k], measured[k]) for k in ("throughput", "response_time_s", "p95_s")},
-                     "cpu_error_points": (p["cpu_busy_pct"] - measured["cpu_busy_pct"]
-                                          if measured["cpu_busy_pct"] is not None else None)})
+        why = problems(step)
+        measured = measured_point(step, test.per_unit)
+        p = solve(model, step.jobs, step.pacing.get("think_s", 0.0))
+        dev_model = {k: v * 100 for k, v in p.utilizations.items() if k.startswith("disk ")}
+        rows.append({
+            "jobs": step.jobs, "valid": not why, "invalid_because": why, "calibration": step.jobs in model.calibrated_from,
+            "measured": measured, "model": _point(p),
+            "error_pct": {k: _err(getattr(p, k), measured[k]) for k in ("throughput", "response_time_s", "p95_s")},
+            "cpu_error_points": (p.cpu_busy_pct - measured["cpu_busy_pct"]
+                                 if measured["cpu_busy_pct"] is not None else None),
+            "device_error_points": {k: dev_model[k] - v for k, v in measured["device_util_pct"].items()
+                                    if v is not None and k in dev_model},
+            "batch": {"measured": (model.flush_requests / measured["flushes_per_unit"])
+                      if measured["flushes_per_unit"] else None, "model": p.batch}})
     scored = [r for r in rows if r["valid"] and not r["calibration"]]
-    verdict = {}
-    for key in ("throughput", "response_time_s"):
-        errs = sorted(abs(r["error_pct"][key]) for r in scored if r["error_pct"][key] is not None)
-        verdict[key] = {"median_abs_pct": errs[len(errs) // 2] if errs else None, "max_abs_pct": errs[-1] if errs
-                        else None}
+    verdict: dict[str, Any] = {k: _abs_stats([r["error_pct"][k] for r in scored])
+                               for k in ("throughput", "response_time_s", "p95_s")}
     cpu_pts = [abs(r["cpu_error_points"]) for r in scored if r["cpu_error_points"] is not None]
     verdict["cpu_busy_max_points"] = max(cpu_pts) if cpu_pts else None
-    usl_fit = None
-    valid = [r for r in rows if r["valid"]]
-    if len(valid) >= 4:
-        f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
-        usl_fit = {"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "r_squared": f.r_squared,
-                   "peak_concurrency": f.peak_concurrency, "peak_throughput": f.peak_throughput,
-                   "predicted": [f.throughput(r["jobs"]) for r in valid]}
-    return {"workload": test.workload, "model": MODEL_NAME, "calibrated_from_jobs": cal.steps,
-            "calibration": {"cores": cal.cores, "cpu_demand_s": cal.cpu_s, "device_demands_s": cal.devices,
-                            "delay_s": cal.delay_s, "p95_over_mean": cal.p95_over_mean,
-                            "p95_note": "model p95 = model mean x the calibration steps' measured p95/mean"},
-            "steps": rows, "verdict": verdict,
-            "usl": usl_fit or {"note": "the USL needs at least 4 valid steps"}}
+    verdict["cpu_busy_median_points"] = statistics.median(cpu_pts) if cpu_pts else None
+    verdict["steps_scored"] = [r["jobs"] for r in scored]
+    return {"workload": test.workload, "unit": test.unit, "model": CLOSED_MODEL, "calibrated_from_jobs":
+            model.calibrated_from, "calibration": model.to_dict(),
+            "p95_note": "p95/p99 = the calibration step's latency shape for the unqueued part + an exponential tail "
+                        "(x3.0 / x4.6) for the queueing delay the model adds",
+            "steps": rows, "verdict": verdict, "usl": usl_comparison(rows)}
 
+
+def _point(p: Prediction) -> dict[str, Any]:
+    return {"throughput": p.throughput, "response_time_s": p.response_time_s, "p95_s": p.p95_s, "p99_s": p.p99_s,
+            "cpu_busy_pct": p.cpu_busy_pct, "utilizations": p.utilizations, "bottleneck": p.bottleneck,
+            "flushes_per_unit": p.flushes_per_unit, "batch": p.batch, "stretch": p.stretch}
+
+
+def usl_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The USL fitted to every valid step beside the queueing model calibrated on the lowest: which is closer
+    and where each misses most. The USL interpolates the points it was fitted to; the queueing model
+    extrapolates from its calibration step and says why (resources), so equal errors favour the latter."""
+    valid = [r for r in rows if r["valid"]]
+    if len(valid) < 4:
+        return {"note": "the USL needs at least 4 valid steps"}
+    f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
+    usl_err = [(f.throughput(r["jobs"]) / r["measured"]["throughput"] - 1) * 100 for r in valid]
+    qn_err = [r["error_pct"]["throughput"] for r in valid]
+    usl_med = statistics.median(abs(e) for e in usl_err)
+    qn_med = statistics.median(abs(e) for e in qn_err if e is not None)
+    worst_usl = max(range(len(valid)), key=lambda i: abs(usl_err[i]))
+    worst_qn = max(range(len(valid)), key=lambda i: abs(qn_err[i] or 0))
+    better = "queueing model" if qn_med <= usl_med else "USL"
+    summary = (f"{better} fits the measured throughput better (median error queueing model {qn_med:.1f} %, USL "
+               f"{usl_med:.1f} %); the queueing model misses most at {valid[worst_qn]['jobs']} jobs "
+               f"({qn_err[worst_qn]:+.1f} %), the USL at {valid[worst_usl]['jobs']} jobs ({usl_err[worst_usl]:+.1f} %). "
+               "The USL is fitted to every valid step; the queueing model only to its calibration step(s).")
+    return {"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "r_squared": f.r_squared,
+            "peak_concurrency": f.peak_concurrency, "peak_throughput": f.peak_throughput,
+            "jobs": [r["jobs"] for r in valid], "predicted": [f.throughput(r["jobs"]) for r in valid],
+            "error_pct": usl_err, "median_abs_pct": usl_med, "model_median_abs_pct": qn_med, "better": better,
+            "summary": summary}

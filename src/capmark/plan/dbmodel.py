@@ -1,0 +1,239 @@
+"""The calibrated model of one test and its solution for a load and a configuration.
+
+A unit of work visits the database host's CPU (an m-server station; m = cores) and each data device,
+and spends fixed time in delay stations: think time, a client tier not on the host, and the rest of
+the measured response time at calibration (lock waits, network; negative when the model counts CPU
+and IO that overlap in reality twice). Commits that must flush WAL go through a software server
+with one flusher at a time (layered: the flush itself uses CPU and the WAL device) whose batch
+size follows the group-commit submodel, so flushes per unit, CPU per unit and device busy per unit
+all fall with load as measured (seed 000's varying service demands, predicted instead of plugged in).
+
+Closed loads (jobs, think time) are solved with exact MVA around a fixed point for the batch size;
+open loads (an arrival rate, for growth and sizing) with M/M/m for the CPU, M/M/1 for devices and the
+infinite-source batch b = a + exp(-a), a = commit arrivals during one flush.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from capmark.errors import CapmarkError
+from capmark.model import mva
+from capmark.model.open import erlang_c
+from capmark.plan.groupcommit import flush_state
+
+CLOSED_MODEL = "closed MVA: CPU m-server + devices + delays, WAL flush as a layered group-commit server"
+OPEN_MODEL = "open network: CPU M/M/m (Erlang C) + devices M/M/1 + delays, WAL flush as a group-commit server"
+LN20, LN100 = math.log(20), math.log(100)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The platform a prediction is for; the measured one is cores=host cores and the rest 1."""
+
+    cores: int
+    cpu_speed: float = 1.0  # relative speed of one core (2 = twice as fast)
+    disk_speed: float = 1.0  # relative speed of every device
+    disks: int | None = None  # spread data IO evenly over this many devices (None: as measured)
+
+
+@dataclass
+class DbModel:
+    workload: str
+    unit: str
+    cores: int
+    cpu_s: float  # CPU per unit outside WAL flushes (database processes, OS, the driver when on the host)
+    devices: dict[str, float]  # device busy per unit outside WAL flushes
+    wal_device: str | None
+    flush_requests: float  # commits per unit that need a WAL flush (before batching)
+    flush_cpu_s: float  # CPU of one flush (write + fsync system calls, WAL lock handling)
+    flush_device_s: float  # device busy of one flush
+    delay_s: float  # calibrated rest of the response time per unit
+    client_s: float  # client tier off the database host, per unit
+    think_s: float  # think time per unit at calibration
+    p95_over_mean: float  # latency shape at calibration (no queueing yet)
+    p99_over_mean: float
+    calibrated_from: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Prediction:
+    model: str
+    calibrated_from: list[int]
+    jobs: float | None  # closed load
+    offered_rate: float | None  # open load
+    think_s: float
+    saturated: bool
+    throughput: float | None
+    response_time_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    utilizations: dict[str, float]  # busy fraction per resource (CPU over all cores)
+    bottleneck: str
+    stretch: float | None  # response time / response time without queueing
+    headroom: float | None  # more load (1.0 = double) before the bottleneck reaches 80 %
+    flushes_per_unit: float | None
+    batch: float | None  # commits per WAL flush
+    demands_s: dict[str, float]  # per unit at this load
+
+    @property
+    def cpu_busy_pct(self) -> float:
+        return 100 * self.utilizations.get("CPU", 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "cpu_busy_pct": self.cpu_busy_pct}
+
+
+@dataclass
+class _Demands:
+    cpu: float
+    devices: dict[str, float]
+    flush_cpu: float
+    flush_device: float
+    wal_station: str | None
+
+
+def _demands(model: DbModel, cfg: Config) -> _Demands:
+    """Per-unit demands on the configured platform (before batching)."""
+    cpu = model.cpu_s / cfg.cpu_speed
+    devices = {f"disk {k}": v / cfg.disk_speed for k, v in model.devices.items()}
+    wal = f"disk {model.wal_device}" if model.wal_device else None
+    if cfg.disks:
+        total = sum(devices.values())
+        devices = {f"disk {i + 1} of {cfg.disks}": total / cfg.disks for i in range(cfg.disks)}
+        wal = "disk 1 of %d" % cfg.disks if model.wal_device else None
+    if wal and wal not in devices:
+        devices[wal] = 0.0
+    return _Demands(cpu, devices, model.flush_cpu_s / cfg.cpu_speed, model.flush_device_s / cfg.disk_speed, wal)
+
+
+def _stations(d: _Demands, flushes: float, cores: int) -> list[mva.Station]:
+    out = [mva.Station("CPU", demand=max(d.cpu + flushes * d.flush_cpu, 1e-12), servers=max(1, cores))]
+    for name, v in d.devices.items():
+        extra = flushes * d.flush_device if name == d.wal_station else 0.0
+        out.append(mva.Station(name, demand=max(v + extra, 1e-12)))
+    return out
+
+
+def _shape(model: DbModel, r: float, r0: float) -> tuple[float, float]:
+    """p95 and p99: the calibration's latency shape for the part without queueing, an exponential tail
+    (p95 = 3.0 x mean, p99 = 4.6 x mean) for the queueing delay on top of it."""
+    queue = max(0.0, r - r0)
+    return r0 * model.p95_over_mean + queue * LN20, r0 * model.p99_over_mean + queue * LN100
+
+
+def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Config | None = None) -> Prediction:
+    """Closed load: `jobs` clients, each thinking `think_s` between units (default: as measured)."""
+    if jobs < 1:
+        raise CapmarkError(f"A closed load needs at least 1 job, got {jobs:g}.")
+    cfg = config or Config(model.cores)
+    z = model.think_s if think_s is None else think_s
+    n = int(round(jobs))
+    d = _demands(model, cfg)
+    q = model.flush_requests
+    b, s_cpu, s_dev, x = 1.0, 1.0, 1.0, 0.0
+    result = None
+    flush_s = 0.0
+    wait = (d.flush_cpu + d.flush_device) if q > 0 else 0.0
+    for _ in range(500):
+        f = q / b
+        flush_s = d.flush_cpu * s_cpu + d.flush_device * s_dev
+        extra = q * wait - f * flush_s  # a commit waits for its whole batch's flush, not only its share
+        stations = _stations(d, f, cfg.cores)
+        result = mva.exact_mva(stations, n, think_time=z + model.delay_s + model.client_s + extra)
+        x_new = result.throughput
+        s_cpu = result.residence_times[0] / stations[0].total_demand
+        if d.wal_station:
+            i = [s.name for s in stations].index(d.wal_station)
+            s_dev = result.residence_times[i] / stations[i].total_demand
+        if q <= 0:
+            x = x_new
+            break
+        gap = max(1e-12, (n / x_new - q * wait) / q)
+        st = flush_state(n, flush_s, gap, x_new * f)
+        b_new = 0.5 * b + 0.5 * st.batch
+        # one flusher: if the flushes asked for exceed its capacity, commits queue for it until they do not
+        over = max(0.0, x_new * f * flush_s - 1)
+        wait = 0.5 * wait + 0.5 * (st.wait_s + (n / x_new) * over / q)
+        done = abs(x_new - x) <= 1e-9 * x_new and abs(b_new - b) <= 1e-7
+        x, b = x_new, b_new
+        if done:
+            break
+    assert result is not None
+    stations = _stations(d, q / b, cfg.cores)
+    r = n / x - z
+    util = dict(zip([s.name for s in stations], result.utilizations, strict=True))
+    if q > 0:
+        util["WAL flush (one flusher)"] = min(1.0, x * (q / b) * flush_s)
+    r0 = _no_queue_response(model, d)
+    p95, p99 = _shape(model, r, r0)
+    return _prediction(CLOSED_MODEL, model, jobs, None, z, False, x, r, p95, p99, util, r0, q, b, stations)
+
+
+def _no_queue_response(model: DbModel, d: _Demands) -> float:
+    """Response time of one unit alone on the platform: every demand once, one flush per flush request."""
+    return (d.cpu + sum(d.devices.values()) + model.flush_requests * (d.flush_cpu + d.flush_device)
+            + model.delay_s + model.client_s)
+
+
+def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Prediction:
+    """Open load: units arrive at `rate` per second (Poisson), whatever the number of clients."""
+    if rate <= 0:
+        raise CapmarkError(f"An open load needs a positive arrival rate, got {rate:g}.")
+    cfg = config or Config(model.cores)
+    d = _demands(model, cfg)
+    q = model.flush_requests
+    b, s_cpu, s_dev, busy = 1.0, 1.0, 1.0, 0.0
+    r0 = _no_queue_response(model, d)
+    for _ in range(500):
+        f = q / b
+        stations = _stations(d, f, cfg.cores)
+        util = {s.name: rate * s.total_demand / (s.servers if s.name == "CPU" else 1) for s in stations}
+        if max(util.values()) >= 1:
+            bottleneck = max(util, key=lambda k: util[k])
+            return _prediction(OPEN_MODEL, model, None, rate, 0.0, True, None, None, None, None, util, r0, q, b,
+                               stations, bottleneck)
+        res = {}
+        for s in stations:
+            if s.name == "CPU":
+                a = rate * s.total_demand
+                wait = erlang_c(s.servers, a) * s.total_demand / (s.servers * (1 - util["CPU"]))
+                res[s.name] = s.total_demand + wait
+            else:
+                res[s.name] = s.total_demand / (1 - util[s.name])
+        s_cpu = res["CPU"] / stations[0].total_demand
+        if d.wal_station:
+            s_dev = res[d.wal_station] / max(1e-12, next(s.total_demand for s in stations if s.name == d.wal_station))
+        flush_s = d.flush_cpu * s_cpu + d.flush_device * s_dev
+        a = rate * q * flush_s
+        b_new = a + math.exp(-a) if q > 0 else 1.0
+        busy = rate * (q / b_new) * flush_s
+        wait = flush_s * (1 + busy / 2)
+        r = sum(res.values()) + model.delay_s + model.client_s + q * wait - f * flush_s
+        if abs(b_new - b) <= 1e-9:
+            break
+        b = 0.5 * b + 0.5 * b_new
+    if q > 0:
+        util["WAL flush (one flusher)"] = min(1.0, busy)
+    p95, p99 = _shape(model, r, r0)
+    return _prediction(OPEN_MODEL, model, None, rate, 0.0, False, rate, r, p95, p99, util, r0, q, b, stations)
+
+
+def _prediction(name: str, model: DbModel, jobs: float | None, rate: float | None, think: float, saturated: bool,
+                x: float | None, r: float | None, p95: float | None, p99: float | None, util: dict[str, float],
+                r0: float, q: float, b: float, stations: list[mva.Station],
+                bottleneck: str | None = None) -> Prediction:
+    top = bottleneck or max(util, key=lambda k: util[k])
+    return Prediction(
+        model=name, calibrated_from=list(model.calibrated_from), jobs=jobs, offered_rate=rate, think_s=think,
+        saturated=saturated, throughput=x, response_time_s=r, p95_s=p95, p99_s=p99, utilizations=util,
+        bottleneck=top, stretch=r / r0 if r is not None and r0 > 0 else None,
+        headroom=(0.8 / util[top] - 1) if util[top] > 0 else None,
+        flushes_per_unit=q / b if q > 0 else None, batch=b if q > 0 else None,
+        demands_s={s.name: s.total_demand for s in stations})

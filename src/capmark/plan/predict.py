@@ -1,0 +1,42 @@
+"""Beyond the measured range: the curve up to a number of jobs, the maximum sustainable throughput and
+the knee (where the response time reaches twice its one-job value)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from capmark.plan.dbmodel import Config, DbModel, Prediction, solve
+
+KNEE_FACTOR = 2.0
+
+
+@dataclass
+class Curve:
+    points: list[Prediction]
+    max_throughput: float
+    max_throughput_jobs: int
+    knee_jobs: int | None  # first job count with R >= 2 x R(1); None if not reached
+    bottleneck: str  # at the last point
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"points": [p.to_dict() for p in self.points], "max_throughput": self.max_throughput,
+                "max_throughput_jobs": self.max_throughput_jobs, "knee_jobs": self.knee_jobs,
+                "knee_rule": f"response time >= {KNEE_FACTOR:g} x its one-job value", "bottleneck": self.bottleneck}
+
+
+def job_grid(up_to: int) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, ...: dense enough to place the knee, cheap to solve."""
+    out, n = [1, 2, 3], 4
+    while n <= up_to:
+        out += [n, n * 3 // 2]
+        n *= 2
+    return sorted({j for j in out if j <= up_to} | {up_to})
+
+
+def curve(model: DbModel, up_to: int, think_s: float | None = None, config: Config | None = None) -> Curve:
+    points = [solve(model, n, think_s, config) for n in job_grid(max(1, up_to))]
+    first = points[0].response_time_s or 0.0
+    knee = next((int(p.jobs or 0) for p in points if (p.response_time_s or 0) >= KNEE_FACTOR * first), None)
+    best = max(points, key=lambda p: p.throughput or 0.0)
+    return Curve(points, best.throughput or 0.0, int(best.jobs or 0), knee, points[-1].bottleneck)

@@ -1,0 +1,173 @@
+"""What-if scenarios against a calibrated baseline (seed 003's process: baseline, growth, configuration).
+
+The baseline is a measured step (default: the calibration step) on the measured platform. A scenario
+changes the platform (cores, CPU speed, disk speed, number of data disks) and the load: more jobs or
+another think time keep the load closed; growth is more business volume, so it multiplies the
+baseline's throughput as an arrival rate and is solved with the open model (the baseline row of a
+growth series is then the open model at the baseline's throughput, so that the rows compare).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capmark.config import parse_duration
+from capmark.errors import CapmarkError
+from capmark.plan.dbmodel import Config, DbModel, Prediction, solve, solve_open
+
+_GROWTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*(?:[xX*]\s*(\d+))?\s*$")
+CHANGE_KEYS = ("growth", "jobs", "think", "cpus", "cpu_speed", "disk_speed", "disks", "rate")
+
+
+@dataclass
+class Scenario:
+    name: str
+    growth: float | None = None  # factor on the baseline throughput (1.2 = +20 %)
+    jobs: int | None = None
+    think_s: float | None = None
+    rate: float | None = None  # an explicit arrival rate (units/s), open model
+    cpus: int | None = None
+    cpu_speed: float = 1.0
+    disk_speed: float = 1.0
+    disks: int | None = None
+
+    def config(self, model: DbModel) -> Config:
+        return Config(self.cpus or model.cores, self.cpu_speed, self.disk_speed, self.disks)
+
+    def changes(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("growth", "jobs", "think_s", "rate", "cpus", "disks"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        for key in ("cpu_speed", "disk_speed"):
+            if getattr(self, key) != 1.0:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass
+class Outcome:
+    scenario: Scenario
+    prediction: Prediction
+    change_pct: dict[str, float | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.scenario.name, "changes": self.scenario.changes(), "prediction": self.prediction.to_dict(),
+                "change_vs_baseline_pct": self.change_pct}
+
+
+def parse_growth(text: str) -> list[float]:
+    """'20%x3' -> [1.2, 1.44, 1.728] (compounded periods); '20%' -> [1.2]."""
+    m = _GROWTH.match(str(text))
+    if not m:
+        raise CapmarkError(f"The growth '{text}' is not valid; write a percentage per period and the number of "
+                           "periods, e.g. 20%x3.")
+    rate, periods = float(m.group(1)) / 100, int(m.group(2) or 1)
+    if periods < 1 or periods > 50:
+        raise CapmarkError(f"The growth '{text}' needs between 1 and 50 periods.")
+    return [(1 + rate) ** k for k in range(1, periods + 1)]
+
+
+def growth_name(factor: float) -> str:
+    return f"BL+{(factor - 1) * 100:.4g}%"
+
+
+def _positive(value: Any, what: str, integer: bool = False) -> Any:
+    try:
+        number = int(value) if integer else float(value)
+    except (TypeError, ValueError):
+        raise CapmarkError(f"The {what} '{value}' is not a number; give a positive {'whole ' if integer else ''}"
+                           "number.") from None
+    if number <= 0 or (integer and float(value) != number):
+        raise CapmarkError(f"The {what} must be a positive {'whole ' if integer else ''}number; got {value}.")
+    return number
+
+
+def scenario(name: str, growth: float | None = None, **changes: Any) -> Scenario:
+    """A checked scenario from loose values (command line or TOML)."""
+    s = Scenario(name, growth=growth)
+    for key, value in changes.items():
+        if value is None:
+            continue
+        if key == "jobs":
+            s.jobs = _positive(value, "number of jobs", integer=True)
+        elif key == "think":
+            s.think_s = parse_duration(value, "think time")
+        elif key == "rate":
+            s.rate = _positive(value, "arrival rate")
+        elif key == "cpus":
+            s.cpus = _positive(value, "number of CPUs", integer=True)
+        elif key == "disks":
+            s.disks = _positive(value, "number of disks", integer=True)
+        elif key in ("cpu_speed", "disk_speed"):
+            setattr(s, key, _positive(value, key.replace("_", " ") + " factor"))
+        else:
+            raise CapmarkError(f"Unknown scenario setting '{key}'; use one of: {', '.join(CHANGE_KEYS)}.")
+    return s
+
+
+def expand(name: str, changes: dict[str, Any]) -> list[Scenario]:
+    """One scenario, or one per growth period when the changes include growth ('20%x3')."""
+    changes = dict(changes)
+    growth = changes.pop("growth", None)
+    if growth is None:
+        return [scenario(name, **changes)]
+    factors = parse_growth(growth)
+    return [scenario(growth_name(g) if name == "scenario" else f"{name} {growth_name(g)}", g, **changes)
+            for g in factors]
+
+
+def load_scenarios(path: Path) -> list[Scenario]:
+    """A TOML file with [[scenario]] tables: name plus any of growth, jobs, think, rate, cpus, cpu_speed,
+    disk_speed, disks."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise CapmarkError(f"The scenario file {path} does not exist.") from None
+    except tomllib.TOMLDecodeError as err:
+        raise CapmarkError(f"The scenario file {path} is not valid TOML: {err}.") from None
+    tables = doc.get("scenario")
+    if not isinstance(tables, list) or not tables:
+        raise CapmarkError(f"The scenario file {path} has no [[scenario]] tables; add one per scenario with a name and "
+                           "its changes.")
+    out = []
+    for i, t in enumerate(tables, 1):
+        t = dict(t)
+        name = str(t.pop("name", f"scenario {i}"))
+        out += expand(name, t)
+    return out
+
+
+def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: list[Scenario]) -> dict[str, Any]:
+    """Baseline and every scenario, each with the change vs the baseline solved the same way."""
+    closed_base = solve(model, base_jobs, base_think_s)
+    base_rate = closed_base.throughput or 0.0
+    open_base = solve_open(model, base_rate) if any(s.growth or s.rate for s in scenarios) else None
+    rows = [Outcome(Scenario("Baseline", jobs=base_jobs, think_s=base_think_s), closed_base)]
+    if open_base is not None:
+        rows.append(Outcome(Scenario("Baseline (open)", rate=base_rate), open_base))
+    for s in scenarios:
+        cfg = s.config(model)
+        if s.growth or s.rate:
+            rate = s.rate or base_rate * (s.growth or 1.0)
+            p, ref = solve_open(model, rate, cfg), open_base
+        else:
+            p, ref = solve(model, s.jobs or base_jobs, base_think_s if s.think_s is None else s.think_s, cfg), closed_base
+        rows.append(Outcome(s, p, _change(p, ref)))
+    return {"baseline": {"jobs": base_jobs, "think_s": base_think_s, "throughput": base_rate},
+            "model": model.calibrated_from, "scenarios": [o.to_dict() for o in rows]}
+
+
+def _change(p: Prediction, ref: Prediction | None) -> dict[str, float | None]:
+    def pct(a: float | None, b: float | None) -> float | None:
+        return (a / b - 1) * 100 if a is not None and b else None
+
+    if ref is None:
+        return {}
+    return {"throughput": pct(p.throughput, ref.throughput), "response_time_s": pct(p.response_time_s,
+                                                                                      ref.response_time_s),
+            "p95_s": pct(p.p95_s, ref.p95_s)}
