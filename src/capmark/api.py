@@ -246,8 +246,8 @@ def tests_of(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR) -> tuple[
     test_ref = None
     if ref and ":" in ref:
         head, _, tail = ref.rpartition(":")
-        if head and tail and "/" not in tail:
-            ref, test_ref = head, tail
+        if tail and "/" not in tail:
+            ref, test_ref = head or None, tail  # ':wal-lat1' = that test of the latest run
     run_result = open_run(ref, results_dir)
     if test_ref is None:
         return run_result, run_result.tests
@@ -267,13 +267,109 @@ def demands(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> 
 
 
 def calibrate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR,
-              from_jobs: list[int] | None = None) -> dict:
-    """Calibrate a queueing model per test of a stored run and validate it against every step."""
+              from_jobs: list[int] | None = None, up_to: int | None = None) -> dict:
+    """Calibrate a queueing model per test of a stored run, validate it against every step and predict the
+    curve beyond the measured range (default: up to twice the most jobs measured)."""
+    from capmark.plan.calibrate import calibrate as calibrate_test
     from capmark.plan.calibrate import validate
+    from capmark.plan.predict import curve
 
     run_result, tests = tests_of(ref, results_dir)
-    return {"schema": "capmark.calibrate/1", "run": run_result.run_id,
-            "tests": [validate(t, from_jobs) for t in tests if t.steps]}
+    docs = []
+    for t in tests:
+        if not t.steps:
+            continue
+        doc = validate(t, from_jobs)
+        limit = up_to or 2 * max(s.jobs for s in t.steps)
+        doc["prediction"] = curve(calibrate_test(t, from_jobs), limit).to_dict()
+        docs.append(doc)
+    return {"schema": "capmark.calibrate/2", "run": run_result.run_id, "tests": docs}
+
+
+def _planned(ref: str | None, results_dir: Path,
+             from_jobs: list[int] | None) -> tuple[RunResult, list[tuple[TestResult, Any]]]:
+    from capmark.plan.calibrate import calibrate as calibrate_test
+
+    run_result, tests = tests_of(ref, results_dir)
+    return run_result, [(t, calibrate_test(t, from_jobs)) for t in tests if t.steps]
+
+
+def _base_jobs(test: TestResult, model: Any, at_jobs: int | None) -> int:
+    if at_jobs is None:
+        return model.calibrated_from[0]
+    if at_jobs < 1:
+        raise CapmarkError(f"--at needs a positive number of jobs, got {at_jobs}.")
+    return at_jobs
+
+
+def _save(run_result: RunResult, kind: str, docs: list[tuple[int, dict]]) -> None:
+    store = RunStore(Path(run_result.folder))
+    try:
+        for ordinal, doc in docs:
+            store.save_derived(run_result.run_id, ordinal, kind, doc)
+    finally:
+        store.close()
+    _write_report(Path(run_result.folder))
+
+
+def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from_jobs: list[int] | None = None,
+           at_jobs: int | None = None, changes: dict[str, Any] | None = None, scenario_file: Path | None = None,
+           save: bool = False) -> dict:
+    """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report."""
+    from capmark.plan.whatif import evaluate, expand, load_scenarios
+
+    changes = {k: v for k, v in (changes or {}).items() if v is not None}
+    scenarios = load_scenarios(scenario_file) if scenario_file else []
+    if changes:
+        scenarios = expand("scenario", changes) + scenarios
+    if not scenarios:
+        raise CapmarkError("Give at least one change (e.g. --growth 20%x3, --cpus 4, --disk-speed 2) or "
+                           "--scenarios FILE.toml.")
+    run_result, planned = _planned(ref, results_dir, from_jobs)
+    docs = []
+    for t, model in planned:
+        base = _base_jobs(t, model, at_jobs)
+        doc = {"workload": t.workload, "unit": t.unit, **evaluate(model, base, model.think_s, scenarios)}
+        docs.append((t.ordinal, doc))
+    if save:
+        _save(run_result, "whatif", docs)
+    return {"schema": "capmark.whatif/1", "run": run_result.run_id, "tests": [d for _, d in docs]}
+
+
+def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_text: str = "p95<5ms",
+         from_jobs: list[int] | None = None, target_tps: float | None = None, save: bool = False) -> dict:
+    """Per test: the most jobs and the highest arrival rate within the SLA on the measured platform, and for a
+    target rate the smallest single change that meets it."""
+    from capmark.plan.sizing import max_jobs, max_rate, parse_sla, smallest_change
+
+    sla = parse_sla(sla_text)
+    if target_tps is not None and target_tps <= 0:
+        raise CapmarkError(f"--target-tps must be positive, got {target_tps:g}.")
+    run_result, planned = _planned(ref, results_dir, from_jobs)
+    docs = []
+    for t, model in planned:
+        jobs, at, beyond = max_jobs(model, sla, model.think_s)
+        rate, at_rate = max_rate(model, sla)
+        doc = {"workload": t.workload, "unit": t.unit, "sla": {"metric": sla.metric, "limit_s": sla.limit_s,
+                                                                "text": sla.text},
+               "calibrated_from": model.calibrated_from, "think_s": model.think_s,
+               "max_jobs": jobs, "at_max_jobs": at.to_dict() if at else None, "one_more_job": beyond.to_dict(),
+               "max_rate": rate, "at_max_rate": at_rate.to_dict() if at_rate else None,
+               "target": smallest_change(model, sla, target_tps) if target_tps else None}
+        docs.append((t.ordinal, doc))
+    if save:
+        _save(run_result, "size", docs)
+    return {"schema": "capmark.size/1", "run": run_result.run_id, "tests": [d for _, d in docs]}
+
+
+def anticipate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, at_jobs: int | None = None,
+               service_factor: float = 1.0, rate_factor: float = 1.0, servers: float | None = None) -> dict:
+    """Seed 001's quick response-time curve through a measured step, before and after a change."""
+    from capmark.plan.anticipate import anticipate as anticipate_test
+
+    run_result, tests = tests_of(ref, results_dir)
+    return {"schema": "capmark.anticipate/1", "run": run_result.run_id,
+            "tests": [anticipate_test(t, at_jobs, service_factor, rate_factor, servers) for t in tests if t.steps]}
 
 
 # --- the embedded server -----------------------------------------------------------------------------

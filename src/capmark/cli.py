@@ -215,50 +215,119 @@ def solve(file: Annotated[Path, typer.Argument(help="A JSON case (kind, method, 
     print(json.dumps(solve_file(file), indent=1))
 
 
+RunTestArg = Annotated[str | None, typer.Argument(metavar="RUN[:TEST]", help="Run id or folder, optionally "
+                                                 ":workload (default: latest run, every test).")]
+FromStepsOpt = Annotated[str | None, typer.Option("--from-steps", help="Job counts of the steps to calibrate from, "
+                                                  "e.g. 1,2 (default: the lowest valid step).")]
+
+
+def _from(from_steps: str | None) -> list[int] | None:
+    return parse_jobs(from_steps) if from_steps else None
+
+
 @app.command()
 def calibrate(
-    run_ref: Annotated[str | None, typer.Argument(metavar="RUN[:TEST]", help="Run id or folder, optionally "
-                                                  ":workload (default: latest run, every test).")] = None,
-    from_steps: Annotated[str | None, typer.Option("--from-steps", help="Job counts of the steps to calibrate "
-                                                   "from, e.g. 1,2 (default: the lowest valid step).")] = None,
+    run_ref: RunTestArg = None,
+    from_steps: FromStepsOpt = None,
+    up_to: Annotated[int | None, typer.Option("--up-to", help="Predict up to this many jobs (default: twice the "
+                                              "most measured).")] = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Calibrate a queueing model from measured demands and compare it with every measured step."""
-    doc = api.calibrate(run_ref, results_dir, parse_jobs(from_steps) if from_steps else None)
+    """Calibrate a queueing model from measured demands, compare it with every step, predict beyond them."""
+    from capmark.report.planning import print_calibration
+
+    doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to)
     if fmt == Format.json:
         print(json.dumps(doc, indent=1))
         return
     console = Console()
     for t in doc["tests"]:
-        table = Table(title=f"{t['workload']}: measured vs model (calibrated on {t['calibrated_from_jobs']} jobs)",
-                      title_justify="left", box=None, padding=(0, 1))
-        for col in ("jobs", "X meas", "X model", "X err %", "R meas ms", "R model ms", "R err %", "p95 err %",
-                    "CPU meas %", "CPU model %", "bottleneck"):
-            table.add_column(col, justify="right")
-        for r in t["steps"]:
-            m, p, e = r["measured"], r["model"], r["error_pct"]
-            table.add_row(f"{r['jobs']}{'*' if r['calibration'] else ''}", f"{m['throughput']:,.0f}",
-                          f"{p['throughput']:,.0f}", _pct(e["throughput"]), f"{m['response_time_s'] * 1000:.3f}",
-                          f"{p['response_time_s'] * 1000:.3f}", _pct(e["response_time_s"]), _pct(e["p95_s"]),
-                          _num(m["cpu_busy_pct"]), _num(p["cpu_busy_pct"]), p["bottleneck"])
-        console.print(table)
-        v = t["verdict"]
-        console.print(f"  model: {t['model']}; throughput error median {_pct(v['throughput']['median_abs_pct'])} %, "
-                      f"max {_pct(v['throughput']['max_abs_pct'])} %; response time median "
-                      f"{_pct(v['response_time_s']['median_abs_pct'])} %, max {_pct(v['response_time_s']['max_abs_pct'])} %"
-                      f" (* = calibration step; p95 = model mean x measured p95/mean at calibration)", highlight=False)
-        u = t["usl"]
-        console.print("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}, peak "
-                                   f"{u['peak_concurrency']} jobs" if "sigma" in u else u["note"]), highlight=False)
+        print_calibration(t, console)
 
 
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:+.1f}" if v else "0.0"
+@app.command()
+def whatif(
+    run_ref: RunTestArg = None,
+    growth: Annotated[str | None, typer.Option("--growth", help="Load growth per period and periods, e.g. 20%x3 "
+                                               "(open model from the baseline throughput).")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", help="Jobs (closed load).")] = None,
+    think: Annotated[str | None, typer.Option("--think", help="Think time per unit, e.g. 10ms.")] = None,
+    cpus: Annotated[int | None, typer.Option("--cpus", help="CPU cores of the database host.")] = None,
+    cpu_speed: Annotated[float | None, typer.Option("--cpu-speed", help="Relative core speed (1.5 = 50 %% faster).")]
+    = None,
+    disk_speed: Annotated[float | None, typer.Option("--disk-speed", help="Relative device speed.")] = None,
+    disks: Annotated[int | None, typer.Option("--disks", help="Spread data IO evenly over this many devices.")] = None,
+    scenarios: Annotated[Path | None, typer.Option("--scenarios", help="TOML file with [[scenario]] tables.")] = None,
+    at: Annotated[int | None, typer.Option("--at", help="Baseline jobs (default: the calibration step).")] = None,
+    from_steps: FromStepsOpt = None,
+    save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """What if the load grows or the platform changes: throughput, response time, utilization per scenario."""
+    from capmark.report.planning import print_whatif
+
+    changes = {"growth": growth, "jobs": jobs, "think": think, "cpus": cpus, "cpu_speed": cpu_speed,
+               "disk_speed": disk_speed, "disks": disks}
+    doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save)
+    if fmt == Format.json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = Console()
+    for t in doc["tests"]:
+        print_whatif(t, console)
 
 
-def _num(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1f}"
+@app.command()
+def size(
+    run_ref: RunTestArg = None,
+    sla: Annotated[str, typer.Option("--sla", help="Service level, e.g. \"p95<5ms\", \"mean<2ms\", \"p99<20ms\".")]
+    = "p95<5ms",
+    target_tps: Annotated[float | None, typer.Option("--target-tps", help="Load to meet: find the smallest single "
+                                                     "change (cores, CPU speed, disk speed).")] = None,
+    from_steps: FromStepsOpt = None,
+    save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Size to a service level: the highest load within it, and what a target load needs."""
+    from capmark.report.planning import print_size
+
+    doc = api.size(run_ref, results_dir, sla, _from(from_steps), target_tps, save)
+    if fmt == Format.json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = Console()
+    for t in doc["tests"]:
+        print_size(t, console)
+
+
+@app.command()
+def anticipate(
+    run_ref: RunTestArg = None,
+    at: Annotated[int | None, typer.Option("--at", help="Measured step (jobs) to fit (default: the highest valid).")]
+    = None,
+    service: Annotated[float, typer.Option("--service", help="Factor on the service time S (0.8 = 20 %% faster).")]
+    = 1.0,
+    rate: Annotated[float, typer.Option("--rate", help="Factor on the arrival rate.")] = 1.0,
+    servers: Annotated[float | None, typer.Option("--servers", help="Effective servers M after the change.")] = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Quick anticipation (seed 001): the response-time curve through a measured step, before and after a change."""
+    from capmark.report.planning import print_anticipation
+
+    for name, value in (("--service", service), ("--rate", rate)):
+        if value <= 0:
+            raise CapmarkError(f"{name} must be a positive factor, got {value:g}.")
+    doc = api.anticipate(run_ref, results_dir, at, service, rate, servers)
+    if fmt == Format.json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = Console()
+    for t in doc["tests"]:
+        print_anticipation(t, console)
 
 
 @db_app.command("start")

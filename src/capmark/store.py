@@ -130,6 +130,21 @@ def load_run(folder: Path) -> RunResult:
     return run
 
 
+def load_derived(folder: Path, kind: str) -> dict[int, Any]:
+    """Saved analyses of one kind (e.g. whatif) by test ordinal; empty when there are none."""
+    path = folder / DB_NAME
+    if not path.exists():
+        return {}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("select test_ordinal, doc from derived where kind = ?", (kind,)).fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        db.close()
+    return {ordinal: json.loads(doc) for ordinal, doc in rows}
+
+
 def resolve_run(ref: str | None, results_dir: Path) -> Path:
     """A run folder from a run id, a folder path, or (None) the latest run under results_dir."""
     if ref:

@@ -24,6 +24,8 @@ from capmark.model import usl
 from capmark.plan.dbmodel import CLOSED_MODEL, DbModel, Prediction, solve
 from capmark.results import StepResult, TestResult
 
+MIN_FLUSHES_PER_UNIT = 0.005  # below this the flushes are background housekeeping, not the workload's commits
+
 
 def _db_cpu(d: dict[str, float | None]) -> float:
     return sum(v for k, v in d.items() if k.startswith("cpu_") and v is not None
@@ -33,7 +35,7 @@ def _db_cpu(d: dict[str, float | None]) -> float:
 def flushes(step: StepResult) -> tuple[float, float | None]:
     """WAL flushes per unit and the elapsed time of one flush (None without WAL IO timing)."""
     wio = kpm.wal_io(step)
-    if not wio or not wio.get("fsyncs") or not step.units:
+    if not wio or not wio.get("fsyncs") or not step.units or wio["fsyncs"] / step.units < MIN_FLUSHES_PER_UNIT:
         return 0.0, None
     elapsed = (wio["write_ms"] + wio["fsync_ms"]) / 1000 / wio["fsyncs"]
     return wio["fsyncs"] / step.units, elapsed if elapsed > 0 else None
@@ -176,15 +178,17 @@ def usl_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
     f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
     usl_err = [(f.throughput(r["jobs"]) / r["measured"]["throughput"] - 1) * 100 for r in valid]
     qn_err = [r["error_pct"]["throughput"] for r in valid]
-    usl_med = statistics.median(abs(e) for e in usl_err)
-    qn_med = statistics.median(abs(e) for e in qn_err if e is not None)
-    worst_usl = max(range(len(valid)), key=lambda i: abs(usl_err[i]))
-    worst_qn = max(range(len(valid)), key=lambda i: abs(qn_err[i] or 0))
+    scored = [i for i, r in enumerate(valid) if not r["calibration"]]  # both judged on the same steps
+    usl_med = statistics.median(abs(usl_err[i]) for i in scored)
+    qn_med = statistics.median(abs(qn_err[i] or 0.0) for i in scored)
+    worst_usl = max(scored, key=lambda i: abs(usl_err[i]))
+    worst_qn = max(scored, key=lambda i: abs(qn_err[i] or 0))
     better = "queueing model" if qn_med <= usl_med else "USL"
     summary = (f"{better} fits the measured throughput better (median error queueing model {qn_med:.1f} %, USL "
                f"{usl_med:.1f} %); the queueing model misses most at {valid[worst_qn]['jobs']} jobs "
                f"({qn_err[worst_qn]:+.1f} %), the USL at {valid[worst_usl]['jobs']} jobs ({usl_err[worst_usl]:+.1f} %). "
-               "The USL is fitted to every valid step; the queueing model only to its calibration step(s).")
+               "The USL is fitted to every valid step and cannot say why it bends; the queueing model is calibrated on its "
+               "step(s) only and names the resource that limits.")
     return {"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "r_squared": f.r_squared,
             "peak_concurrency": f.peak_concurrency, "peak_throughput": f.peak_throughput,
             "jobs": [r["jobs"] for r in valid], "predicted": [f.throughput(r["jobs"]) for r in valid],

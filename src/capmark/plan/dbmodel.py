@@ -27,6 +27,7 @@ from capmark.plan.groupcommit import flush_state
 CLOSED_MODEL = "closed MVA: CPU m-server + devices + delays, WAL flush as a layered group-commit server"
 OPEN_MODEL = "open network: CPU M/M/m (Erlang C) + devices M/M/1 + delays, WAL flush as a group-commit server"
 LN20, LN100 = math.log(20), math.log(100)
+WAL_FLUSH = "WAL flush"  # the one-flusher software server
 
 
 @dataclass(frozen=True)
@@ -107,17 +108,17 @@ def _demands(model: DbModel, cfg: Config) -> _Demands:
     if cfg.disks:
         total = sum(devices.values())
         devices = {f"disk {i + 1} of {cfg.disks}": total / cfg.disks for i in range(cfg.disks)}
-        wal = "disk 1 of %d" % cfg.disks if model.wal_device else None
+        wal = f"disk 1 of {cfg.disks}" if model.wal_device else None
     if wal and wal not in devices:
         devices[wal] = 0.0
     return _Demands(cpu, devices, model.flush_cpu_s / cfg.cpu_speed, model.flush_device_s / cfg.disk_speed, wal)
 
 
 def _stations(d: _Demands, flushes: float, cores: int) -> list[mva.Station]:
+    """CPU carries the flushes' CPU too (it competes with the backends); devices carry only the other IO: one
+    flusher never queues behind its own writes, so the flush's device time is part of the flush server."""
     out = [mva.Station("CPU", demand=max(d.cpu + flushes * d.flush_cpu, 1e-12), servers=max(1, cores))]
-    for name, v in d.devices.items():
-        extra = flushes * d.flush_device if name == d.wal_station else 0.0
-        out.append(mva.Station(name, demand=max(v + extra, 1e-12)))
+    out += [mva.Station(name, demand=max(v, 1e-12)) for name, v in d.devices.items()]
     return out
 
 
@@ -126,6 +127,21 @@ def _shape(model: DbModel, r: float, r0: float) -> tuple[float, float]:
     (p95 = 3.0 x mean, p99 = 4.6 x mean) for the queueing delay on top of it."""
     queue = max(0.0, r - r0)
     return r0 * model.p95_over_mean + queue * LN20, r0 * model.p99_over_mean + queue * LN100
+
+
+def _flush_time(d: _Demands, s_cpu: float, wal_util_other: float) -> float:
+    """One flush: its CPU stretched like any CPU work, its device time slowed by the device's other IO."""
+    return d.flush_cpu * s_cpu + d.flush_device / max(1e-6, 1 - min(wal_util_other, 0.999999))
+
+
+def _utilizations(names: list[str], busy: list[float], d: _Demands, rate: float, flushes: float, flush_s: float,
+                  q: float) -> dict[str, float]:
+    util = dict(zip(names, busy, strict=True))
+    if q > 0:
+        if d.wal_station:
+            util[d.wal_station] = util.get(d.wal_station, 0.0) + rate * flushes * d.flush_device
+        util[WAL_FLUSH] = min(1.0, rate * flushes * flush_s)
+    return util
 
 
 def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Config | None = None) -> Prediction:
@@ -137,21 +153,22 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     n = int(round(jobs))
     d = _demands(model, cfg)
     q = model.flush_requests
-    b, s_cpu, s_dev, x = 1.0, 1.0, 1.0, 0.0
+    b, s_cpu, x, wal_other = 1.0, 1.0, 0.0, 0.0
+    flush_s = _flush_time(d, 1.0, 0.0)
+    wait = flush_s if q > 0 else 0.0
+    names: list[str] = []
     result = None
-    flush_s = 0.0
-    wait = (d.flush_cpu + d.flush_device) if q > 0 else 0.0
     for _ in range(500):
         f = q / b
-        flush_s = d.flush_cpu * s_cpu + d.flush_device * s_dev
-        extra = q * wait - f * flush_s  # a commit waits for its whole batch's flush, not only its share
+        flush_s = _flush_time(d, s_cpu, wal_other)
+        extra = q * wait - f * d.flush_cpu * s_cpu  # the whole batch's flush, less the CPU share already queued
         stations = _stations(d, f, cfg.cores)
+        names = [s.name for s in stations]
         result = mva.exact_mva(stations, n, think_time=z + model.delay_s + model.client_s + extra)
         x_new = result.throughput
         s_cpu = result.residence_times[0] / stations[0].total_demand
         if d.wal_station:
-            i = [s.name for s in stations].index(d.wal_station)
-            s_dev = result.residence_times[i] / stations[i].total_demand
+            wal_other = result.utilizations[names.index(d.wal_station)]
         if q <= 0:
             x = x_new
             break
@@ -168,9 +185,7 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     assert result is not None
     stations = _stations(d, q / b, cfg.cores)
     r = n / x - z
-    util = dict(zip([s.name for s in stations], result.utilizations, strict=True))
-    if q > 0:
-        util["WAL flush (one flusher)"] = min(1.0, x * (q / b) * flush_s)
+    util = _utilizations(names, result.utilizations, d, x, q / b, flush_s, q)
     r0 = _no_queue_response(model, d)
     p95, p99 = _shape(model, r, r0)
     return _prediction(CLOSED_MODEL, model, jobs, None, z, False, x, r, p95, p99, util, r0, q, b, stations)
@@ -189,38 +204,40 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
     cfg = config or Config(model.cores)
     d = _demands(model, cfg)
     q = model.flush_requests
-    b, s_cpu, s_dev, busy = 1.0, 1.0, 1.0, 0.0
+    b, busy, r = 1.0, 0.0, 0.0
     r0 = _no_queue_response(model, d)
+    flush_s = _flush_time(d, 1.0, 0.0)
+    stations = _stations(d, q, cfg.cores)
+    util: dict[str, float] = {}
     for _ in range(500):
         f = q / b
         stations = _stations(d, f, cfg.cores)
-        util = {s.name: rate * s.total_demand / (s.servers if s.name == "CPU" else 1) for s in stations}
+        util = {s.name: rate * s.total_demand / s.servers for s in stations}
+        if d.wal_station and q > 0:
+            total_wal = util[d.wal_station] + rate * f * d.flush_device
+            if total_wal >= 1:
+                util[d.wal_station] = total_wal
         if max(util.values()) >= 1:
-            bottleneck = max(util, key=lambda k: util[k])
             return _prediction(OPEN_MODEL, model, None, rate, 0.0, True, None, None, None, None, util, r0, q, b,
-                               stations, bottleneck)
+                               stations, max(util, key=lambda k: util[k]))
         res = {}
         for s in stations:
-            if s.name == "CPU":
-                a = rate * s.total_demand
-                wait = erlang_c(s.servers, a) * s.total_demand / (s.servers * (1 - util["CPU"]))
+            if s.servers > 1:
+                wait = erlang_c(s.servers, rate * s.total_demand) * s.total_demand / (s.servers * (1 - util[s.name]))
                 res[s.name] = s.total_demand + wait
             else:
                 res[s.name] = s.total_demand / (1 - util[s.name])
         s_cpu = res["CPU"] / stations[0].total_demand
-        if d.wal_station:
-            s_dev = res[d.wal_station] / max(1e-12, next(s.total_demand for s in stations if s.name == d.wal_station))
-        flush_s = d.flush_cpu * s_cpu + d.flush_device * s_dev
+        flush_s = _flush_time(d, s_cpu, util.get(d.wal_station, 0.0) if d.wal_station else 0.0)
         a = rate * q * flush_s
         b_new = a + math.exp(-a) if q > 0 else 1.0
         busy = rate * (q / b_new) * flush_s
         wait = flush_s * (1 + busy / 2)
-        r = sum(res.values()) + model.delay_s + model.client_s + q * wait - f * flush_s
+        r = sum(res.values()) + model.delay_s + model.client_s + q * wait - f * d.flush_cpu * s_cpu
         if abs(b_new - b) <= 1e-9:
             break
         b = 0.5 * b + 0.5 * b_new
-    if q > 0:
-        util["WAL flush (one flusher)"] = min(1.0, busy)
+    util = _utilizations(list(util), list(util.values()), d, rate, q / b, flush_s, q)
     p95, p99 = _shape(model, r, r0)
     return _prediction(OPEN_MODEL, model, None, rate, 0.0, False, rate, r, p95, p99, util, r0, q, b, stations)
 

@@ -58,10 +58,8 @@ def flush_state(jobs: float, flush_s: float, request_gap_s: float, flushes_per_s
     p = 1 - math.exp(-flush_s / request_gap_s) if request_gap_s > 0 else 1.0
     b = batch_size(jobs, p)
     next_flush_runs = 1 - (1 - p) ** max(0.0, jobs - b)
-    if p > 0 and request_gap_s > 0:
-        into_flush = request_gap_s - flush_s * (1 - p) / p  # E[t | t < F] for exponential t
-    else:
-        into_flush = 0.0
+    # E[t | t < F] for an exponential request gap t
+    into_flush = request_gap_s - flush_s * (1 - p) / p if p > 0 and request_gap_s > 0 else 0.0
     rest = max(0.0, flush_s - into_flush)
     busy = min(1.0, flushes_per_s * flush_s)
     return FlushState(b, p, flush_s + p * next_flush_runs * rest, busy)

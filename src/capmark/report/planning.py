@@ -1,0 +1,122 @@
+"""Console tables for calibrate, whatif, size and anticipate (the JSON documents are the source)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:+.1f}"
+
+
+def num(v: float | None, digits: int = 1) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v * 1000:.3f}"
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == len(columns) - 1 else "right")
+    return table
+
+
+def print_calibration(t: dict[str, Any], console: Console) -> None:
+    table = _table(f"{t['workload']}: measured vs model (calibrated on {t['calibrated_from_jobs']} jobs)",
+                   ["jobs", "X meas", "X model", "X err %", "R meas ms", "R model ms", "R err %", "p95 err %",
+                    "CPU meas %", "CPU model %", "batch meas", "batch model", "bottleneck / invalid"])
+    for r in t["steps"]:
+        m, p, e = r["measured"], r["model"], r["error_pct"]
+        mark = "*" if r["calibration"] else ("!" if not r["valid"] else "")
+        table.add_row(f"{r['jobs']}{mark}", num(m["throughput"], 0), num(p["throughput"], 0), pct(e["throughput"]),
+                      ms(m["response_time_s"]), ms(p["response_time_s"]), pct(e["response_time_s"]), pct(e["p95_s"]),
+                      num(m["cpu_busy_pct"]), num(p["cpu_busy_pct"]), num(r["batch"]["measured"], 2),
+                      num(r["batch"]["model"], 2), "; ".join(r["invalid_because"]) or p["bottleneck"])
+    console.print(table)
+    v, c = t["verdict"], t["calibration"]
+    say = console.print
+    say(f"  model: {t['model']}", highlight=False)
+    say(f"  calibration: CPU {c['cpu_s'] * 1e6:.1f} us/unit outside flushes on {c['cores']} cores; WAL flush "
+        f"requests {c['flush_requests']:.3f}/unit, flush CPU {c['flush_cpu_s'] * 1e6:.1f} us + device "
+        f"{c['flush_device_s'] * 1e6:.1f} us; delay {c['delay_s'] * 1e6:.1f} us", highlight=False)
+    for note in c["notes"]:
+        say(f"  note: {note}", highlight=False)
+    say(f"  verdict over steps {v['steps_scored']}: throughput error median {num(v['throughput']['median_abs_pct'])} %, "
+        f"max {num(v['throughput']['max_abs_pct'])} %; response time median "
+        f"{num(v['response_time_s']['median_abs_pct'])} %, max {num(v['response_time_s']['max_abs_pct'])} %; CPU "
+        f"within {num(v['cpu_busy_max_points'])} points (* calibration, ! invalid step, excluded)", highlight=False)
+    say(f"  {t['p95_note']}", highlight=False)
+    u = t["usl"]
+    say("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}. {u['summary']}"
+                     if "sigma" in u else u["note"]), highlight=False)
+    pr = t.get("prediction")
+    if pr:
+        say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
+            f"{pr['max_throughput_jobs']} jobs; knee ({pr['knee_rule']}) at "
+            f"{pr['knee_jobs'] if pr['knee_jobs'] else 'not reached'} jobs; bottleneck {pr['bottleneck']}",
+            highlight=False)
+
+
+def _util(p: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(p["utilizations"].items(), key=lambda kv: -kv[1]))
+
+
+def print_whatif(t: dict[str, Any], console: Console) -> None:
+    b = t["baseline"]
+    table = _table(f"{t['workload']}: what if (baseline {b['jobs']} jobs, {num(b['throughput'], 0)} {t['unit']}/s)",
+                   ["scenario", "X", "X chg %", "R ms", "R chg %", "p95 ms", "stretch", "headroom %", "bottleneck",
+                    "utilization"])
+    for s in t["scenarios"]:
+        p, c = s["prediction"], s["change_vs_baseline_pct"]
+        x = "saturated" if p["saturated"] else num(p["throughput"], 0)
+        table.add_row(s["name"], x, pct(c.get("throughput")), ms(p["response_time_s"]), pct(c.get("response_time_s")),
+                      ms(p["p95_s"]), num(p["stretch"], 2), num(p["headroom"] * 100 if p["headroom"] is not None
+                                                                  else None, 0), p["bottleneck"], _util(p))
+    console.print(table)
+    console.print(f"  models: closed rows {t['scenarios'][0]['prediction']['model']}; growth rows the open model; "
+                  f"calibrated on {t['model']} jobs", highlight=False)
+
+
+def print_size(t: dict[str, Any], console: Console) -> None:
+    sla = t["sla"]["text"]
+    say = console.print
+    say(f"{t['workload']}: sizing for {sla} (model calibrated on {t['calibrated_from']} jobs)", highlight=False)
+    if t["max_jobs"]:
+        at, more = t["at_max_jobs"], t["one_more_job"]
+        say(f"  most jobs within the SLA: {t['max_jobs']} ({num(at['throughput'], 0)} {t['unit']}/s, mean "
+            f"{ms(at['response_time_s'])} ms, p95 {ms(at['p95_s'])} ms); {t['max_jobs'] + 1} jobs: p95 "
+            f"{ms(more['p95_s'])} ms, mean {ms(more['response_time_s'])} ms", highlight=False)
+    else:
+        say("  even one job misses the SLA on the measured platform", highlight=False)
+    if t["at_max_rate"]:
+        r = t["at_max_rate"]
+        say(f"  highest arrival rate within the SLA (open model): {num(t['max_rate'], 0)} {t['unit']}/s "
+            f"(bottleneck {r['bottleneck']} at {r['utilizations'][r['bottleneck']] * 100:.0f}%)", highlight=False)
+    tg = t["target"]
+    if tg:
+        if tg["meets_now"]:
+            say(f"  at {num(tg['target_rate'], 0)}/s the measured platform meets the SLA", highlight=False)
+        else:
+            o = tg["options"]
+            parts = [f"{o['cores']['value']} cores" if o["cores"]["value"] else "no core count up to 1024",
+                     f"CPU speed x{o['cpu_speed']['value']:.2f}" if o["cpu_speed"]["value"] else "no CPU speed-up to x64",
+                     f"disk speed x{o['disk_speed']['value']:.2f}" if o["disk_speed"]["value"]
+                     else "no disk speed-up to x64"]
+            say(f"  at {num(tg['target_rate'], 0)}/s the SLA needs one of: {'; '.join(parts)}; smallest change: "
+                f"{tg['smallest'] or 'none of them alone'}", highlight=False)
+
+
+def print_anticipation(t: dict[str, Any], console: Console) -> None:
+    m, c = t["measured"], t["change"]
+    console.print(f"{t['workload']}: {t['formula']}; S = {ms(t['service_time_s'])} ms (at {t['service_time_from_jobs']} "
+                  f"job), measured {num(m['rate'], 0)}/s at {m['jobs']} jobs with R {ms(m['response_time_s'])} ms -> "
+                  f"effective M = {t['effective_servers']:.2f}", highlight=False)
+    after = "saturated (S*lambda/M >= 1)" if c["saturated"] else f"R {ms(c['response_time_s'])} ms"
+    console.print(f"  after the change (S {ms(c['service_time_s'])} ms, lambda {num(c['rate'], 0)}/s, M "
+                  f"{c['servers']:.2f}): {after}", highlight=False)
