@@ -43,7 +43,7 @@ def environment_section(run: RunResult) -> Section:
     return Section("Environment", _render("environment.html.j2", run=run), "environment")
 
 
-def test_section(test: TestResult) -> Section:
+def test_section(run: RunResult, test: TestResult) -> Section:
     cols = [kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS]
     rows, reasons = [], {}
     for step in test.steps:
@@ -65,7 +65,7 @@ def test_section(test: TestResult) -> Section:
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 
-def demands_section(test: TestResult) -> Section | None:
+def demands_section(run: RunResult, test: TestResult) -> Section | None:
     if not test.steps:
         return None
     from capmark.report.demands import test_document
@@ -79,25 +79,40 @@ def demands_section(test: TestResult) -> Section | None:
     return Section(f"Service demands: {test.workload}", html, f"demands-{test.ordinal}")
 
 
-def model_section(test: TestResult) -> Section | None:
-    if not [s for s in test.steps if s.status == "ok"]:
-        return None
-    from capmark.plan.calibrate import validate
+def model_section(run: RunResult, test: TestResult) -> Section | None:
+    from capmark.errors import CapmarkError
+    from capmark.plan.anticipate import anticipate
+    from capmark.plan.calibrate import calibrate, validate
+    from capmark.plan.predict import curve
+    from capmark.store import load_derived
 
-    doc = validate(test)
-    html = _render("model.html.j2", doc=doc, fmt=fmt, unit=test.unit,
-                   chart=Markup(plots.measured_vs_model(doc, test.throughput_label)))
+    try:
+        doc = validate(test)
+        doc["prediction"] = curve(calibrate(test), 2 * max(s.jobs for s in test.steps)).to_dict()
+    except CapmarkError as err:
+        return Section(f"Model: {test.workload}", Markup("<p>{}</p>").format(str(err)), f"model-{test.ordinal}")
+    charts = [plots.measured_vs_model(doc, test.throughput_label), plots.model_response_vs_jobs(doc),
+              plots.utilization_vs_throughput(doc)]
+    try:
+        quick = anticipate(test)
+        charts.append(plots.anticipation(quick))
+    except CapmarkError as err:
+        quick = {"note": str(err)}
+    folder = Path(run.folder)
+    html = _render("model.html.j2", doc=doc, fmt=fmt, unit=test.unit, quick=quick,
+                   whatif=load_derived(folder, "whatif").get(test.ordinal),
+                   size=load_derived(folder, "size").get(test.ordinal), charts=[Markup(c) for c in charts])
     return Section(f"Model: {test.workload}", html, f"model-{test.ordinal}")
 
 
 SECTIONS: list[Callable[[RunResult], Section | None]] = [summary_section, environment_section]
-TEST_SECTIONS: list[Callable[[TestResult], Section | None]] = [test_section, demands_section, model_section]
+TEST_SECTIONS: list[Callable[[RunResult, TestResult], Section | None]] = [test_section, demands_section, model_section]
 
 
 def render(run: RunResult) -> str:
     sections = [s for s in (f(run) for f in SECTIONS) if s]
     for test in run.tests:
-        sections.extend(s for s in (f(test) for f in TEST_SECTIONS) if s)
+        sections.extend(s for s in (f(run, test) for f in TEST_SECTIONS) if s)
     return _env().get_template("report.html.j2").render(run=run, sections=sections)
 
 

@@ -100,17 +100,93 @@ def throughput_series(step: StepResult, label: str) -> str:
 
 
 def measured_vs_model(doc: dict, label: str) -> str:
-    """Throughput vs jobs: measurements, the calibrated queueing model and the USL fit."""
+    """Throughput vs jobs: measurements, the calibrated queueing model (at the steps and beyond) and the USL."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
-    jobs = [r["jobs"] for r in doc["steps"]]
-    ax.plot(jobs, [r["measured"]["throughput"] for r in doc["steps"]], "o", label="measured")
-    ax.plot(jobs, [r["model"]["throughput"] for r in doc["steps"]], "-", label="queueing model")
+    steps = doc["steps"]
+    ok = [r for r in steps if r["valid"]]
+    bad = [r for r in steps if not r["valid"]]
+    ax.plot([r["jobs"] for r in ok], [r["measured"]["throughput"] for r in ok], "o", label="measured")
+    if bad:
+        ax.plot([r["jobs"] for r in bad], [r["measured"]["throughput"] for r in bad], "x", color="grey",
+                label="measured (invalid)")
+    curve = doc.get("prediction", {}).get("points") or []
+    if curve:
+        ax.plot([p["jobs"] for p in curve], [p["throughput"] for p in curve], "-", label="queueing model")
+    else:
+        ax.plot([r["jobs"] for r in steps], [r["model"]["throughput"] for r in steps], "-", label="queueing model")
     if "predicted" in doc.get("usl", {}):
-        valid = [r["jobs"] for r in doc["steps"] if r["valid"]]
-        ax.plot(valid, doc["usl"]["predicted"], "--", label="USL")
+        top = max([p["jobs"] for p in curve] + [r["jobs"] for r in steps])
+        grid = [1 + i * (top - 1) / 60 for i in range(61)]
+        u = doc["usl"]
+        ax.plot(grid, [u["lambda"] * n / (1 + u["sigma"] * (n - 1) + u["kappa"] * n * (n - 1)) for n in grid], "--",
+                label="USL")
     ax.set_xlabel("jobs")
     ax.set_ylabel(label)
     ax.set_ylim(bottom=0)
-    ax.set_title("Measured vs model")
+    ax.set_title("Throughput: measured vs model")
+    ax.legend()
+    return _svg(fig)
+
+
+def model_response_vs_jobs(doc: dict) -> str:
+    """Mean response time vs jobs, measured and modelled, with the knee (R = 2 x its one-job value)."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    steps = [r for r in doc["steps"] if r["valid"]]
+    ax.plot([r["jobs"] for r in steps], [r["measured"]["response_time_s"] * 1000 for r in steps], "o",
+            label="measured mean")
+    ax.plot([r["jobs"] for r in steps], [r["measured"]["p95_s"] * 1000 for r in steps], "^", label="measured p95")
+    curve = doc.get("prediction", {}).get("points") or []
+    ax.plot([p["jobs"] for p in curve], [p["response_time_s"] * 1000 for p in curve], "-", label="model mean")
+    ax.plot([p["jobs"] for p in curve], [p["p95_s"] * 1000 for p in curve], ":", label="model p95")
+    knee = doc.get("prediction", {}).get("knee_jobs")
+    if knee:
+        ax.axvline(knee, color="grey", linestyle="--", linewidth=0.8)
+        ax.annotate(f"knee {knee}", (knee, ax.get_ylim()[1] * 0.9), fontsize=8)
+    ax.set_xlabel("jobs")
+    ax.set_ylabel("response time (ms)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Response time: measured vs model")
+    ax.legend()
+    return _svg(fig)
+
+
+def utilization_vs_throughput(doc: dict) -> str:
+    """Busy % of the CPU and every device against throughput: measured points, model lines."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    steps = [r for r in doc["steps"] if r["valid"]]
+    curve = doc.get("prediction", {}).get("points") or []
+    names = sorted({k for p in curve for k in p["utilizations"]})
+    for i, name in enumerate(names):
+        color = f"C{i}"
+        ax.plot([p["throughput"] for p in curve], [p["utilizations"].get(name, 0) * 100 for p in curve], "-",
+                color=color, label=f"{name} (model)")
+        measured = [(r["measured"]["throughput"], r["measured"]["cpu_busy_pct"] if name == "CPU"
+                     else r["measured"]["device_util_pct"].get(name)) for r in steps]
+        pts = [(x, y) for x, y in measured if y is not None]
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "o", color=color)
+    ax.set_xlabel("throughput (units/s)")
+    ax.set_ylabel("busy %")
+    ax.set_ylim(0, 105)
+    ax.set_title("Utilization vs throughput (points measured)")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def anticipation(doc: dict) -> str:
+    """Seed 001's quick curve through the measured point, and after the change."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    ax.plot([p["rate"] for p in doc["curve"]], [p["response_time_s"] * 1000 for p in doc["curve"]], "-",
+            label=f"M = {doc['effective_servers']:.2f}")
+    m = doc["measured"]
+    ax.plot([m["rate"]], [m["response_time_s"] * 1000], "o", label=f"measured ({m['jobs']} jobs)")
+    c = doc["change"]
+    if c["service_time_s"] != doc["service_time_s"] or c["servers"] != doc["effective_servers"]:
+        ax.plot([p["rate"] for p in c["curve"]], [p["response_time_s"] * 1000 for p in c["curve"]], "--",
+                label="after the change")
+    ax.set_xlabel("arrival rate (units/s)")
+    ax.set_ylabel("response time (ms)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Quick anticipation R = S / (1 - (S λ / M)^M)")
     ax.legend()
     return _svg(fig)
