@@ -321,7 +321,7 @@ def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from
     changes = {k: v for k, v in (changes or {}).items() if v is not None}
     scenarios = load_scenarios(scenario_file) if scenario_file else []
     if changes:
-        scenarios = expand("scenario", changes) + scenarios
+        scenarios = expand("", changes) + scenarios
     if not scenarios:
         raise CapmarkError("Give at least one change (e.g. --growth 20%x3, --cpus 4, --disk-speed 2) or "
                            "--scenarios FILE.toml.")

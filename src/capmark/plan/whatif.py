@@ -111,14 +111,15 @@ def scenario(name: str, growth: float | None = None, **changes: Any) -> Scenario
 
 
 def expand(name: str, changes: dict[str, Any]) -> list[Scenario]:
-    """One scenario, or one per growth period when the changes include growth ('20%x3')."""
+    """One scenario, or one per growth period when the changes include growth ('20%x3'); without a name
+    it is called after its changes ('cpus 4, jobs 8'), growth periods after the growth (BL+20%)."""
     changes = dict(changes)
     growth = changes.pop("growth", None)
+    label = name or ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changes.items())
     if growth is None:
-        return [scenario(name, **changes)]
+        return [scenario(label, **changes)]
     factors = parse_growth(growth)
-    return [scenario(growth_name(g) if name == "scenario" else f"{name} {growth_name(g)}", g, **changes)
-            for g in factors]
+    return [scenario(f"{label} {growth_name(g)}".strip(), g, **changes) for g in factors]
 
 
 def load_scenarios(path: Path) -> list[Scenario]:

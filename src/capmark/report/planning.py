@@ -23,7 +23,8 @@ def ms(v: float | None) -> str:
 def _table(title: str, columns: list[str]) -> Table:
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == len(columns) - 1 else "right")
+        last = i == len(columns) - 1
+        table.add_column(col, justify="left" if last else "right", no_wrap=i == 0, overflow="fold" if last else "ellipsis")
     return table
 
 
