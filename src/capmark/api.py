@@ -340,7 +340,7 @@ def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_te
          from_jobs: list[int] | None = None, target_tps: float | None = None, save: bool = False) -> dict:
     """Per test: the most jobs and the highest arrival rate within the SLA on the measured platform, and for a
     target rate the smallest single change that meets it."""
-    from capmark.plan.sizing import max_jobs, max_rate, parse_sla, smallest_change
+    from capmark.plan.sizing import MAX_JOBS, max_jobs, max_rate, parse_sla, smallest_change
 
     sla = parse_sla(sla_text)
     if target_tps is not None and target_tps <= 0:
@@ -354,6 +354,7 @@ def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_te
                                                                 "text": sla.text},
                "calibrated_from": model.calibrated_from, "think_s": model.think_s,
                "max_jobs": jobs, "at_max_jobs": at.to_dict() if at else None, "one_more_job": beyond.to_dict(),
+               "search_limit_reached": jobs >= MAX_JOBS,
                "max_rate": rate, "at_max_rate": at_rate.to_dict() if at_rate else None,
                "target": smallest_change(model, sla, target_tps) if target_tps else None}
         docs.append((t.ordinal, doc))

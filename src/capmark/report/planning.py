@@ -88,7 +88,11 @@ def print_size(t: dict[str, Any], console: Console) -> None:
     sla = t["sla"]["text"]
     say = console.print
     say(f"{t['workload']}: sizing for {sla} (model calibrated on {t['calibrated_from']} jobs)", highlight=False)
-    if t["max_jobs"]:
+    if t["search_limit_reached"]:
+        at = t["at_max_jobs"]
+        say(f"  the SLA holds at every load up to {t['max_jobs']} jobs (the search limit): the predicted figure stops "
+            f"growing (p95 {ms(at['p95_s'])} ms, mean {ms(at['response_time_s'])} ms there)", highlight=False)
+    elif t["max_jobs"]:
         at, more = t["at_max_jobs"], t["one_more_job"]
         say(f"  most jobs within the SLA: {t['max_jobs']} ({num(at['throughput'], 0)} {t['unit']}/s, mean "
             f"{ms(at['response_time_s'])} ms, p95 {ms(at['p95_s'])} ms); {t['max_jobs'] + 1} jobs: p95 "
