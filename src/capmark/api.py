@@ -363,6 +363,14 @@ def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_te
     return {"schema": "capmark.size/1", "run": run_result.run_id, "tests": [d for _, d in docs]}
 
 
+def diagnose(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> dict:
+    """Bottleneck signatures and self-checks of a stored run (or one test), as the capmark.diagnose/1 document."""
+    from capmark.diagnose.diagnosis import diagnose_run
+
+    run_result, tests = tests_of(ref, results_dir)
+    return diagnose_run(run_result, tests)
+
+
 def anticipate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, at_jobs: int | None = None,
                service_factor: float = 1.0, rate_factor: float = 1.0, servers: float | None = None) -> dict:
     """Seed 001's quick response-time curve through a measured step, before and after a change."""

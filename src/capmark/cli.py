@@ -304,6 +304,21 @@ def size(
 
 
 @app.command()
+def diagnose(run_ref: RunTestArg = None, results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+             fmt: FormatOpt = Format.table) -> None:
+    """Name what limits the system (bottleneck signatures) and check every step's own validity."""
+    from capmark.report.diagnosis import print_diagnosis
+
+    doc = api.diagnose(run_ref, results_dir)
+    if fmt == Format.json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = Console()
+    for t in doc["tests"]:
+        print_diagnosis(t, console)
+
+
+@app.command()
 def anticipate(
     run_ref: RunTestArg = None,
     at: Annotated[int | None, typer.Option("--at", help="Measured step (jobs) to fit (default: the highest valid).")]

@@ -34,6 +34,8 @@ class StepResult:
     kpm: dict[str, Any] = field(default_factory=dict)
     pacing: dict[str, float] = field(default_factory=dict)  # client side: think_s, rate (0 = closed loop)
     schedule_lag: LatencyHistogram | None = None  # open loop: how late units started
+    background_series: list[dict[str, float]] = field(default_factory=list)  # per second: checkpoint, autovacuum
+    memory_series: list[dict[str, Any]] = field(default_factory=list)  # per interval: rss of every instance process
 
     @property
     def units(self) -> int:

@@ -19,6 +19,14 @@ class Samples:
     wait_samples: int = 0
     os_series: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # per second of the window: [samples, checkpointer busy, autovacuum running]
+    background: dict[int, list[int]] = field(default_factory=dict)
+    memory_series: list[dict[str, Any]] = field(default_factory=list)  # {"t", "rss": {pid: [role, bytes]}}
+
+    def background_series(self) -> list[dict[str, float]]:
+        """Share of each second's samples in which a checkpoint was being written or autovacuum ran."""
+        return [{"t": second + 1, "checkpoint": busy / n, "autovacuum": vac / n}
+                for second, (n, busy, vac) in sorted(self.background.items()) if n]
 
 
 class Sampler(threading.Thread):
@@ -26,13 +34,17 @@ class Sampler(threading.Thread):
 
     WAIT_HZ = 10.0
 
-    def __init__(self, conn: psycopg.Connection | None, backend_pids: list[int], os_local: bool) -> None:
+    def __init__(self, conn: psycopg.Connection | None, backend_pids: list[int], os_local: bool,
+                 postmaster_pid: int | None = None, memory_every_s: float = 60.0) -> None:
         super().__init__(name="capmark-sampler", daemon=True)
         self.conn = conn
         self.pids = backend_pids
         self.os_local = os_local
+        self.postmaster_pid = postmaster_pid if os_local else None
+        self.memory_every_s = memory_every_s
         self.samples = Samples()
         self._halt = threading.Event()
+        self._start = 0.0
 
     def stop(self) -> Samples:
         self._halt.set()
@@ -41,8 +53,9 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         period = 1.0 / self.WAIT_HZ
-        start = time.monotonic()
+        start = self._start = time.monotonic()
         next_os = start + 1.0
+        next_memory = start
         last_os = oscollect.read_proc_stat() if self.os_local else None
         tick = 0
         while not self._halt.is_set():
@@ -50,6 +63,9 @@ class Sampler(threading.Thread):
             if self.conn is not None:
                 self._sample_waits()
             now = time.monotonic()
+            if self.postmaster_pid and now >= next_memory:
+                self._sample_memory(now - start)
+                next_memory += self.memory_every_s
             if last_os is not None and now >= next_os:
                 current = oscollect.read_proc_stat()
                 pct = oscollect.cpu_percentages(last_os.cpu, current.cpu)
@@ -62,17 +78,32 @@ class Sampler(threading.Thread):
                 next_os += 1.0
             self._halt.wait(max(0.0, start + tick * period - time.monotonic()))
 
+    def _sample_memory(self, t: float) -> None:
+        procs = oscollect.sample_instance(self.postmaster_pid).procs if self.postmaster_pid else {}
+        self.samples.memory_series.append({"t": round(t, 1),
+                                           "rss": {str(pid): [role, rss] for pid, (role, _u, _s, rss) in procs.items()}})
+
     def _sample_waits(self) -> None:
         try:
             rows = self.conn.execute(
-                "select state, wait_event_type, wait_event from pg_stat_activity where pid = any(%s)",
-                (self.pids,), prepare=True).fetchall()
+                "select pid = any(%s), state, wait_event_type, wait_event, backend_type from pg_stat_activity "
+                "where pid = any(%s) or backend_type in ('checkpointer', 'autovacuum worker')",
+                (self.pids, self.pids), prepare=True).fetchall()
         except psycopg.Error as err:
             self.samples.errors.append(str(err).splitlines()[0])
             self.conn = None
             return
         self.samples.wait_samples += 1
-        for state, wtype, event in rows:
+        second = int(time.monotonic() - self._start)
+        bg = self.samples.background.setdefault(second, [0, 0, 0])
+        bg[0] += 1
+        vacuum = False
+        for mine, state, wtype, event, backend_type in rows:
+            if not mine:
+                if backend_type == "checkpointer" and event != "CheckpointerMain":
+                    bg[1] += 1  # idle checkpointers wait on CheckpointerMain; anything else is checkpoint work
+                vacuum = vacuum or backend_type == "autovacuum worker"
+                continue
             if state != "active":
                 key = f"Client:{state or 'unknown'}"
             elif wtype:
@@ -80,3 +111,4 @@ class Sampler(threading.Thread):
             else:
                 key = "CPU"
             self.samples.waits[key] += 1
+        bg[2] += int(vacuum)

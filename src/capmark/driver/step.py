@@ -109,7 +109,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         os_before = _os_reading(ctx) if os_local else None
         drv_before = oscollect.own_cpu_seconds()
         sampler = Sampler(connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None,
-                          pids, os_local and plan.collectors)
+                          pids, os_local and plan.collectors, ctx.info.postmaster_pid,
+                          memory_every_s=min(60.0, max(1.0, plan.duration_s / 20)))
         sampler_cpu0 = _backend_cpu(sampler.conn) if os_local else None
         schedule.measure_start = time.time()
         schedule.measure_end = schedule.measure_start + plan.duration_s
@@ -161,6 +162,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         round_trips=sum(j.tally.round_trips for j in jobs), notes=notes + samples.errors,
         pacing={"think_s": plan.think_s, "rate": plan.rate},
         schedule_lag=merge_all([j.tally.lag for j in jobs]) if plan.rate else None,
+        background_series=samples.background_series(), memory_series=samples.memory_series,
     )
     if os_before and os_after:
         result.os = _os_summary(os_before, os_after)

@@ -7,10 +7,44 @@ time disagree with Little's law (N = X (R + Z)) has a hole in its bookkeeping.
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
+
 from capmark.results import StepResult
 
 DRIVER_SATURATED = 0.9  # driver CPU in cores: one Python process runs one thread at a time
 LITTLE_TOLERANCE = 0.05
+# this 2-vCPU VM shows 1 s coefficients of variation up to 0.18 and fitted trends up to 30 % in clean steps
+UNSTABLE_CV = 0.25
+UNSTABLE_TREND = 0.35
+WARMUP_SHORTFALL = 0.6
+
+
+@dataclass(frozen=True)
+class Stability:
+    cv: float  # standard deviation / mean of the 1 s throughput
+    trend: float  # fitted change first -> last second, relative to the mean
+    r_squared: float  # of the linear fit
+    opening: float  # mean of the first tenth of the window / median of the rest
+
+
+def stability(series: list[int]) -> Stability | None:
+    """How steady a step's 1 s throughput was (the last second, often partial, left out)."""
+    u = [float(v) for v in series[:-1]] if len(series) > 3 else [float(v) for v in series]
+    if len(u) < 4 or not any(u):
+        return None
+    n, mean = len(u), statistics.fmean(u)
+    if mean <= 0:
+        return None
+    mx = (n - 1) / 2
+    sxx = sum((x - mx) ** 2 for x in range(n))
+    slope = sum((x - mx) * (y - mean) for x, y in zip(range(n), u, strict=True)) / sxx
+    ss_tot = sum((y - mean) ** 2 for y in u)
+    ss_res = sum((y - mean - slope * (x - mx)) ** 2 for x, y in zip(range(n), u, strict=True))
+    head = max(1, n // 10)
+    rest = statistics.median(u[head:])
+    return Stability(statistics.pstdev(u) / mean, slope * (n - 1) / mean, 1 - ss_res / ss_tot if ss_tot else 0.0,
+                     statistics.fmean(u[:head]) / rest if rest else 1.0)
 
 
 def little_gap(step: StepResult) -> float | None:
@@ -39,6 +73,14 @@ def problems(step: StepResult) -> list[str]:
     lag = step.schedule_lag.summary() if step.schedule_lag is not None and step.schedule_lag.total else None
     if lag and lag["p50_s"] is not None and lag["p50_s"] > max(1e-3, 2 * (step.latency.mean_s or 0.0)):
         out.append(f"the open loop fell behind its schedule (median start delay {lag['p50_s'] * 1000:.1f} ms)")
+    st = stability(step.series_units)
+    if st is not None:
+        if st.cv > UNSTABLE_CV:
+            out.append(f"the step was unstable: its 1 s throughput varied by {st.cv:.0%} (coefficient of variation)")
+        elif abs(st.trend) > UNSTABLE_TREND and st.r_squared > 0.5:
+            out.append(f"the step was unstable: its 1 s throughput drifted by {st.trend:+.0%} over the window")
+        elif st.opening < WARMUP_SHORTFALL:
+            out.append(f"the warm-up was too short: the window's first seconds ran at {st.opening:.0%} of the rest")
     gap = little_gap(step)
     if gap is not None and abs(gap) > LITTLE_TOLERANCE:
         out.append(f"Little's law does not balance: jobs / (throughput x (response + think)) is off by {gap:+.0%}")

@@ -35,6 +35,18 @@ def _render(template: str, **kw: object) -> Markup:
     return Markup(_env().get_template(template).render(**kw))
 
 
+def diagnosis_section(run: RunResult) -> Section | None:
+    from capmark.diagnose.diagnosis import diagnose_run
+
+    doc = diagnose_run(run)
+    if not doc["tests"]:
+        return None
+    for t in doc["tests"]:
+        for f in t["findings"]:
+            f["svg"] = Markup(plots.finding_chart(f)) if f["chart"] else ""
+    return Section("Diagnosis", _render("diagnosis.html.j2", doc=doc), "diagnosis")
+
+
 def summary_section(run: RunResult) -> Section:
     return Section("Run summary", _render("summary.html.j2", run=run), "summary")
 
@@ -105,7 +117,7 @@ def model_section(run: RunResult, test: TestResult) -> Section | None:
     return Section(f"Model: {test.workload}", html, f"model-{test.ordinal}")
 
 
-SECTIONS: list[Callable[[RunResult], Section | None]] = [summary_section, environment_section]
+SECTIONS: list[Callable[[RunResult], Section | None]] = [diagnosis_section, summary_section, environment_section]
 TEST_SECTIONS: list[Callable[[RunResult, TestResult], Section | None]] = [test_section, demands_section, model_section]
 
 

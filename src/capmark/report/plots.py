@@ -190,3 +190,24 @@ def anticipation(doc: dict) -> str:
     ax.set_title("Quick anticipation R = S / (1 - (S λ / M)^M)")
     ax.legend()
     return _svg(fig)
+
+
+def finding_chart(finding: dict) -> str:
+    """The evidence of a diagnosis finding: its series against jobs or against time."""
+    chart = finding["chart"]
+    fig, ax = plt.subplots(figsize=(4.2, 2.6))
+    series = chart["series"]
+    first = True
+    twin = None
+    for label, values in series.items():
+        pts = [(x, y) for x, y in zip(chart["x"], values, strict=False) if y is not None]
+        if not pts:
+            continue
+        target = ax if first else (twin := twin or ax.twinx())
+        target.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if chart["kind"] == "jobs" else None,
+                    color="C0" if first else "C1", label=label)
+        target.set_ylabel(label, color="C0" if first else "C1")
+        first = False
+    ax.set_xlabel("jobs" if chart["kind"] == "jobs" else "second of the window")
+    ax.set_title(finding["name"], fontsize=9)
+    return _svg(fig)

@@ -1,0 +1,36 @@
+"""Run every detector on every test of a stored run, beside the steps' self-checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capmark.diagnose.features import test_view
+from capmark.diagnose.signatures import DETECTORS, Finding
+from capmark.results import RunResult, TestResult
+
+
+def diagnose_test(test: TestResult) -> dict[str, Any]:
+    view = test_view(test)
+    findings: list[Finding] = []
+    for detect in DETECTORS:
+        found = detect(view)
+        if found is not None:
+            findings.append(found)
+    findings.sort(key=lambda f: -f.confidence)
+    invalid = [{"jobs": s.jobs, "problems": s.problems} for s in view.steps if not s.valid]
+    invalid += [{"jobs": s.jobs, "problems": [f"the step did not complete ({s.status})"]}
+                for s in test.steps if s.status != "ok" or not s.units]
+    if findings:
+        summary = f"{len(findings)} finding(s); most likely: {findings[0].name} ({findings[0].level} confidence)"
+    else:
+        summary = "clean: no bottleneck signature fired"
+    if invalid:
+        summary += f"; {len(invalid)} step(s) failed a self-check and are left out of models"
+    return {"workload": test.workload, "unit": test.unit, "summary": summary, "clean": not findings,
+            "findings": [f.to_dict() for f in findings], "invalid_steps": invalid,
+            "steps": [s.jobs for s in view.steps]}
+
+
+def diagnose_run(run: RunResult, tests: list[TestResult] | None = None) -> dict[str, Any]:
+    return {"schema": "capmark.diagnose/1", "run": run.run_id,
+            "tests": [diagnose_test(t) for t in (tests if tests is not None else run.tests) if t.steps]}

@@ -1,0 +1,501 @@
+"""Bottleneck signatures (seed 002's method, seeds 000 and 001's database patterns): each detector looks
+at a test's steps and returns a finding with its evidence, or None. Thresholds are set so that clean
+runs on a noisy 2-vCPU VM stay quiet (see tests/test_diagnose_*.py)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from capmark.diagnose.features import StepView, TestView
+
+Detector = Callable[[TestView], "Finding | None"]
+
+
+@dataclass
+class Finding:
+    key: str
+    name: str
+    confidence: float  # 0..1
+    steps: list[int]  # job counts the finding rests on
+    evidence: list[str]
+    meaning: str
+    to_try: list[str]
+    chart: dict[str, Any] = field(default_factory=dict)  # {"kind": "jobs"|"time", "x": [...], "series": {label: [...]}}
+    time_ranges: list[dict[str, Any]] = field(default_factory=list)  # {"jobs", "from_s", "to_s"}
+
+    @property
+    def level(self) -> str:
+        return "high" if self.confidence >= 0.75 else "medium" if self.confidence >= 0.5 else "low"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "level": self.level}
+
+
+def _jobs_chart(steps: list[StepView], **series: list[float | None]) -> dict[str, Any]:
+    return {"kind": "jobs", "x": [s.jobs for s in steps], "series": series}
+
+
+def _rise(first: float | None, last: float | None) -> float | None:
+    return (last / first - 1) if first and last is not None and first > 0 else None
+
+
+def _peak(steps: list[StepView]) -> StepView:
+    return max(steps, key=lambda s: s.throughput)
+
+
+# --- 2. retrograde throughput / poor SMP scalability ----------------------------------------------------
+
+def retrograde(t: TestView) -> Finding | None:
+    steps = t.valid_steps
+    if len(steps) < 3:
+        return None
+    peak = _peak(steps)
+    after = [s for s in steps if s.jobs > peak.jobs]
+    if not after or after[-1].throughput > 0.85 * peak.throughput:
+        return None
+    drop = 1 - after[-1].throughput / peak.throughput
+    evidence = [f"throughput peaks at {peak.throughput:,.0f}/s with {peak.jobs} jobs and falls {drop:.0%} to "
+                f"{after[-1].throughput:,.0f}/s at {after[-1].jobs} jobs"]
+    conf = 0.6 + min(0.3, drop)
+    cpu = _rise(peak.cpu_per_unit_s, after[-1].cpu_per_unit_s)
+    if cpu is not None and cpu > 0.2:
+        evidence.append(f"CPU per unit rises {cpu:.0%} from the peak to the last step")
+        conf += 0.1
+    if len(steps) >= 4:
+        from capmark.model import usl
+
+        try:
+            fit = usl.fit([s.jobs for s in steps], [s.throughput for s in steps])
+            if fit.kappa > 0 and (math.isnan(fit.se_kappa) or fit.kappa > 2 * fit.se_kappa):
+                evidence.append(f"USL coherency kappa = {fit.kappa:.5f} (> 2 standard errors): the cost of keeping "
+                                f"shared data coherent grows with the square of the jobs")
+        except Exception:  # noqa: BLE001 - a fit that does not converge is simply no evidence
+            pass
+    return Finding("retrograde", "Retrograde throughput (poor SMP scalability)", min(conf, 0.95),
+                   [peak.jobs] + [s.jobs for s in after], evidence,
+                   "More concurrency makes the system do less work: jobs spend more and more of their time "
+                   "coordinating (locks, cache-line transfers, spinning) instead of working.",
+                   ["run at the peak concurrency (a connection pool sized to it)", "look for hot rows, hot index "
+                    "pages or a shared counter every unit touches", "check the wait profile of the last steps"],
+                   _jobs_chart(steps, throughput=[s.throughput for s in steps],
+                               cpu_per_unit_us=[(s.cpu_per_unit_s or 0) * 1e6 for s in steps]))
+
+
+# --- 3. CPU misconfiguration -----------------------------------------------------------------------------
+
+def cpu_misconfiguration(t: TestView) -> Finding | None:
+    loaded = [s for s in t.valid_steps if s.cores and s.jobs >= s.cores and s.cpu_busy_pct is not None]
+    if len(loaded) < 1:
+        return None
+    cores = loaded[0].cores
+    busy_cores = []
+    for s in loaded:
+        if s.per_cpu_busy_pct:
+            busy_cores.append(sum(1 for c in s.per_cpu_busy_pct if c >= 60))
+            if min(s.per_cpu_busy_pct) > 20:
+                return None
+        else:
+            busy_cores.append(round((s.cpu_busy_pct or 0) / 100 * cores))
+    k = max(busy_cores)
+    plateau = statistics.fmean(s.cpu_busy_pct or 0 for s in loaded)
+    if k >= cores or k == 0 or abs(plateau - 100 * k / cores) > 12:
+        return None
+    iowait = max(s.cpu_iowait_pct or 0 for s in loaded)
+    if iowait > 20:
+        return None
+    idle_cpu = [statistics.fmean(s.per_cpu_busy_pct[i] for s in loaded if s.per_cpu_busy_pct)
+                for i in range(len(loaded[0].per_cpu_busy_pct))] if loaded[0].per_cpu_busy_pct else []
+    evidence = [f"with {', '.join(str(s.jobs) for s in loaded)} jobs (>= {cores} cores) the host's CPU stays at "
+                f"{plateau:.0f} % = {k}/{cores} of its cores"]
+    if idle_cpu:
+        evidence.append("busy % per core: " + ", ".join(f"cpu{i} {v:.0f}" for i, v in enumerate(idle_cpu)))
+    return Finding("cpu_misconfiguration", "CPU misconfiguration (cores left idle)", 0.85 if idle_cpu else 0.6,
+                   [s.jobs for s in loaded], evidence,
+                   f"Enough work is offered to keep all {cores} cores busy, but only {k} of them work: the database "
+                   "(or a container, cgroup or affinity setting) is restricted to part of the machine.",
+                   ["check CPU affinity (taskset -p), cgroup cpu limits (cpu.max) and the container's CPU quota",
+                    "check the hypervisor's vCPU allocation"],
+                   _jobs_chart(loaded, **{f"cpu{i} busy %": [s.per_cpu_busy_pct[i] if i < len(s.per_cpu_busy_pct)
+                                                              else None for s in loaded]
+                                          for i in range(len(loaded[0].per_cpu_busy_pct))}))
+
+
+# --- 4. software serialization --------------------------------------------------------------------------
+
+def software_serialization(t: TestView) -> Finding | None:
+    steps = t.valid_steps
+    loaded = [s for s in steps if s.cores and s.jobs >= 2 * s.cores and s.cpu_busy_pct is not None]
+    if len(steps) < 3 or not loaded:
+        return None
+    cores = loaded[0].cores
+    plateau = max(s.cpu_busy_pct or 0 for s in loaded)
+    if plateau > 75:
+        return None
+    io = max((d.get("utilization_pct") or 0) for s in loaded for d in s.devices.values()) if any(
+        s.devices for s in loaded) else 0.0
+    iowait = max(s.cpu_iowait_pct or 0 for s in loaded)
+    if io > 50 or iowait > 15:
+        return None
+    if any(s.per_cpu_busy_pct and min(s.per_cpu_busy_pct) < 15 for s in loaded):
+        return None  # a core left idle is the misconfiguration signature, not this one
+    peak = _peak(steps)
+    last = steps[-1]
+    flat_or_falling = last.throughput <= 1.1 * min((s.throughput for s in steps if s.jobs >= cores), default=0) \
+        or last.throughput < peak.throughput
+    if not flat_or_falling:
+        return None
+    cpu = _rise(steps[0].cpu_per_unit_s, last.cpu_per_unit_s)
+    locks = [(s.waits.get("Lock", 0) + s.waits.get("LWLock", 0)) for s in loaded]
+    evidence = [f"CPU busy stays at or below {plateau:.0f} % with {', '.join(str(s.jobs) for s in loaded)} jobs on "
+                f"{cores} cores, while devices are at most {io:.0f} % busy and iowait {iowait:.0f} %",
+                f"throughput peaks at {peak.throughput:,.0f}/s with {peak.jobs} jobs; {last.throughput:,.0f}/s at "
+                f"{last.jobs}"]
+    if cpu is not None:
+        evidence.append(f"CPU per unit changes {cpu:+.0%} from {steps[0].jobs} to {last.jobs} jobs")
+    if max(locks) > 0.3:
+        top = next((w for s in loaded for w in s.top_waits), None)
+        evidence.append(f"{max(locks):.0%} of the jobs' samples wait on a lock" + (f" (top: {top[0]})" if top else ""))
+    conf = 0.55 + (0.15 if cpu is not None and cpu > 0.1 else 0) + (0.2 if max(locks) > 0.3 else 0)
+    return Finding("software_serialization", "Software serialization", min(conf, 0.95), [s.jobs for s in loaded],
+                   evidence,
+                   "Work is offered to every core, but one code path lets only one job through at a time (a global "
+                   "lock, a single-threaded server component), so the CPU idles while jobs queue for it.",
+                   ["find the serializing resource in the wait profile (Lock:advisory, Lock:transactionid, LWLock)",
+                    "shorten or split the critical section; avoid one global lock or counter per transaction"],
+                   _jobs_chart(steps, cpu_busy_pct=[s.cpu_busy_pct for s in steps],
+                               throughput=[s.throughput for s in steps]))
+
+
+# --- 5. single-threaded IO --------------------------------------------------------------------------------
+
+def single_threaded_io(t: TestView) -> Finding | None:
+    steps = [s for s in t.valid_steps if s.cpu_iowait_pct is not None and s.devices]
+    hits = []
+    for s in steps:
+        user_sys = (s.cpu_user_pct or 0) + (s.cpu_sys_pct or 0)
+        queue = max((d.get("queue_length") or 0) for d in s.devices.values())
+        if (s.cpu_iowait_pct or 0) >= 30 and user_sys <= 30 and queue < 1.0 and s.jobs > 1:
+            hits.append((s, queue))
+    if not hits:
+        return None
+    s, queue = hits[-1]
+    return Finding("single_threaded_io", "Single-threaded IO", 0.6 + 0.1 * min(3, len(hits)), [h[0].jobs for h in hits],
+                   [f"at {s.jobs} jobs iowait is {s.cpu_iowait_pct:.0f} % of CPU time while user + system is "
+                    f"{(s.cpu_user_pct or 0) + (s.cpu_sys_pct or 0):.0f} %",
+                    f"the device queue holds {queue:.2f} requests on average: never more than one IO in service"],
+                   "Jobs wait on IO, but the IO is issued one request at a time: the device could do more in "
+                   "parallel; something in the software path serializes it (one writer process, a lock around IO).",
+                   ["look for the serializing writer (WAL flush, a single checkpointer or bgwriter pass)",
+                    "raise IO concurrency (effective_io_concurrency, io_method, more writers) where it applies"],
+                   _jobs_chart(steps, iowait_pct=[s.cpu_iowait_pct for s in steps],
+                               device_queue=[max((d.get("queue_length") or 0) for d in s.devices.values())
+                                             for s in steps]))
+
+
+# --- 6. lock / latch contention -----------------------------------------------------------------------------
+
+def lock_contention(t: TestView) -> Finding | None:
+    steps = [s for s in t.valid_steps if s.waits]
+    if len(steps) < 2:
+        return None
+    share = [s.waits.get("Lock", 0) + s.waits.get("LWLock", 0) for s in steps]
+    if share[-1] < 0.3 or share[-1] < share[0] + 0.15:
+        return None
+    last = steps[-1]
+    top = [f"{k} {v:.0%}" for k, v in last.top_waits if k.startswith(("Lock:", "LWLock:"))][:3]
+    evidence = [f"lock and latch waits grow from {share[0]:.0%} of the jobs' samples at {steps[0].jobs} jobs to "
+                f"{share[-1]:.0%} at {last.jobs} jobs" + (f" (top: {', '.join(top)})" if top else "")]
+    ctx = _rise(steps[0].ctxt_per_unit, last.ctxt_per_unit)
+    cpu = _rise(steps[0].cpu_per_unit_s, last.cpu_per_unit_s)
+    if ctx is not None and ctx > 0.2:
+        evidence.append(f"context switches per unit rise {ctx:.0%}")
+    if cpu is not None and cpu > 0.1:
+        evidence.append(f"CPU per unit rises {cpu:.0%}")
+    wal = sum(v for k, v in last.top_waits if k.startswith("LWLock:WAL"))
+    if wal >= 0.7 * share[-1]:
+        return None  # queueing for the WAL write lock is group commit, which commit_bound reports
+    return Finding("lock_contention", "Lock / latch contention",
+                   min(0.95, 0.5 + share[-1] / 2 + (0.1 if ctx and ctx > 0.2 else 0)), [s.jobs for s in steps], evidence,
+                   "Jobs queue for the same locks or latches more and more as they are added: the data or a shared "
+                   "structure has a hot spot.",
+                   ["find the hot rows or pages (pg_locks, the top wait events)", "spread updates over more rows, "
+                    "shorten transactions, or lower the concurrency to the knee"],
+                   _jobs_chart(steps, lock_wait_share_pct=[v * 100 for v in share],
+                               throughput=[s.throughput for s in steps]))
+
+
+# --- 7. poor caching ----------------------------------------------------------------------------------------
+
+def poor_caching(t: TestView) -> Finding | None:
+    hits = []
+    for s in t.valid_steps:
+        util = max((d.get("utilization_pct") or 0) for d in s.devices.values()) if s.devices else 0
+        if s.buffer_hit_pct is None or s.buffer_hit_pct >= 90 or util < 50:
+            continue
+        if s.instance_rss and s.ram and s.instance_rss > 0.5 * s.ram:
+            continue
+        hits.append((s, util))
+    if not hits:
+        return None
+    s, util = hits[-1]
+    mem = f"; the instance's processes use {s.instance_rss / s.ram:.0%} of RAM" if s.instance_rss and s.ram else ""
+    return Finding("poor_caching", "Poor caching (IO bound with memory to spare)", 0.8 if s.instance_rss else 0.6,
+                   [h[0].jobs for h in hits],
+                   [f"at {s.jobs} jobs the buffer hit ratio is {s.buffer_hit_pct:.1f} % and the busiest device "
+                    f"is {util:.0f} % busy{mem}",
+                    f"{s.reads_per_unit or 0:.1f} blocks read from outside shared buffers per unit"],
+                   "The working set does not fit the database cache, so units read from the device although the "
+                   "machine has memory left: every miss becomes device time.",
+                   ["raise shared_buffers (and let the OS cache help if direct IO is off)", "add or fix indexes so "
+                    "fewer pages are touched", "partition or archive cold data"],
+                   _jobs_chart(t.valid_steps, buffer_hit_pct=[s.buffer_hit_pct for s in t.valid_steps],
+                               device_busy_pct=[max((d.get("utilization_pct") or 0) for d in s.devices.values())
+                                                if s.devices else None for s in t.valid_steps]))
+
+
+# --- 8. commit bound / group commit ---------------------------------------------------------------------------
+
+def commit_bound(t: TestView) -> Finding | None:
+    steps = [s for s in t.valid_steps if s.wal_fsyncs_per_commit]
+    if len(steps) < 2:
+        return None
+    first, last = steps[0], steps[-1]
+    shares = [s.flush_share_of_commit for s in steps if s.flush_share_of_commit is not None]
+    falls = last.wal_fsyncs_per_commit < 0.7 * first.wal_fsyncs_per_commit
+    dominant = bool(shares) and shares[0] >= 0.3
+    if not (falls and dominant) and not (dominant and first.wal_fsyncs_per_commit > 0.5 and shares[0] >= 0.5):
+        return None
+    evidence = [f"WAL write + fsync take {shares[0]:.0%} of the commit latency at {first.jobs} job(s)"]
+    if falls:
+        evidence.append(f"WAL fsyncs per commit fall from {first.wal_fsyncs_per_commit:.2f} at {first.jobs} jobs to "
+                        f"{last.wal_fsyncs_per_commit:.2f} at {last.jobs}: group commit, one flush now serves "
+                        f"{first.wal_fsyncs_per_commit / last.wal_fsyncs_per_commit:.1f}x as many commits")
+    return Finding("commit_bound", "Commit bound (WAL flush, group commit)", 0.9 if falls else 0.6,
+                   [s.jobs for s in steps], evidence,
+                   "Commit latency is mostly the WAL flush to the device; with more jobs one flush serves several "
+                   "commits, so throughput grows while the device does fewer, larger flushes.",
+                   ["a device with faster flushes (lower fsync latency: NVMe, battery-backed cache)",
+                    "batch work into fewer transactions, or synchronous_commit = off where losing the last "
+                    "commits on a crash is acceptable", "commit_delay to widen the batches at high concurrency"],
+                   _jobs_chart(steps, fsyncs_per_commit=[s.wal_fsyncs_per_commit for s in steps],
+                               flush_share_pct=[(s.flush_share_of_commit or 0) * 100 for s in steps]))
+
+
+# --- 9. varying service demand ----------------------------------------------------------------------------------
+
+def varying_demand(t: TestView) -> Finding | None:
+    big = [v for v in t.varies if v.get("group") in ("cpu", "disk", "wal", "dbio") and v.get("change_pct") is not None
+           and abs(v["change_pct"]) >= 25]
+    if not big:
+        return None
+    big.sort(key=lambda v: -abs(v["change_pct"]))
+    return Finding("varying_demand", "Service demand varies with load", 0.7 if len(big) > 1 else 0.6,
+                   [s.jobs for s in t.steps], [v["note"] for v in big[:5]],
+                   "What one unit costs changes with concurrency, so a model calibrated on one step mispredicts the "
+                   "others (seed 000's central problem); falling demands usually mean batching (group commit, "
+                   "write combining), rising ones contention.",
+                   ["calibrate on the steps nearest the load you plan for", "read the demand table "
+                    "(capmark demands) for the components named here"],
+                   {})
+
+
+# --- 10. bottleneck switch -------------------------------------------------------------------------------------
+
+def _busiest(s: StepView) -> tuple[str, float] | None:
+    res = {"CPU": s.cpu_busy_pct} if s.cpu_busy_pct is not None else {}
+    res.update({f"disk {k}": d.get("utilization_pct") for k, d in s.devices.items()})
+    res = {k: v for k, v in res.items() if v is not None}
+    if not res:
+        return None
+    name = max(res, key=lambda k: res[k])
+    return name, res[name]
+
+
+def bottleneck_switch(t: TestView) -> Finding | None:
+    seq = [(s, _busiest(s)) for s in t.valid_steps]
+    seq = [(s, b) for s, b in seq if b is not None and b[1] >= 40]
+    for (a, ba), (b, bb) in zip(seq, seq[1:], strict=False):
+        if ba[0] != bb[0]:
+            other_a = _util(a, bb[0])
+            other_b = _util(b, ba[0])
+            if other_a is None or other_b is None or ba[1] - other_a < 10 or bb[1] - other_b < 10:
+                continue
+            return Finding("bottleneck_switch", "Bottleneck switch", 0.75, [a.jobs, b.jobs],
+                           [f"at {a.jobs} jobs the busiest resource is {ba[0]} ({ba[1]:.0f} %), at {b.jobs} jobs "
+                            f"{bb[0]} ({bb[1]:.0f} %)"],
+                           "The resource that limits changes with load (seed 000: disk to CPU between 6 and 7 "
+                           "clients): tuning the first one stops paying at the switch.",
+                           ["plan capacity for both resources", "use the model (capmark whatif) to see which one "
+                            "limits at the planned load"],
+                           _jobs_chart(t.valid_steps, cpu_busy_pct=[s.cpu_busy_pct for s in t.valid_steps],
+                                       **{f"{k} busy %": [_util(s, k) for s in t.valid_steps]
+                                          for k in {ba[0], bb[0]} if k != "CPU"}))
+    return None
+
+
+def _util(s: StepView, name: str) -> float | None:
+    if name == "CPU":
+        return s.cpu_busy_pct
+    d = s.devices.get(name[5:])
+    return d.get("utilization_pct") if d else None
+
+
+# --- 11. background interference ---------------------------------------------------------------------------------
+
+def background_interference(t: TestView) -> Finding | None:
+    best = None
+    for s in t.valid_steps:
+        units = s.series_units[:-1] if len(s.series_units) > 3 else s.series_units
+        if len(units) < 6 or not s.background:
+            continue
+        med = statistics.median(units)
+        if med <= 0:
+            continue
+        bg = {int(b["t"]) - 1: max(b.get("checkpoint", 0), b.get("autovacuum", 0)) for b in s.background}
+        dips = [i for i, u in enumerate(units) if u < 0.7 * med]
+        active = [i for i in range(len(units)) if bg.get(i, 0) > 0]
+        if len(dips) < 2 or not active:
+            continue
+        aligned = [i for i in dips if bg.get(i, 0) > 0 or bg.get(i - 1, 0) > 0]
+        base = len(active) / len(units)
+        share = len(aligned) / len(dips)
+        if share >= 0.6 and share > 1.5 * base:
+            worst = min(units[i] for i in dips) / med
+            cand = (share, s, dips, aligned, worst, bg)
+            if best is None or share > best[0]:
+                best = cand
+    if best is None:
+        return None
+    share, s, dips, aligned, worst, bg = best
+    kinds = {k for b in s.background for k in ("checkpoint", "autovacuum") if b.get(k, 0) > 0}
+    return Finding("background_interference", "Background interference (" + " / ".join(sorted(kinds)) + ")",
+                   min(0.95, 0.5 + share / 2), [s.jobs],
+                   [f"at {s.jobs} jobs {len(dips)} seconds ran below 70 % of the median throughput (worst "
+                    f"{worst:.0%}); {len(aligned)} of them coincide with " + " or ".join(sorted(kinds)) + " activity"],
+                   "Background work (writing a checkpoint, vacuuming) competes with the workload for the device "
+                   "and CPU and shows up as latency spikes in the time series.",
+                   ["spread checkpoints (checkpoint_completion_target, larger max_wal_size)", "tune autovacuum cost "
+                    "limits, or schedule heavy maintenance off peak"],
+                   {"kind": "time", "x": list(range(1, len(s.series_units) + 1)),
+                    "series": {"units/s": list(s.series_units),
+                               "background (0-1) x median": [bg.get(i, 0) * statistics.median(s.series_units)
+                                                             for i in range(len(s.series_units))]}},
+                   [{"jobs": s.jobs, "from_s": min(dips) + 1, "to_s": max(dips) + 1}])
+
+
+# --- 12. oversubscription -------------------------------------------------------------------------------------------
+
+def oversubscription(t: TestView) -> Finding | None:
+    steps = t.valid_steps
+    if not steps or not steps[0].cores:
+        return None
+    cores = steps[0].cores
+    at = [s for s in steps if s.jobs >= cores]
+    beyond = [s for s in steps if s.jobs >= 2 * cores]
+    if not at or not beyond:
+        return None
+    ref = at[0]
+    last = beyond[-1]
+    best = max((s for s in at if s.jobs < last.jobs), key=lambda s: s.throughput, default=ref)
+    gain = last.throughput / best.throughput - 1
+    r_rise = last.rt_mean_s / ref.rt_mean_s if ref.rt_mean_s else 0
+    jobs_ratio = last.jobs / ref.jobs
+    if gain > 0.15 or r_rise < 0.6 * jobs_ratio:
+        return None
+    return Finding("oversubscription", "Oversubscription (more jobs than the system can serve)", 0.7,
+                   [ref.jobs] + [s.jobs for s in beyond],
+                   [f"from {ref.jobs} to {last.jobs} jobs throughput changes {gain:+.0%} while the mean response "
+                    f"time grows {r_rise:.1f}x"],
+                   "Beyond the saturation point extra jobs only queue: throughput is flat and response time grows "
+                   "in proportion to the jobs (seed 004).",
+                   ["cap concurrency near the knee with a connection pool", "size for the response time you "
+                    "need (capmark size)"],
+                   _jobs_chart(steps, throughput=[s.throughput for s in steps],
+                               response_ms=[s.rt_mean_s * 1000 for s in steps]))
+
+
+# --- 13. instrumentation mismatch --------------------------------------------------------------------------------------
+
+def instrumentation_mismatch(t: TestView) -> Finding | None:
+    """A pair must undercount in at least half the valid steps; a database side near zero measures something
+    else (the device served other processes), not an undercount."""
+    steps = t.valid_steps
+    by_pair: dict[str, list[tuple[StepView, dict[str, Any]]]] = {}
+    for s in steps:
+        for p in s.mismatches:
+            if p.get("ratio") is not None and 0.05 <= p["ratio"] < 0.8:
+                by_pair.setdefault(p["name"], []).append((s, p))
+    chosen = {k: v for k, v in by_pair.items() if len(v) >= max(2, (len(steps) + 1) // 2)}
+    if not chosen:
+        return None
+    evidence = []
+    for name, hits in chosen.items():
+        worst = min(hits, key=lambda h: h[1]["ratio"])
+        evidence.append(f"{name}: the database side counts {worst[1]['ratio']:.0%} of the other side at "
+                        f"{worst[0].jobs} jobs ({len(hits)} of {len(steps)} steps below 80 %). {worst[1]['sentence']}")
+    jobs = sorted({s.jobs for hits in chosen.values() for s, _ in hits})
+    return Finding("instrumentation_mismatch", "Instrumentation mismatch", 0.6 + 0.1 * min(3, len(chosen) - 1), jobs,
+                   evidence,
+                   "What the database reports undercounts what the OS (or a finer instrument) saw (seed 001): wait "
+                   "events and database counters miss work, so demands taken from them alone would be too low.",
+                   ["take the demand from the OS side (capmark does, see capmark demands)", "check which processes "
+                    "or IO paths the database does not see"], {})
+
+
+# --- 1. memory leak (soak) ----------------------------------------------------------------------------------------------
+
+def memory_leak(t: TestView) -> Finding | None:
+    for s in t.valid_steps + [x for x in t.steps if not x.valid]:
+        series = s.memory_series
+        if len(series) < 6:
+            continue
+        pids = set.intersection(*(set(m["rss"]) for m in series))
+        growing = []
+        for pid in pids:
+            rss = [m["rss"][pid][1] for m in series]
+            up = sum(1 for a, b in zip(rss, rss[1:], strict=False) if b > a)
+            total = rss[-1] - rss[0]
+            if total > max(10 * 2**20, 0.2 * rss[0]) and up >= 0.7 * (len(rss) - 1):
+                third = len(rss) // 3
+                late = rss[-1] - rss[-1 - third]
+                growing.append((pid, series[0]["rss"][pid][0], rss, total, late / total))
+        if not growing:
+            continue
+        pid, role, rss, total, late_share = max(growing, key=lambda g: g[3])
+        levels_off = late_share < 0.1
+        units = s.series_units
+        collapse = None
+        if len(units) >= 10:
+            med = statistics.median(units)
+            tail = units[-max(2, len(units) // 20):]
+            if med > 0 and statistics.fmean(tail) < 0.5 * med:
+                collapse = statistics.fmean(tail) / med
+        name = "Memory growth that levels off" if levels_off else "Memory leak"
+        rises = sum(1 for a, b in zip(rss, rss[1:], strict=False) if b > a)
+        evidence = [f"{role} (pid {pid}) grows from {rss[0] / 2**20:.0f} MB to {rss[-1] / 2**20:.0f} MB over "
+                    f"{series[-1]['t'] / 60:.1f} min, rising in {rises} of {len(rss) - 1} intervals"]
+        evidence.append("the last third of the run added only "
+                        f"{late_share:.0%} of the growth: it levels off" if levels_off else
+                        f"the last third of the run still added {late_share:.0%} of the growth")
+        if collapse is not None:
+            evidence.append(f"throughput at the end fell to {collapse:.0%} of its median")
+        conf = 0.4 if levels_off else (0.9 if collapse is not None else 0.7)
+        return Finding("memory_leak", name, conf, [s.jobs], evidence,
+                       "A process keeps allocating memory it does not give back; under a steady load it will run out "
+                       "of memory and slow down or crash." if not levels_off else
+                       "Memory grew and then stopped: caches warming up (catalog, plan, buffer mappings), not a leak.",
+                       ["watch the process over a longer soak", "look for per-session caches (prepared statements, "
+                        "temp tables, work_mem hash tables) that grow with use"] if not levels_off else
+                       ["nothing, unless it reaches a limit"],
+                       {"kind": "time", "x": [m["t"] for m in series], "series": {f"{role} MB": [r / 2**20 for r in rss]}},
+                       [{"jobs": s.jobs, "from_s": series[0]["t"], "to_s": series[-1]["t"]}])
+    return None
+
+
+DETECTORS: list[Detector] = [memory_leak, retrograde, cpu_misconfiguration, software_serialization,
+                             single_threaded_io, lock_contention, poor_caching, commit_bound, varying_demand,
+                             bottleneck_switch, background_interference, oversubscription, instrumentation_mismatch]

@@ -1,0 +1,24 @@
+"""Console view of a diagnosis (the capmark.diagnose/1 document is the source)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+
+def print_diagnosis(t: dict[str, Any], console: Console) -> None:
+    say = console.print
+    say(f"[bold]{t['workload']}[/bold] (steps {', '.join(str(j) for j in t['steps'])} jobs): {t['summary']}")
+    for f in t["findings"]:
+        say(f"  [bold]{f['name']}[/bold] - {f['level']} confidence ({f['confidence']:.2f}); steps "
+            f"{', '.join(str(j) for j in f['steps'])} jobs", highlight=False)
+        for e in f["evidence"]:
+            say(f"    evidence: {e}", highlight=False, markup=False)
+        for r in f["time_ranges"]:
+            say(f"    when: {r['jobs']} jobs, seconds {r['from_s']:g}-{r['to_s']:g} of the window", highlight=False)
+        say(f"    meaning: {f['meaning']}", highlight=False, markup=False)
+        say(f"    try: {'; '.join(f['to_try'])}", highlight=False, markup=False)
+    for s in t["invalid_steps"]:
+        say(f"  self-check: step with {s['jobs']} jobs is invalid: {'; '.join(s['problems'])}", highlight=False,
+            markup=False)
