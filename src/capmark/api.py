@@ -75,6 +75,13 @@ def plan_tests(spec: RunSpec) -> list[TestPlan]:
     """Every test the run will measure, validated before anything touches a database."""
     spec.validate()
     jobs = spec.jobs or default_jobs(os.cpu_count() or 1)
+    if spec.soak_s is not None:
+        plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, spec.jobs or [os.cpu_count() or 1],
+                                        spec.warmup_s, spec.soak_s, spec.think_s, spec.rate)
+        if len(plans) != 1:
+            raise CapmarkError(f"A soak runs one workload; '{spec.workloads[0]}' is a suite of {len(plans)}. Name one "
+                               "workload, e.g. tp-light.")
+        return plans
     if spec.suite_file:
         return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
                                spec.rate)

@@ -115,6 +115,8 @@ def run(
                                                     "~10 % on the tiniest units).")] = False,
     suite_file: Annotated[Path | None, typer.Option("--suite", help="TOML file naming tests, parameters, modes "
                                                                     "and step plans (see docs/suites.md).")] = None,
+    soak: Annotated[str | None, typer.Option("--soak", help="Soak: one workload, one job count, one long step "
+                                             "(e.g. 2h), with every process's memory sampled each minute.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
@@ -123,7 +125,7 @@ def run(
                    mode=mode, scale=scale, params=parse_params(param), dsn=dsn, data_dir=data_dir,
                    results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file,
                    think_s=parse_duration(think, "think time") if think else 0.0, rate=parse_rate(rate),
-                   nested_statements=nested_statements)
+                   nested_statements=nested_statements, soak_s=parse_duration(soak, "soak") if soak else None)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

@@ -115,6 +115,7 @@ class RunSpec:
     think_s: float = 0.0
     rate: float = 0.0
     nested_statements: bool = False  # pg_stat_statements tracks statements inside the slice procedures
+    soak_s: float | None = None  # one long step of one workload at one job count
 
     def validate(self) -> RunSpec:
         if self.mode not in MODES:
@@ -124,6 +125,14 @@ class RunSpec:
         check_pacing(self.mode, self.think_s, self.rate)
         if self.scale < 1:
             raise CapmarkError(f"The scale must be a positive integer; got {self.scale}.")
+        if self.soak_s is not None:
+            if self.suite_file or len(self.workloads) != 1:
+                raise CapmarkError("A soak runs one workload: give exactly one, e.g. capmark run --soak 2h tp-light "
+                                   "--jobs 4.")
+            if self.jobs and len(self.jobs) != 1:
+                raise CapmarkError("A soak runs one step: give one job count, e.g. --jobs 4.")
+            if self.soak_s < 10:
+                raise CapmarkError("A soak must last at least 10 seconds, e.g. --soak 30m.")
         return self
 
 

@@ -69,6 +69,7 @@ def test_section(run: RunResult, test: TestResult) -> Section:
         cpu = plots.cpu_vs_throughput(test)
         if cpu:
             charts.append(Markup(cpu))
+        charts += [Markup(plots.memory_over_time(s)) for s in test.steps if len(s.memory_series) >= 6]
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []

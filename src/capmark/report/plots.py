@@ -211,3 +211,25 @@ def finding_chart(finding: dict) -> str:
     ax.set_xlabel("jobs" if chart["kind"] == "jobs" else "second of the window")
     ax.set_title(finding["name"], fontsize=9)
     return _svg(fig)
+
+
+def memory_over_time(step: StepResult) -> str:
+    """Soak view: memory of each instance role and the throughput, per sampling interval."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    times = [m["t"] / 60 for m in step.memory_series]
+    roles = sorted({role for m in step.memory_series for role, _ in m["rss"].values()})
+    for role in roles:
+        ax.plot(times, [sum(r for name, r in m["rss"].values() if name == role) / 2**20 for m in step.memory_series],
+                label=role)
+    ax.set_xlabel("minute of the window")
+    ax.set_ylabel("RSS (MB)")
+    ax.legend(fontsize=7)
+    if step.series_units:
+        twin = ax.twinx()
+        per_min = max(1, len(step.series_units) // 60) if len(step.series_units) >= 120 else 1
+        xs = [(i + 1) * per_min / 60 for i in range(len(step.series_units) // per_min)]
+        ys = [sum(step.series_units[i * per_min:(i + 1) * per_min]) / per_min for i in range(len(xs))]
+        twin.plot(xs, ys, color="grey", linewidth=0.8)
+        twin.set_ylabel("units/s", color="grey")
+    ax.set_title(f"Memory over time ({step.jobs} jobs)")
+    return _svg(fig)
