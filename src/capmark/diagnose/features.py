@@ -56,6 +56,8 @@ class StepView:
 
 @dataclass
 class TestView:
+    __test__ = False  # not a pytest class
+
     workload: str
     unit: str
     steps: list[StepView]

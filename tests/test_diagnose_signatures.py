@@ -1,0 +1,243 @@
+"""Every signature on step data shaped like the seeds' figures, and quiet on a clean, scaling test."""
+
+from __future__ import annotations
+
+import pytest
+
+from capmark.diagnose.features import StepView, TestView
+from capmark.diagnose.signatures import (
+    DETECTORS,
+    background_interference,
+    bottleneck_switch,
+    commit_bound,
+    cpu_misconfiguration,
+    instrumentation_mismatch,
+    lock_contention,
+    memory_leak,
+    oversubscription,
+    poor_caching,
+    retrograde,
+    single_threaded_io,
+    software_serialization,
+    varying_demand,
+)
+
+MB = 2**20
+
+
+def step(jobs: int, x: float, **kw) -> StepView:
+    base = dict(cores=2, cpu_busy_pct=min(95.0, 40.0 * jobs), cpu_user_pct=min(80.0, 34.0 * jobs),
+                cpu_sys_pct=5.0, cpu_iowait_pct=1.0, per_cpu_busy_pct=[min(95.0, 40.0 * jobs)] * 2,
+                cpu_per_unit_s=1e-4, ctxt_per_unit=2.0, devices={"sda": {"utilization_pct": 5.0, "queue_length": 0.1}},
+                buffer_hit_pct=99.9, waits={"CPU": 0.9, "IO": 0.05}, series_units=[int(x)] * 20)
+    base.update(kw)
+    return StepView(jobs=jobs, throughput=x, rt_mean_s=jobs / x, **base)
+
+
+def view(*steps: StepView, varies: list | None = None) -> TestView:
+    return TestView("synthetic", "transaction", list(steps), varies or [])
+
+
+def clean() -> TestView:
+    """Scales with jobs up to the cores, no waits, no IO: nothing should fire."""
+    return view(step(1, 1000), step(2, 1950, cpu_busy_pct=80.0, per_cpu_busy_pct=[80.0, 80.0]))
+
+
+def test_clean_test_fires_nothing():
+    assert [d.__name__ for d in DETECTORS if d(clean())] == []
+
+
+def test_every_detector_is_quiet_on_the_clean_test_and_each_fires_on_its_case():
+    cases = {
+        memory_leak: leak_case(collapse=True), retrograde: retrograde_case(), cpu_misconfiguration: misconfig_case(),
+        software_serialization: serialization_case(), single_threaded_io: single_io_case(),
+        lock_contention: lock_case(), poor_caching: caching_case(), commit_bound: commit_case(),
+        varying_demand: varying_case(), bottleneck_switch: switch_case(), background_interference: background_case(),
+        oversubscription: oversubscription_case(), instrumentation_mismatch: mismatch_case(),
+    }
+    assert set(cases) == set(DETECTORS)
+    for detector, case in cases.items():
+        assert detector(clean()) is None, detector.__name__
+        found = detector(case)
+        assert found is not None, detector.__name__
+        assert found.evidence and found.meaning and found.to_try and 0 < found.confidence <= 1
+
+
+def leak_case(collapse: bool = False, levels_off: bool = False) -> TestView:
+    n = 30
+    rss = [13 * MB + i * (6 * MB) for i in range(n)]  # 13 MB growing steadily (seed 002 Figure 1.2)
+    if levels_off:
+        rss = [13 * MB + min(i, 10) * 6 * MB for i in range(n)]
+    memory = [{"t": 60.0 * i, "rss": {"100": ["client backends", rss[i]], "200": ["checkpointer", 50 * MB]}}
+              for i in range(n)]
+    units = [62] * 1700 + ([0] * 100 if collapse else [62] * 100)
+    return view(step(4, 62, series_units=units, memory_series=memory))
+
+
+def test_memory_leak_fatal_and_levelling_off():
+    fatal = memory_leak(leak_case(collapse=True))
+    assert fatal.name == "Memory leak" and fatal.level == "high"
+    assert any("fell to" in e for e in fatal.evidence)
+    steady = memory_leak(leak_case())
+    assert steady.name == "Memory leak" and steady.level == "medium"
+    off = memory_leak(leak_case(levels_off=True))
+    assert off.name == "Memory growth that levels off" and off.level == "low"
+    flat = view(step(4, 62, memory_series=[{"t": 60.0 * i, "rss": {"1": ["client backends", 20 * MB]}}
+                                           for i in range(30)]))
+    assert memory_leak(flat) is None
+
+
+def retrograde_case() -> TestView:
+    xs = {1: 100, 2: 180, 4: 220, 8: 190, 16: 140}  # seed 002 Figure 2.2: peaks, then falls
+    return view(*(step(j, x, cpu_per_unit_s=1e-4 * (1 + 0.15 * j)) for j, x in xs.items()))
+
+
+def test_retrograde_names_the_peak():
+    f = retrograde(retrograde_case())
+    assert f.steps[0] == 4 and "falls 36%" in f.evidence[0] and f.level == "high"
+
+
+def misconfig_case() -> TestView:
+    return view(*(step(j, 500, cores=4, cpu_busy_pct=50.0, per_cpu_busy_pct=[98.0, 97.0, 2.0, 3.0])
+                  for j in (4, 8, 16)))  # seed 002 Figure 3.1: 50 % of a 4-CPU machine
+
+
+def test_cpu_misconfiguration_counts_the_working_cores():
+    f = cpu_misconfiguration(misconfig_case())
+    assert "2/4 of its cores" in f.evidence[0]
+    balanced = view(*(step(j, 500, cores=4, cpu_busy_pct=50.0, per_cpu_busy_pct=[50.0] * 4) for j in (4, 8)))
+    assert cpu_misconfiguration(balanced) is None  # half busy on every core is not a restriction
+
+
+def serialization_case() -> TestView:
+    xs = {1: 100, 2: 150, 4: 160, 8: 150, 16: 140}  # seed 002 Figure 4.1/4.2
+    return view(*(step(j, x, cpu_busy_pct=min(30.0 * j, 55.0), per_cpu_busy_pct=[min(30.0 * j, 55.0)] * 2,
+                       cpu_per_unit_s=1e-4 * (1 + 0.1 * j), waits={"CPU": 0.4, "Lock": 0.6},
+                       top_waits=[("Lock:advisory", 0.6)]) for j, x in xs.items()))
+
+
+def test_software_serialization_needs_a_low_cpu_plateau_and_no_io():
+    f = software_serialization(serialization_case())
+    assert f.level == "high" and "Lock:advisory" in f.evidence[-1]
+    io_bound = view(*(step(j, 100, cpu_busy_pct=30.0, devices={"sda": {"utilization_pct": 95.0}})
+                      for j in (1, 4, 8)))
+    assert software_serialization(io_bound) is None
+
+
+def single_io_case() -> TestView:
+    return view(step(1, 20, cpu_iowait_pct=60.0, cpu_user_pct=6.0, cpu_sys_pct=4.0),
+                step(4, 22, cpu_iowait_pct=88.0, cpu_user_pct=6.0, cpu_sys_pct=4.0,
+                     devices={"sda": {"utilization_pct": 10.0, "queue_length": 0.1}}))  # seed 002 Figure 5.2
+
+
+def test_single_threaded_io_requires_an_empty_queue():
+    assert single_threaded_io(single_io_case()).steps == [4]
+    deep = view(step(4, 22, cpu_iowait_pct=88.0, cpu_user_pct=6.0, cpu_sys_pct=4.0,
+                     devices={"sda": {"utilization_pct": 99.0, "queue_length": 12.0}}))
+    assert single_threaded_io(deep) is None  # a deep queue is a saturated device, not serialized IO
+
+
+def lock_case() -> TestView:
+    return view(*(step(j, 100 * j ** 0.5, waits={"CPU": 1 - 0.15 * j ** 0.7, "Lock": 0.15 * j ** 0.7},
+                       top_waits=[("Lock:transactionid", 0.15 * j ** 0.7)], ctxt_per_unit=2.0 * j)
+                  for j in (1, 2, 4, 8)))
+
+
+def test_lock_contention_but_not_the_wal_write_lock():
+    assert lock_contention(lock_case()).steps == [1, 2, 4, 8]
+    wal = view(*(step(j, 100, waits={"CPU": 0.3, "LWLock": 0.7 if j > 1 else 0.0},
+                      top_waits=[("LWLock:WALWrite", 0.7 if j > 1 else 0.0)]) for j in (1, 8)))
+    assert lock_contention(wal) is None  # group commit, not a hot spot
+
+
+def caching_case() -> TestView:
+    return view(step(4, 300, buffer_hit_pct=62.0, devices={"sda": {"utilization_pct": 92.0, "queue_length": 3.0}},
+                     instance_rss=1.5e9, ram=24e9, reads_per_unit=12.0))
+
+
+def test_poor_caching_wants_memory_to_spare():
+    assert "62.0 %" in poor_caching(caching_case()).evidence[0]
+    no_memory = view(step(4, 300, buffer_hit_pct=62.0, devices={"sda": {"utilization_pct": 92.0}},
+                          instance_rss=20e9, ram=24e9))
+    assert poor_caching(no_memory) is None
+
+
+def commit_case() -> TestView:
+    return view(*(step(j, 4000 * j ** 0.6, wal_fsyncs_per_commit=1.0 / j ** 0.7, flush_share_of_commit=0.65)
+                  for j in (1, 2, 4, 8)))
+
+
+def test_commit_bound_sees_group_commit():
+    f = commit_bound(commit_case())
+    assert f.level == "high" and "group commit" in f.evidence[1]
+
+
+def varying_case() -> TestView:
+    return view(step(1, 100), step(2, 190), step(4, 300),
+                varies=[{"label": "CPU client backends", "key": "cpu_client_backends_s", "group": "cpu",
+                         "direction": "rises", "change_pct": 60.0,
+                         "note": "CPU client backends rises by 60 % from 1 to 4 jobs"}])
+
+
+def test_varying_demand_lists_the_component():
+    assert varying_demand(varying_case()).evidence == ["CPU client backends rises by 60 % from 1 to 4 jobs"]
+
+
+def switch_case() -> TestView:
+    # seed 000: the disk limits up to 6 clients, the CPU from 7
+    return view(step(6, 300, cpu_busy_pct=55.0, devices={"sda": {"utilization_pct": 85.0}}),
+                step(7, 320, cpu_busy_pct=92.0, devices={"sda": {"utilization_pct": 70.0}}))
+
+
+def test_bottleneck_switch_names_both_resources():
+    f = bottleneck_switch(switch_case())
+    assert "disk sda" in f.evidence[0] and "CPU" in f.evidence[0] and f.steps == [6, 7]
+
+
+def background_case() -> TestView:
+    units = [1000] * 30
+    bg = [{"t": i + 1, "checkpoint": 0.0, "autovacuum": 0.0} for i in range(30)]
+    for second in (8, 9, 20, 21):
+        units[second] = 400
+        bg[second]["checkpoint"] = 0.8
+    return view(step(4, 1000, series_units=units, background=bg))
+
+
+def test_background_interference_needs_alignment():
+    f = background_interference(background_case())
+    assert f.time_ranges == [{"jobs": 4, "from_s": 9, "to_s": 22}] and "checkpoint" in f.name
+    shifted = background_case()
+    for b in shifted.steps[0].background:
+        b["checkpoint"] = 0.8 if b["t"] in (3, 4) else 0.0  # activity elsewhere: the dips are not explained
+    assert background_interference(shifted) is None
+
+
+def oversubscription_case() -> TestView:
+    return view(*(step(j, 1000 if j >= 2 else 520) for j in (1, 2, 4, 8, 16)))
+
+
+def test_oversubscription():
+    assert oversubscription(oversubscription_case()).steps == [2, 4, 8, 16]
+    scaling = view(*(step(j, 500 * j) for j in (2, 4, 8)))
+    assert oversubscription(scaling) is None
+
+
+def mismatch_case() -> TestView:
+    pair = {"name": "IO time: wait-event samples vs database IO timing", "ratio": 0.55, "agree": False,
+            "sentence": "Wait-event samples see 55% of the IO time."}
+    return view(*(step(j, 100 * j, mismatches=[pair]) for j in (1, 2)))
+
+
+def test_instrumentation_mismatch_ignores_a_database_side_near_zero():
+    assert instrumentation_mismatch(mismatch_case()) is not None
+    other = {"name": "database reads vs device reads", "ratio": 0.0, "agree": False, "sentence": ""}
+    assert instrumentation_mismatch(view(*(step(j, 100, mismatches=[other]) for j in (1, 2)))) is None
+
+
+@pytest.mark.parametrize("case", [retrograde_case, misconfig_case, serialization_case, commit_case, switch_case])
+def test_findings_serialize_with_a_level(case):
+    for detect in DETECTORS:
+        found = detect(case())
+        if found:
+            d = found.to_dict()
+            assert d["level"] in ("high", "medium", "low") and isinstance(d["chart"], dict)
