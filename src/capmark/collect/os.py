@@ -176,3 +176,26 @@ def cpu_by_role(before: ProcessSample, after: ProcessSample) -> dict[str, dict[s
 def own_cpu_seconds() -> tuple[float, float]:
     t = psutil.Process().cpu_times()
     return t.user, t.system
+
+
+def own_run_delay() -> dict[int, float]:
+    """Seconds each of this process's threads has waited for a CPU while runnable (/proc schedstat); with
+    its CPU time it says whether the driver itself was starved of CPU. Empty where schedstat is missing."""
+    out: dict[int, float] = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def run_delay_between(before: dict[int, float], after: dict[int, float]) -> float | None:
+    if not after:
+        return None
+    return sum(v - before.get(tid, 0.0) for tid, v in after.items())

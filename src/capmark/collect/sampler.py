@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 import psycopg
 
 from capmark.collect import os as oscollect
@@ -21,7 +22,7 @@ class Samples:
     errors: list[str] = field(default_factory=list)
     # per second of the window: [samples, checkpointer busy, autovacuum running]
     background: dict[int, list[int]] = field(default_factory=dict)
-    memory_series: list[dict[str, Any]] = field(default_factory=list)  # {"t", "rss": {pid: [role, bytes]}}
+    memory_series: list[dict[str, Any]] = field(default_factory=list)  # {"t", "rss": {pid: [role, rss, private]}}
 
     def background_series(self) -> list[dict[str, float]]:
         """Share of each second's samples in which a checkpoint was being written or autovacuum ran."""
@@ -79,9 +80,16 @@ class Sampler(threading.Thread):
             self._halt.wait(max(0.0, start + tick * period - time.monotonic()))
 
     def _sample_memory(self, t: float) -> None:
+        """RSS and private memory (RSS less shared pages: shared buffers touched count in RSS but are no leak)."""
         procs = oscollect.sample_instance(self.postmaster_pid).procs if self.postmaster_pid else {}
-        self.samples.memory_series.append({"t": round(t, 1),
-                                           "rss": {str(pid): [role, rss] for pid, (role, _u, _s, rss) in procs.items()}})
+        rss: dict[str, list[Any]] = {}
+        for pid, (role, _u, _s, resident) in procs.items():
+            try:
+                shared = psutil.Process(pid).memory_info().shared
+            except psutil.Error:
+                continue
+            rss[str(pid)] = [role, resident, max(0, resident - shared)]
+        self.samples.memory_series.append({"t": round(t, 1), "rss": rss})
 
     def _sample_waits(self) -> None:
         try:

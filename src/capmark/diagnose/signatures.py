@@ -347,8 +347,9 @@ def _util(s: StepView, name: str) -> float | None:
 # --- 11. background interference ---------------------------------------------------------------------------------
 
 def background_interference(t: TestView) -> Finding | None:
+    """A time-series signature: every completed step counts, also those unfit to calibrate a model on."""
     best = None
-    for s in t.valid_steps:
+    for s in t.steps:
         units = s.series_units[:-1] if len(s.series_units) > 3 else s.series_units
         if len(units) < 6 or not s.background:
             continue
@@ -400,6 +401,8 @@ def oversubscription(t: TestView) -> Finding | None:
         return None
     ref = at[0]
     last = beyond[-1]
+    if last.jobs <= ref.jobs:
+        return None
     best = max((s for s in at if s.jobs < last.jobs), key=lambda s: s.throughput, default=ref)
     gain = last.throughput / best.throughput - 1
     r_rise = last.rt_mean_s / ref.rt_mean_s if ref.rt_mean_s else 0
@@ -456,7 +459,7 @@ def memory_leak(t: TestView) -> Finding | None:
         pids = set.intersection(*(set(m["rss"]) for m in series))
         growing = []
         for pid in pids:
-            rss = [m["rss"][pid][1] for m in series]
+            rss = [m["rss"][pid][-1] for m in series]  # private memory where sampled (last field), else RSS
             steps = list(zip(rss, rss[1:], strict=False))
             up = sum(1 for a, b in steps if b > a)
             never_down = sum(1 for a, b in steps if b >= a - 2**20)  # freed memory would show as a fall
@@ -478,7 +481,7 @@ def memory_leak(t: TestView) -> Finding | None:
                 collapse = statistics.fmean(tail) / med
         name = "Memory growth that levels off" if levels_off else "Memory leak"
         rises = sum(1 for a, b in zip(rss, rss[1:], strict=False) if b > a)
-        evidence = [f"{role} (pid {pid}) grows from {rss[0] / 2**20:.0f} MB to {rss[-1] / 2**20:.0f} MB over "
+        evidence = [f"{role} (pid {pid}) private memory grows from {rss[0] / 2**20:.0f} MB to {rss[-1] / 2**20:.0f} MB over "
                     f"{series[-1]['t'] / 60:.1f} min, rising in {rises} of {len(rss) - 1} intervals"]
         evidence.append("the last third of the run added only "
                         f"{late_share:.0%} of the growth: it levels off" if levels_off else

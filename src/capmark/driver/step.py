@@ -108,6 +108,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         db_before = pgstats.snapshot(ctx.control, ctx.info, pids)
         os_before = _os_reading(ctx) if os_local else None
         drv_before = oscollect.own_cpu_seconds()
+        delay_before = oscollect.own_run_delay()
         sampler = Sampler(connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None,
                           pids, os_local and plan.collectors, ctx.info.postmaster_pid,
                           memory_every_s=min(60.0, max(1.0, plan.duration_s / 20)))
@@ -126,6 +127,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)
         drv_after = oscollect.own_cpu_seconds()
+        delay_after = oscollect.own_run_delay()
         os_after = _os_reading(ctx) if os_local else None
         db_after = pgstats.snapshot(ctx.control, ctx.info, pids)
     except BaseException:
@@ -157,6 +159,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         series_units=series_units, series_errors=series_errors,
         db_before=db_before, db_after=db_after, db_delta=pgstats.delta(db_before, db_after),
         driver_cpu={"user_s": drv_after[0] - drv_before[0], "sys_s": drv_after[1] - drv_before[1],
+                    "run_delay_s": oscollect.run_delay_between(delay_before, delay_after),
                     "sampler_backend_s": sampler_cpu},
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(j.tally.round_trips for j in jobs), notes=notes + samples.errors,

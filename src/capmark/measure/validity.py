@@ -68,10 +68,17 @@ def problems(step: StepResult) -> list[str]:
         return out
     if step.driver_cpu and step.elapsed_s:
         cores = (step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0)) / step.elapsed_s
+        wanted = cores + (step.driver_cpu.get("run_delay_s") or 0.0) / step.elapsed_s
         if cores >= DRIVER_SATURATED:
             out.append(f"the load generator was saturated (driver CPU {cores:.2f} of one core)")
+        elif wanted >= DRIVER_SATURATED:
+            out.append(f"the load generator was saturated (driver busy or waiting for a CPU {wanted:.0%} of the "
+                       f"window, CPU {cores:.2f} of one core)")
     lag = step.schedule_lag.summary() if step.schedule_lag is not None and step.schedule_lag.total else None
-    if lag and lag["p50_s"] is not None and lag["p50_s"] > max(1e-3, 2 * (step.latency.mean_s or 0.0)):
+    # open loop: latency counts from the intended start, so a late generator inflates it; late by more than a
+    # millisecond at the median and for most of the measured latency means the load was not offered
+    if lag and lag["p50_s"] is not None and lag["p50_s"] > 1e-3 and (lag["mean_s"] or 0.0) > 0.5 * (
+            step.latency.mean_s or 0.0):
         out.append(f"the open loop fell behind its schedule (median start delay {lag['p50_s'] * 1000:.1f} ms)")
     st = stability(step.series_units)
     if st is not None:
@@ -83,7 +90,8 @@ def problems(step: StepResult) -> list[str]:
             out.append(f"the warm-up was too short: the window's first seconds ran at {st.opening:.0%} of the rest")
     gap = little_gap(step)
     if gap is not None and abs(gap) > LITTLE_TOLERANCE:
-        out.append(f"Little's law does not balance: jobs / (throughput x (response + think)) is off by {gap:+.0%}")
+        out.append(f"Little's law does not balance: jobs / (throughput x (response + think)) is off by {gap:+.0%} "
+                   "(jobs spent time outside measured units, e.g. a checkpoint between slices, or counts are off)")
     return out
 
 

@@ -217,9 +217,9 @@ def memory_over_time(step: StepResult) -> str:
     """Soak view: memory of each instance role and the throughput, per sampling interval."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     times = [m["t"] / 60 for m in step.memory_series]
-    roles = sorted({role for m in step.memory_series for role, _ in m["rss"].values()})
+    roles = sorted({v[0] for m in step.memory_series for v in m["rss"].values()})
     for role in roles:
-        ax.plot(times, [sum(r for name, r in m["rss"].values() if name == role) / 2**20 for m in step.memory_series],
+        ax.plot(times, [sum(v[1] for v in m["rss"].values() if v[0] == role) / 2**20 for m in step.memory_series],
                 label=role)
     ax.set_xlabel("minute of the window")
     ax.set_ylabel("RSS (MB)")

@@ -1,0 +1,142 @@
+"""Signatures reproduced on the embedded PostgreSQL, and clean runs on which nothing may fire."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from capmark import api
+from capmark.config import RunSpec
+from capmark.diagnose.diagnosis import diagnose_run
+from capmark.errors import CapmarkError
+
+pytestmark = pytest.mark.db
+
+TWO_CORES = (os.cpu_count() or 1) >= 2
+
+
+def _run(dsn: str, folder: Path, workloads: list[str], jobs: list[int], **kw) -> dict:
+    spec = RunSpec(workloads=workloads, jobs=jobs, warmup_s=kw.pop("warmup_s", 1.0), duration_s=kw.pop("duration_s", 3.0),
+                   dsn=dsn, results_dir=folder, **kw)
+    run = api.run(spec)
+    return {"run": run, "doc": diagnose_run(run)}
+
+
+def _keys(test_doc: dict) -> set[str]:
+    return {f["key"] for f in test_doc["findings"]}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("diagnose")
+
+
+def test_clean_run_is_clean(embedded_dsn, folder):
+    """Jobs up to the cores on cached lookups: no signature may fire, every step passes its self-checks."""
+    out = _run(embedded_dsn, folder, ["srv-query1", "srv-report"], [1, 2])
+    for t in out["doc"]["tests"]:
+        assert t["findings"] == [] and t["clean"], t
+        assert t["invalid_steps"] == []
+        assert t["summary"].startswith("clean")
+
+
+@pytest.fixture(scope="module")
+def signatures_run(embedded_dsn, folder) -> dict:
+    return _run(embedded_dsn, folder, ["wal-lat1", "diag-serial", "diag-hot"], [1, 2, 4])
+
+
+def _test(out: dict, workload: str) -> dict:
+    return next(t for t in out["doc"]["tests"] if t["workload"] == workload)
+
+
+def test_group_commit_is_recognised(signatures_run):
+    t = _test(signatures_run, "wal-lat1")
+    assert "commit_bound" in _keys(t)
+    assert "lock_contention" not in _keys(t)  # WALWrite lock waits are group commit, not a hot spot
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="serialization shows as a CPU plateau below the host's cores")
+def test_global_lock_is_software_serialization(signatures_run):
+    t = _test(signatures_run, "diag-serial")
+    assert "software_serialization" in _keys(t)
+    f = next(f for f in t["findings"] if f["key"] == "software_serialization")
+    assert any("Lock:advisory" in e for e in f["evidence"])
+
+
+def test_hot_rows_are_lock_contention(signatures_run):
+    t = _test(signatures_run, "diag-hot")
+    assert "lock_contention" in _keys(t)
+    f = next(f for f in t["findings"] if f["key"] == "lock_contention")
+    assert any("Lock:transactionid" in e or "Lock:tuple" in e for e in f["evidence"])
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="needs two cores to leave one idle")
+def test_server_restricted_to_one_core_is_cpu_misconfiguration(embedded_dsn, folder):
+    server = psutil.Process(_postmaster_of(embedded_dsn))
+    everyone = [server, *server.children()]
+    for p in everyone:
+        p.cpu_affinity([0])  # new backends fork from the postmaster and inherit it
+    try:
+        out = _run(embedded_dsn, folder, ["srv-query1"], [2, 4])
+    finally:
+        for p in [server, *server.children()]:
+            with contextlib.suppress(psutil.Error):  # a process that ended meanwhile needs nothing
+                p.cpu_affinity(list(range(os.cpu_count() or 1)))
+    t = out["doc"]["tests"][0]
+    assert "cpu_misconfiguration" in _keys(t)
+
+
+def _postmaster_of(dsn: str) -> int:
+    """A backend's parent is the postmaster."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return psutil.Process(conn.info.backend_pid).ppid()
+
+
+def test_random_reads_beyond_the_cache_are_poor_caching(embedded_dsn, folder):
+    import psycopg
+
+    with psycopg.connect(embedded_dsn) as conn:
+        direct = conn.execute("select current_setting('debug_io_direct', true)").fetchone()[0] or ""
+    if "data" not in direct:
+        pytest.skip("without direct IO the OS cache serves the reads and the device stays idle")
+    out = _run(embedded_dsn, folder, ["sto-random"], [2])
+    assert "poor_caching" in _keys(out["doc"]["tests"][0])
+
+
+def test_open_loop_beyond_the_generator_is_an_invalid_step(embedded_dsn, folder):
+    out = _run(embedded_dsn, folder, ["srv-query1"], [2], mode="client", rate=300_000.0, warmup_s=0.5,
+               duration_s=2.0)
+    t = out["doc"]["tests"][0]
+    assert t["invalid_steps"] and "fell behind its schedule" in t["invalid_steps"][0]["problems"][0]
+    with pytest.raises(CapmarkError, match="no valid step to calibrate on"):
+        api.calibrate(out["run"].folder)
+
+
+def test_soak_samples_memory_and_a_short_clean_soak_has_no_leak(embedded_dsn, folder):
+    out = _run(embedded_dsn, folder, ["tp-light"], [2], soak_s=12.0, warmup_s=1.0)
+    step = out["run"].tests[0].steps[0]
+    assert len(step.memory_series) >= 6 and len(step.series_units) == 12
+    roles = {v[0] for v in step.memory_series[-1]["rss"].values()}
+    assert "client backends" in roles and "checkpointer" in roles
+    assert "memory_leak" not in _keys(out["doc"]["tests"][0])
+
+
+def test_diagnose_command_and_report_section(signatures_run):
+    folder = signatures_run["run"].folder
+    out = subprocess.run([sys.executable, "-m", "capmark.cli", "diagnose", f"{folder}:wal-lat1", "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "capmark.diagnose/1" and doc["tests"][0]["workload"] == "wal-lat1"
+    html = (Path(folder) / "report.html").read_text()
+    assert html.index("<h2>Diagnosis") < html.index("<h2>Run summary")
+    assert "Commit bound" in html
