@@ -131,7 +131,12 @@ def run(
     if fmt == Format.json:
         print(json.dumps(run_to_json(result), indent=1))
     else:
-        console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}")
+        from capmark.diagnose.diagnosis import diagnose_run
+
+        for t in diagnose_run(result)["tests"]:
+            console.print(f"Diagnosis of {t['workload']}: {t['summary']}", highlight=False, markup=False)
+        console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}"
+                      " (capmark diagnose for the evidence)")
 
 
 def _key_metrics(w) -> list[str]:
