@@ -14,6 +14,7 @@ import jinja2
 from markupsafe import Markup
 
 from capmark.measure import kpm
+from capmark.measure.validity import problems
 from capmark.report import plots
 from capmark.report.console import fmt, fmt_scaled, type_rows
 from capmark.results import RunResult, TestResult
@@ -73,7 +74,8 @@ def test_section(run: RunResult, test: TestResult) -> Section:
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
-    html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts,
+    invalid = [(s.jobs, problems(s)) for s in test.steps if problems(s)]
+    html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts, invalid=invalid,
                    step_charts=step_charts, types=types, fmt=fmt)
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from capmark.driver.histogram import bucket_bounds  # noqa: E402
 from capmark.measure import kpm  # noqa: E402
+from capmark.measure.validity import problems  # noqa: E402
 from capmark.results import StepResult, TestResult  # noqa: E402
 
 _METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)
@@ -33,7 +34,12 @@ def _values(test: TestResult, key: str) -> list[float | None]:
 def throughput_vs_jobs(test: TestResult) -> str:
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     jobs = [s.jobs for s in test.steps]
-    ax.plot(jobs, _values(test, "throughput"), marker="o")
+    values = _values(test, "throughput")
+    ax.plot(jobs, values, marker="o")
+    bad = [(j, v) for j, v, s in zip(jobs, values, test.steps, strict=True) if problems(s)]
+    if bad:
+        ax.plot([j for j, _ in bad], [v for _, v in bad], "x", color="red", markersize=9, label="invalid step")
+        ax.legend()
     ax.set_xlabel("jobs")
     ax.set_ylabel(test.throughput_label)
     ax.set_title("Throughput vs jobs")
