@@ -135,6 +135,13 @@ def _shape(model: DbModel, d: _Demands, r: float, r0: float, cpu_queue: float) -
     return r0 * model.p95_over_mean + queue * LN20, r0 * model.p99_over_mean + queue * LN100
 
 
+def _burst_wait(q: float, batch: float, cpu_per_unit: float, cores: int) -> float:
+    """A flush releases its whole batch at once, so each released job meets its batch-mates at the CPU: on
+    average (b - 1) / 2 of them ahead, served by m cores (the batch-arrival wait of an M^X/M/m queue with a
+    fixed batch). Product-form MVA spreads those arrivals over time and misses this wait."""
+    return q * max(0.0, batch - 1) / 2 * cpu_per_unit / max(1, cores)
+
+
 def _flush_time(d: _Demands, s_cpu: float, wal_util_other: float) -> float:
     """One flush: its CPU stretched like any CPU work, its device time slowed by the device's other IO."""
     return d.flush_cpu * s_cpu + d.flush_device / max(1e-6, 1 - min(wal_util_other, 0.999999))
@@ -168,6 +175,7 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
         f = q / b
         flush_s = _flush_time(d, s_cpu, wal_other)
         extra = q * wait - f * d.flush_cpu * s_cpu  # the whole batch's flush, less the CPU share already queued
+        extra += _burst_wait(q, b, d.cpu + f * d.flush_cpu, cfg.cores)
         stations = _stations(d, f, cfg.cores)
         names = [s.name for s in stations]
         result = mva.exact_mva(stations, n, think_time=z + model.delay_s + model.client_s + extra)
@@ -239,7 +247,8 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
         b_new = a + math.exp(-a) if q > 0 else 1.0
         busy = rate * (q / b_new) * flush_s
         wait = flush_s * (1 + busy / 2)
-        r = sum(res.values()) + model.delay_s + model.client_s + q * wait - f * d.flush_cpu * s_cpu
+        r = (sum(res.values()) + model.delay_s + model.client_s + q * wait - f * d.flush_cpu * s_cpu
+             + _burst_wait(q, b, d.cpu + f * d.flush_cpu, cfg.cores))
         if abs(b_new - b) <= 1e-9:
             break
         b = 0.5 * b + 0.5 * b_new
