@@ -182,6 +182,18 @@ class Job(threading.Thread):
         if measure:
             self.tally.round_trips += session.round_trips - trips0
 
+    BACKLOG_CAP = 1_000_000
+
+    def _record_backlog(self, first: float, following: float, end: float) -> None:
+        """Arrivals due before the window ended that never started: each is late by at least end - due, so
+        the lag histogram shows how far behind the generator fell instead of the step running on."""
+        self.tally.lag.record(end - first)
+        due, n = following, 1
+        while due < end and n < self.BACKLOG_CAP:
+            self.tally.lag.record(end - due)
+            due += self.rng.expovariate(self.pacing.rate_per_job)
+            n += 1
+
     def _unit_failed(self, err: psycopg.Error, measure: bool, second: int) -> None:
         """A client-side unit failed: a broken connection ends the job, anything else is counted and skipped."""
         if self.conn.broken:
@@ -210,6 +222,10 @@ class Job(threading.Thread):
                 intended = next_arrival
                 next_arrival += rng.expovariate(pace.rate_per_job)
                 if intended >= end:
+                    break
+                if time.perf_counter() >= end:  # behind schedule at the end: the backlog was never offered
+                    if measure:
+                        self._record_backlog(intended, next_arrival, end)
                     break
                 wait = intended - time.perf_counter()
                 if wait > 0 and stop.wait(wait):
