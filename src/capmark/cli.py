@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +41,16 @@ err_console = Console(stderr=True)
 class Format(StrEnum):
     table = "table"
     json = "json"
+
+
+def _show_tests(doc: dict, fmt: Format, print_test: Callable[[dict, Console], None]) -> None:
+    """A per-test document: as JSON for scripts, or each test's console view."""
+    if fmt == Format.json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = Console()
+    for test_doc in doc["tests"]:
+        print_test(test_doc, console)
 
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", envvar="CAPMARK_DATA_DIR",
@@ -204,12 +215,7 @@ def demands(
     from capmark.report.demands import print_demands
 
     doc = api.demands(run_ref, results_dir)
-    if fmt == Format.json:
-        print(json.dumps(doc, indent=1))
-        return
-    console = Console()
-    for test_doc in doc["tests"]:
-        print_demands(test_doc, console)
+    _show_tests(doc, fmt, print_demands)
 
 
 @app.command()
@@ -245,12 +251,7 @@ def calibrate(
     from capmark.report.planning import print_calibration
 
     doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to)
-    if fmt == Format.json:
-        print(json.dumps(doc, indent=1))
-        return
-    console = Console()
-    for t in doc["tests"]:
-        print_calibration(t, console)
+    _show_tests(doc, fmt, print_calibration)
 
 
 @app.command()
@@ -278,12 +279,7 @@ def whatif(
     changes = {"growth": growth, "jobs": jobs, "think": think, "cpus": cpus, "cpu_speed": cpu_speed,
                "disk_speed": disk_speed, "disks": disks}
     doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save)
-    if fmt == Format.json:
-        print(json.dumps(doc, indent=1))
-        return
-    console = Console()
-    for t in doc["tests"]:
-        print_whatif(t, console)
+    _show_tests(doc, fmt, print_whatif)
 
 
 @app.command()
@@ -302,12 +298,7 @@ def size(
     from capmark.report.planning import print_size
 
     doc = api.size(run_ref, results_dir, sla, _from(from_steps), target_tps, save)
-    if fmt == Format.json:
-        print(json.dumps(doc, indent=1))
-        return
-    console = Console()
-    for t in doc["tests"]:
-        print_size(t, console)
+    _show_tests(doc, fmt, print_size)
 
 
 @app.command()
@@ -317,12 +308,7 @@ def diagnose(run_ref: RunTestArg = None, results_dir: ResultsDir = DEFAULT_RESUL
     from capmark.report.diagnosis import print_diagnosis
 
     doc = api.diagnose(run_ref, results_dir)
-    if fmt == Format.json:
-        print(json.dumps(doc, indent=1))
-        return
-    console = Console()
-    for t in doc["tests"]:
-        print_diagnosis(t, console)
+    _show_tests(doc, fmt, print_diagnosis)
 
 
 @app.command()
@@ -344,12 +330,7 @@ def anticipate(
         if value <= 0:
             raise CapmarkError(f"{name} must be a positive factor, got {value:g}.")
     doc = api.anticipate(run_ref, results_dir, at, service, rate, servers)
-    if fmt == Format.json:
-        print(json.dumps(doc, indent=1))
-        return
-    console = Console()
-    for t in doc["tests"]:
-        print_anticipation(t, console)
+    _show_tests(doc, fmt, print_anticipation)
 
 
 @db_app.command("start")
