@@ -277,19 +277,10 @@ def calibrate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR,
               from_jobs: list[int] | None = None, up_to: int | None = None) -> dict:
     """Calibrate a queueing model per test of a stored run, validate it against every step and predict the
     curve beyond the measured range (default: up to twice the most jobs measured)."""
-    from capmark.plan.calibrate import calibrate as calibrate_test
     from capmark.plan.calibrate import validate
-    from capmark.plan.predict import curve
 
     run_result, tests = tests_of(ref, results_dir)
-    docs = []
-    for t in tests:
-        if not t.steps:
-            continue
-        doc = validate(t, from_jobs)
-        limit = up_to or 2 * max(s.jobs for s in t.steps)
-        doc["prediction"] = curve(calibrate_test(t, from_jobs), limit).to_dict()
-        docs.append(doc)
+    docs = [validate(t, from_jobs, up_to) for t in tests if t.steps]
     return {"schema": "capmark.calibrate/2", "run": run_result.run_id, "tests": docs}
 
 

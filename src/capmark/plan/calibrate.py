@@ -22,6 +22,7 @@ from capmark.measure.demands import devices, host_busy_s, step_demands
 from capmark.measure.validity import problems
 from capmark.model import usl
 from capmark.plan.dbmodel import CLOSED_MODEL, DbModel, Prediction, solve
+from capmark.plan.predict import curve
 from capmark.results import StepResult, TestResult
 
 MIN_FLUSHES_PER_UNIT = 0.005  # below this the flushes are background housekeeping, not the workload's commits
@@ -129,8 +130,9 @@ def _abs_stats(values: list[float | None]) -> dict[str, float | None]:
     return {"median_abs_pct": statistics.median(errs) if errs else None, "max_abs_pct": errs[-1] if errs else None}
 
 
-def validate(test: TestResult, from_jobs: list[int] | None = None) -> dict[str, Any]:
-    """Measured vs model for every step, the verdict, and the USL as an empirical second model."""
+def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | None = None) -> dict[str, Any]:
+    """Measured vs model for every step, the verdict, the USL as an empirical second model, and the model's
+    prediction up to `up_to` jobs (default: twice the most measured)."""
     model = calibrate(test, from_jobs)
     rows = []
     for step in test.steps:
@@ -159,7 +161,8 @@ def validate(test: TestResult, from_jobs: list[int] | None = None) -> dict[str, 
             model.calibrated_from, "calibration": model.to_dict(),
             "p95_note": "p95/p99 = the calibration step's latency shape for the unqueued part + an exponential tail "
                         "(x3.0 / x4.6) for the queueing delay the model adds",
-            "steps": rows, "verdict": verdict, "usl": usl_comparison(rows)}
+            "steps": rows, "verdict": verdict, "usl": usl_comparison(rows),
+            "prediction": curve(model, up_to or 2 * max(s.jobs for s in test.steps)).to_dict()}
 
 
 def _point(p: Prediction) -> dict[str, Any]:

@@ -97,13 +97,11 @@ def demands_section(run: RunResult, test: TestResult) -> Section | None:
 def model_section(run: RunResult, test: TestResult) -> Section | None:
     from capmark.errors import CapmarkError
     from capmark.plan.anticipate import anticipate
-    from capmark.plan.calibrate import calibrate, validate
-    from capmark.plan.predict import curve
+    from capmark.plan.calibrate import validate
     from capmark.store import load_derived
 
     try:
         doc = validate(test)
-        doc["prediction"] = curve(calibrate(test), 2 * max(s.jobs for s in test.steps)).to_dict()
     except CapmarkError as err:
         return Section(f"Model: {test.workload}", Markup("<p>{}</p>").format(str(err)), f"model-{test.ordinal}")
     charts = [plots.measured_vs_model(doc, test.throughput_label), plots.model_response_vs_jobs(doc),
