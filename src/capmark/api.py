@@ -292,7 +292,7 @@ def _planned(ref: str | None, results_dir: Path,
     return run_result, [(t, calibrate_test(t, from_jobs)) for t in tests if t.steps]
 
 
-def _base_jobs(test: TestResult, model: Any, at_jobs: int | None) -> int:
+def _base_jobs(model: Any, at_jobs: int | None) -> int:
     if at_jobs is None:
         return model.calibrated_from[0]
     if at_jobs < 1:
@@ -326,7 +326,7 @@ def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from
     run_result, planned = _planned(ref, results_dir, from_jobs)
     docs = []
     for t, model in planned:
-        base = _base_jobs(t, model, at_jobs)
+        base = _base_jobs(model, at_jobs)
         doc = {"workload": t.workload, "unit": t.unit, **evaluate(model, base, model.think_s, scenarios)}
         docs.append((t.ordinal, doc))
     if save:

@@ -94,9 +94,10 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> Ste
     rss = step.os.get("rss_by_role_end") or {}
     db = step.db_delta.get("database", [])
     reads = total(db, "blks_read")
+    why = problems(step)
     return StepView(
         jobs=step.jobs, throughput=values["throughput"], rt_mean_s=lat["mean_s"] or 0.0, rt_p95_s=lat["p95_s"] or 0.0,
-        problems=problems(step), valid=not problems(step), cores=int(step.os.get("cores") or 0),
+        problems=why, valid=not why, cores=int(step.os.get("cores") or 0),
         cpu_busy_pct=values.get("cpu_busy_pct"), cpu_user_pct=values.get("cpu_user_pct"),
         cpu_sys_pct=values.get("cpu_sys_pct"), cpu_iowait_pct=values.get("cpu_iowait_pct"),
         per_cpu_busy_pct=[c.get("busy", 0.0) for c in step.os.get("per_cpu_pct") or []],

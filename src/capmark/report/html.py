@@ -74,7 +74,7 @@ def test_section(run: RunResult, test: TestResult) -> Section:
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
-    invalid = [(s.jobs, problems(s)) for s in test.steps if problems(s)]
+    invalid = [(s.jobs, why) for s in test.steps if (why := problems(s))]
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts, invalid=invalid,
                    step_charts=step_charts, types=types, fmt=fmt)
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
