@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +35,16 @@ def parse_duration(text: str | float | int, what: str = "duration") -> float:
     if seconds < 0:
         raise CapmarkError(f"The {what} must not be negative; got {text}.")
     return seconds
+
+
+def read_toml(path: Path, what: str) -> dict:
+    """A TOML file the user names (a suite, what-if scenarios), or one sentence saying why it cannot be used."""
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as err:
+        raise CapmarkError(f"Cannot read the {what} {path} ({err.strerror}); check the path.") from None
+    except tomllib.TOMLDecodeError as err:
+        raise CapmarkError(f"The {what} {path} is not valid TOML ({err}); fix it and retry.") from None
 
 
 def parse_jobs(text: str) -> list[int]:

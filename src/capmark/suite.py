@@ -21,12 +21,11 @@ A suite file names its tests and, optionally, defaults for all of them:
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capmark.config import MODES, check_pacing, parse_duration, parse_jobs, parse_rate
+from capmark.config import MODES, check_pacing, parse_duration, parse_jobs, parse_rate, read_toml
 from capmark.errors import CapmarkError
 from capmark.workloads import registry
 from capmark.workloads.base import ParamValue, Workload
@@ -62,12 +61,7 @@ def from_command_line(names: list[str], params: dict[str, str], mode: str, jobs:
 
 def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: float, mode: str,
               think_s: float = 0.0, rate: float = 0.0) -> list[TestPlan]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as err:
-        raise CapmarkError(f"Cannot read the suite file {path} ({err.strerror}); check the path.") from None
-    except tomllib.TOMLDecodeError as err:
-        raise CapmarkError(f"The suite file {path} is not valid TOML ({err}); fix it and retry.") from None
+    data = read_toml(path, "suite file")
     defaults = data.get("defaults", {})
     tests = data.get("test", [])
     if not isinstance(tests, list) or not tests:

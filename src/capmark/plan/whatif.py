@@ -10,12 +10,11 @@ growth series is then the open model at the baseline's throughput, so that the r
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capmark.config import parse_duration
+from capmark.config import parse_duration, read_toml
 from capmark.errors import CapmarkError
 from capmark.plan.dbmodel import Config, DbModel, Prediction, solve, solve_open
 
@@ -125,12 +124,7 @@ def expand(name: str, changes: dict[str, Any]) -> list[Scenario]:
 def load_scenarios(path: Path) -> list[Scenario]:
     """A TOML file with [[scenario]] tables: name plus any of growth, jobs, think, rate, cpus, cpu_speed,
     disk_speed, disks."""
-    try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise CapmarkError(f"The scenario file {path} does not exist.") from None
-    except tomllib.TOMLDecodeError as err:
-        raise CapmarkError(f"The scenario file {path} is not valid TOML: {err}.") from None
+    doc = read_toml(path, "scenario file")
     tables = doc.get("scenario")
     if not isinstance(tables, list) or not tables:
         raise CapmarkError(f"The scenario file {path} has no [[scenario]] tables; add one per scenario with a name and "
