@@ -29,9 +29,9 @@ def test_roles(title, role):
 
 
 def test_exited_processes_are_attributed_from_reaped_time():
-    before = oscollect.ProcessSample({1: ("client backends", 1.0, 0.5, 0), 2: ("checkpointer", 2.0, 1.0, 0)},
+    before = oscollect.ProcessSample({1: ("client backends", 1.0, 0.5, 0, 0), 2: ("checkpointer", 2.0, 1.0, 0, 0)},
                                      reaped_user_s=10.0, reaped_sys_s=5.0)
-    after = oscollect.ProcessSample({2: ("checkpointer", 2.5, 1.0, 0)}, reaped_user_s=11.5, reaped_sys_s=5.7)
+    after = oscollect.ProcessSample({2: ("checkpointer", 2.5, 1.0, 0, 0)}, reaped_user_s=11.5, reaped_sys_s=5.7)
     roles = oscollect.cpu_by_role(before, after)
     assert roles["checkpointer"]["user_s"] == pytest.approx(0.5)
     # pid 1 ended with 1.5 s user / 0.7 s sys in total; 1.0 / 0.5 were used before the interval

@@ -125,7 +125,8 @@ def role_of(cmdline: list[str], is_postmaster: bool) -> str:
 class ProcessSample:
     """CPU seconds and memory of every process of the instance, plus the postmaster's reaped children."""
 
-    procs: dict[int, tuple[str, float, float, int]] = field(default_factory=dict)  # pid -> role, user, sys, rss
+    # pid -> role, user s, sys s, rss bytes, shared bytes (of the rss: shared buffers touched count in it)
+    procs: dict[int, tuple[str, float, float, int, int]] = field(default_factory=dict)
     reaped_user_s: float = 0.0
     reaped_sys_s: float = 0.0
 
@@ -143,9 +144,9 @@ def sample_instance(postmaster_pid: int) -> ProcessSample:
         try:
             with proc.oneshot():
                 t = proc.cpu_times()
-                rss = proc.memory_info().rss
+                mem = proc.memory_info()
                 role = role_of(proc.cmdline(), proc.pid == postmaster_pid)
-            sample.procs[proc.pid] = (role, t.user, t.system, rss)
+            sample.procs[proc.pid] = (role, t.user, t.system, mem.rss, getattr(mem, "shared", 0))
         except psutil.Error:
             continue
     return sample
@@ -158,7 +159,7 @@ def cpu_by_role(before: ProcessSample, after: ProcessSample) -> dict[str, dict[s
     lifetime CPU; subtract what was already attributed to it before it exited.
     """
     out = {role: {"user_s": 0.0, "sys_s": 0.0, "processes": 0} for role in ROLES}
-    for pid, (role, user, sys, _rss) in after.procs.items():
+    for pid, (role, user, sys, _rss, _shared) in after.procs.items():
         u0, s0 = (before.procs[pid][1], before.procs[pid][2]) if pid in before.procs else (0.0, 0.0)
         out[role]["user_s"] += user - u0
         out[role]["sys_s"] += sys - s0

@@ -8,7 +8,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
 import psycopg
 
 from capmark.collect import os as oscollect
@@ -82,14 +81,8 @@ class Sampler(threading.Thread):
     def _sample_memory(self, t: float) -> None:
         """RSS and private memory (RSS less shared pages: shared buffers touched count in RSS but are no leak)."""
         procs = oscollect.sample_instance(self.postmaster_pid).procs if self.postmaster_pid else {}
-        rss: dict[str, list[Any]] = {}
-        for pid, (role, _u, _s, resident) in procs.items():
-            try:
-                shared = psutil.Process(pid).memory_info().shared
-            except psutil.Error:
-                continue
-            rss[str(pid)] = [role, resident, max(0, resident - shared)]
-        self.samples.memory_series.append({"t": round(t, 1), "rss": rss})
+        self.samples.memory_series.append({"t": round(t, 1), "rss": {
+            str(pid): [role, rss, max(0, rss - shared)] for pid, (role, _u, _s, rss, shared) in procs.items()}})
 
     def _sample_waits(self) -> None:
         try:

@@ -197,7 +197,7 @@ def _backend_cpu(conn: psycopg.Connection | None) -> float | None:
 
 def _rss_by_role(sample: oscollect.ProcessSample) -> dict[str, int]:
     out: dict[str, int] = {}
-    for role, _u, _s, rss in sample.procs.values():
+    for role, _u, _s, rss, _shared in sample.procs.values():
         out[role] = out.get(role, 0) + rss
     return out
 
