@@ -56,12 +56,11 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     u = t["usl"]
     say("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}. {u['summary']}"
                      if "sigma" in u else u["note"]), highlight=False)
-    pr = t.get("prediction")
-    if pr:
-        say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
-            f"{pr['max_throughput_jobs']} jobs; knee ({pr['knee_rule']}) at "
-            f"{pr['knee_jobs'] if pr['knee_jobs'] else 'not reached'} jobs; bottleneck {pr['bottleneck']}",
-            highlight=False)
+    pr = t["prediction"]
+    say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
+        f"{pr['max_throughput_jobs']} jobs; knee ({pr['knee_rule']}) at "
+        f"{pr['knee_jobs'] if pr['knee_jobs'] else 'not reached'} jobs; bottleneck {pr['bottleneck']}",
+        highlight=False)
 
 
 def _util(p: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from capmark.driver.histogram import bucket_bounds  # noqa: E402
 from capmark.measure import kpm  # noqa: E402
 from capmark.measure.validity import problems  # noqa: E402
+from capmark.model.usl import usl  # noqa: E402
 from capmark.results import StepResult, TestResult  # noqa: E402
 
 _METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)
@@ -115,17 +116,13 @@ def measured_vs_model(doc: dict, label: str) -> str:
     if bad:
         ax.plot([r["jobs"] for r in bad], [r["measured"]["throughput"] for r in bad], "x", color="grey",
                 label="measured (invalid)")
-    curve = doc.get("prediction", {}).get("points") or []
-    if curve:
-        ax.plot([p["jobs"] for p in curve], [p["throughput"] for p in curve], "-", label="queueing model")
-    else:
-        ax.plot([r["jobs"] for r in steps], [r["model"]["throughput"] for r in steps], "-", label="queueing model")
-    if "predicted" in doc.get("usl", {}):
+    curve = doc["prediction"]["points"]
+    ax.plot([p["jobs"] for p in curve], [p["throughput"] for p in curve], "-", label="queueing model")
+    if "predicted" in doc["usl"]:
         top = max([p["jobs"] for p in curve] + [r["jobs"] for r in steps])
         grid = [1 + i * (top - 1) / 60 for i in range(61)]
         u = doc["usl"]
-        ax.plot(grid, [u["lambda"] * n / (1 + u["sigma"] * (n - 1) + u["kappa"] * n * (n - 1)) for n in grid], "--",
-                label="USL")
+        ax.plot(grid, [usl(n, u["lambda"], u["sigma"], u["kappa"]) for n in grid], "--", label="USL")
     ax.set_xlabel("jobs")
     ax.set_ylabel(label)
     ax.set_ylim(bottom=0)
@@ -141,10 +138,10 @@ def model_response_vs_jobs(doc: dict) -> str:
     ax.plot([r["jobs"] for r in steps], [r["measured"]["response_time_s"] * 1000 for r in steps], "o",
             label="measured mean")
     ax.plot([r["jobs"] for r in steps], [r["measured"]["p95_s"] * 1000 for r in steps], "^", label="measured p95")
-    curve = doc.get("prediction", {}).get("points") or []
+    curve = doc["prediction"]["points"]
     ax.plot([p["jobs"] for p in curve], [p["response_time_s"] * 1000 for p in curve], "-", label="model mean")
     ax.plot([p["jobs"] for p in curve], [p["p95_s"] * 1000 for p in curve], ":", label="model p95")
-    knee = doc.get("prediction", {}).get("knee_jobs")
+    knee = doc["prediction"]["knee_jobs"]
     if knee:
         ax.axvline(knee, color="grey", linestyle="--", linewidth=0.8)
         ax.annotate(f"knee {knee}", (knee, ax.get_ylim()[1] * 0.9), fontsize=8)
@@ -160,7 +157,7 @@ def utilization_vs_throughput(doc: dict) -> str:
     """Busy % of the CPU and every device against throughput: measured points, model lines."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     steps = [r for r in doc["steps"] if r["valid"]]
-    curve = doc.get("prediction", {}).get("points") or []
+    curve = doc["prediction"]["points"]
     names = sorted({k for p in curve for k in p["utilizations"]})
     for i, name in enumerate(names):
         color = f"C{i}"
