@@ -7,7 +7,6 @@ figures as well as on real runs.
 from __future__ import annotations
 
 import copy
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,7 +121,3 @@ def test_view(test: TestResult) -> TestView:
         varies = [{"label": r["label"], "key": r["key"], "group": r["group"], **r["trend"]}
                   for r in demands_of_test(completed)["components"] if r["trend"]["note"]]
     return TestView(test.workload, test.unit, [step_view(s, test.per_unit) for s in ok], varies)
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from capmark.diagnose.features import StepView, TestView
+from capmark.measure.validity import full_seconds
 
 Detector = Callable[[TestView], "Finding | None"]
 
@@ -350,7 +351,7 @@ def background_interference(t: TestView) -> Finding | None:
     """A time-series signature: every completed step counts, also those unfit to calibrate a model on."""
     best = None
     for s in t.steps:
-        units = s.series_units[:-1] if len(s.series_units) > 3 else s.series_units
+        units = full_seconds(s.series_units)
         if len(units) < 6 or not s.background:
             continue
         med = statistics.median(units)
@@ -373,6 +374,7 @@ def background_interference(t: TestView) -> Finding | None:
         return None
     share, s, dips, aligned, worst, bg = best
     kinds = {k for b in s.background for k in ("checkpoint", "autovacuum") if b.get(k, 0) > 0}
+    series_median = statistics.median(s.series_units)
     return Finding("background_interference", "Background interference (" + " / ".join(sorted(kinds)) + ")",
                    min(0.95, 0.5 + share / 2), [s.jobs],
                    [f"at {s.jobs} jobs {len(dips)} seconds ran below 70 % of the median throughput (worst "
@@ -383,7 +385,7 @@ def background_interference(t: TestView) -> Finding | None:
                     "limits, or schedule heavy maintenance off peak"],
                    {"kind": "time", "x": list(range(1, len(s.series_units) + 1)),
                     "series": {"units/s": list(s.series_units),
-                               "background (0-1) x median": [bg.get(i, 0) * statistics.median(s.series_units)
+                               "background (0-1) x median": [bg.get(i, 0) * series_median
                                                              for i in range(len(s.series_units))]}},
                    [{"jobs": s.jobs, "from_s": min(dips) + 1, "to_s": max(dips) + 1}])
 

@@ -28,9 +28,14 @@ class Stability:
     opening: float  # mean of the first tenth of the window / median of the rest
 
 
+def full_seconds(series: list[int]) -> list[int]:
+    """A 1 s series without its last second, which often holds units that ended just after the window."""
+    return series[:-1] if len(series) > 3 else series
+
+
 def stability(series: list[int]) -> Stability | None:
     """How steady a step's 1 s throughput was (the last second, often partial, left out)."""
-    u = [float(v) for v in series[:-1]] if len(series) > 3 else [float(v) for v in series]
+    u = [float(v) for v in full_seconds(series)]
     if len(u) < 4 or not any(u):
         return None
     n, mean = len(u), statistics.fmean(u)
