@@ -36,7 +36,7 @@ def test_batch_size_limits():
 
 
 def test_flush_state_one_job_waits_one_flush():
-    st = flush_state(1, 100e-6, 50e-6, 5000)
+    st = flush_state(1, 100e-6, 50e-6)
     assert st.batch == 1.0 and st.wait_s == pytest.approx(100e-6)
 
 

@@ -187,7 +187,7 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
             x = x_new
             break
         gap = max(1e-12, (n / x_new - q * wait) / q)
-        st = flush_state(n, flush_s, gap, x_new * f)
+        st = flush_state(n, flush_s, gap)
         b_new = 0.5 * b + 0.5 * st.batch
         # one flusher: if the flushes asked for exceed its capacity, commits queue for it until they do not
         over = max(0.0, x_new * f * flush_s - 1)

@@ -26,7 +26,6 @@ class FlushState:
     batch: float  # commits per flush
     arrival_probability: float  # p: chance another job asks for a flush during one flush
     wait_s: float  # mean time a commit waits for its flush (the flush in progress, then its own)
-    busy_fraction: float  # share of the time a flush is in progress
 
 
 def batch_size(jobs: float, p: float) -> float:
@@ -50,9 +49,9 @@ def batch_size(jobs: float, p: float) -> float:
     return (lo + hi) / 2
 
 
-def flush_state(jobs: float, flush_s: float, request_gap_s: float, flushes_per_s: float) -> FlushState:
-    """The batch and the wait of a commit for given flush time, time between a job's flush requests
-    (outside the wait) and flush rate. A job leaves its flush when the next one starts; if it asks
+def flush_state(jobs: float, flush_s: float, request_gap_s: float) -> FlushState:
+    """The batch and the wait of a commit for given flush time and time between a job's flush requests
+    (outside the wait). A job leaves its flush when the next one starts; if it asks
     again while that flush runs (probability p, and only if someone is in it) it waits for the rest of
     it, F - E[t | t < F] with t its exponential request gap, and then for its own flush."""
     p = 1 - math.exp(-flush_s / request_gap_s) if request_gap_s > 0 else 1.0
@@ -61,5 +60,4 @@ def flush_state(jobs: float, flush_s: float, request_gap_s: float, flushes_per_s
     # E[t | t < F] for an exponential request gap t
     into_flush = request_gap_s - flush_s * (1 - p) / p if p > 0 and request_gap_s > 0 else 0.0
     rest = max(0.0, flush_s - into_flush)
-    busy = min(1.0, flushes_per_s * flush_s)
-    return FlushState(b, p, flush_s + p * next_flush_runs * rest, busy)
+    return FlushState(b, p, flush_s + p * next_flush_runs * rest)
