@@ -178,7 +178,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     observer.test_started(test, plan.jobs)
     for step_no, jobs in enumerate(plan.jobs, start=1):
         step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors, settings,
-                             plan.think_s, plan.rate)
+                             plan.think_s, plan.rate, memory_every_s=_memory_period(spec))
         try:
             step = run_step(ctx, workload, params, size, step_plan,
                             lambda phase, left, j=jobs: observer.step_progress(test, j, phase, left))
@@ -246,6 +246,12 @@ def report(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> t
     from capmark.report.html import write_report
 
     return run_result, write_report(run_result)
+
+
+def _memory_period(spec: RunSpec) -> float:
+    """Every minute; a soak shorter than 20 minutes samples every twentieth of it (at least each second), so
+    that even a short soak has a memory curve. Ordinary steps keep the per-second sampling path light."""
+    return min(60.0, max(1.0, spec.soak_s / 20)) if spec.soak_s else 60.0
 
 
 def tests_of(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR) -> tuple[RunResult, list[TestResult]]:

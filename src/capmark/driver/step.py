@@ -47,6 +47,7 @@ class StepPlan:
     session_settings: dict[str, str] = field(default_factory=dict)  # SET on every job connection
     think_s: float = 0.0  # client side: mean think time after each unit
     rate: float = 0.0  # client side: total Poisson arrival rate (units/s) over all jobs; 0 = closed loop
+    memory_every_s: float = 60.0  # instance process memory sampling period (a soak samples at least 20 times)
 
 
 def _os_reading(ctx: StepContext) -> dict:
@@ -111,7 +112,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         delay_before = oscollect.own_run_delay()
         sampler = Sampler(connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None,
                           pids, os_local and plan.collectors, ctx.info.postmaster_pid,
-                          memory_every_s=min(60.0, max(1.0, plan.duration_s / 20)))
+                          memory_every_s=plan.memory_every_s)
         sampler_cpu0 = _backend_cpu(sampler.conn) if os_local else None
         schedule.measure_start = time.time()
         schedule.measure_end = schedule.measure_start + plan.duration_s
