@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from scipy.stats import binom
 
 from capmark import api
 from capmark.collect.pgstats import total
@@ -13,6 +14,7 @@ from capmark.measure import kpm
 from capmark.workloads import registry
 
 pytestmark = pytest.mark.db
+TAIL = 1e-6  # probability that a correct step falls below a binomial bound
 PARAMS = {"update_pct": "100", "rows_per_insert": "5", "dtype": "numeric", "n": "15"}
 
 
@@ -128,7 +130,22 @@ def test_stress_requests_touch_what_they_claim(catalogue):
     step = catalogue["stress-insert"].steps[0]
     assert table(step, "n_tup_ins", "stress_item") == step.units
     assert db(catalogue["stress-update"].steps[0], "tup_updated") >= 0.99 * catalogue["stress-update"].steps[0].units
-    assert db(catalogue["stress-delete"].steps[0], "tup_deleted") <= catalogue["stress-delete"].steps[0].units
+
+
+def test_stress_delete_removes_the_rows_its_requests_find(catalogue, conn):
+    """Each request deletes a uniformly drawn id of the original rows, so the rows it removes are binomial in the
+    requests with the share of those ids still present. Ids 1..items only ever come from the initial load
+    (inserts draw from a sequence above them), so the share present now, less what this step deleted in its
+    window and its half-as-long warm-up (allowed as many again), bounds the share the step found from below,
+    whether or not the table was restored before a later test."""
+    step = catalogue["stress-delete"].steps[0]
+    items = conn.execute("select start_value - 1 from pg_sequences where schemaname = 'capmark' "
+                         "and sequencename = 'stress_seq'").fetchone()[0]
+    present = conn.execute("select count(*) from capmark.stress_item where id <= %s", (items,)).fetchone()[0]
+    deleted = table(step, "n_tup_del", "stress_item")
+    share_low = (present - 2 * deleted) / items
+    assert share_low > 0.5, "most of the stress table is gone: the bound below would say little"
+    assert binom.ppf(TAIL, step.units, share_low) <= deleted <= step.units, (deleted, step.units, share_low)
 
 
 def test_pls_computes_the_right_answers(catalogue, conn):
@@ -188,8 +205,12 @@ def test_tp_custom_follows_its_default_weights(catalogue):
 
 
 def test_da_storage_reads_its_table_from_outside_shared_buffers(catalogue):
+    """The workload's own hits only: the database's blks_hit also counts an autovacuum that may start after the
+    quiesce (seen in CI: 40,078 vacuum hits beside 686 of the scans), which says nothing about the eviction."""
     step = catalogue["da-storage"].steps[0]
-    hit, read = db(step, "blks_hit"), db(step, "blks_read")
+    hit = sum(r.get("hits") or 0 for r in step.db_delta["io"]
+              if r.get("object") == "relation" and r.get("backend_type") in ("client backend", "parallel worker"))
+    read = db(step, "blks_read")  # blocks (pg_stat_io counts read operations of up to io_combine_limit blocks)
     assert read / (hit + read) > 0.9
 
 

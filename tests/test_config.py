@@ -1,6 +1,17 @@
 import pytest
 
-from capmark.config import default_jobs, parse_duration, parse_jobs, parse_params, redact_dsn, redact_text
+from capmark.config import (
+    MAX_SCALE,
+    check_dsn,
+    check_scale,
+    default_jobs,
+    parse_duration,
+    parse_jobs,
+    parse_params,
+    parse_rate,
+    redact_dsn,
+    redact_text,
+)
 from capmark.errors import CapmarkError
 
 
@@ -51,3 +62,43 @@ def test_redaction_removes_password(dsn):
     assert "s3cret" not in red and "s3 cret" not in red
     assert "bob" in red and "***" in red
     assert "s3cret" not in redact_text(f"could not connect to {dsn}: refused")
+
+
+@pytest.mark.parametrize("dsn,redacted", [
+    ("postgresql:///app?host=/var/run/postgresql&password=s3cret",
+     "postgresql:///app?host=/var/run/postgresql&password=***"),
+    ("postgresql://bob:s3cret@/app?host=/tmp", "postgresql://bob:***@/app?host=/tmp"),
+    ("postgres://db.example/app?PASSWORD=s3cret&sslmode=require", "postgres://db.example/app?PASSWORD=***&sslmode=require"),
+    ("postgresql://bob@db.example:5432/app", "postgresql://bob@db.example:5432/app"),
+])
+def test_redaction_keeps_the_url_usable(dsn, redacted):
+    """The redacted URL is the same URL with the password starred: an empty host keeps its '//'."""
+    assert redact_dsn(dsn) == redacted
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True, [1]])
+def test_durations_from_files_must_be_finite_numbers(value):
+    with pytest.raises(CapmarkError, match="duration"):
+        parse_duration(value)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "0", "-3", "abc", "1e400"])
+def test_bad_rates(text):
+    with pytest.raises(CapmarkError, match="rate"):
+        parse_rate(text)
+
+
+def test_rates():
+    assert parse_rate("500") == 500.0 and parse_rate("500/s") == 500.0 and parse_rate(None) == 0.0
+
+
+@pytest.mark.parametrize("dsn", ["postgresql://bob@db/app", "postgres://db/app", "host=db dbname=app",
+                                 "postgresql:///app?host=/tmp"])
+def test_good_dsns_pass_the_check(dsn):
+    check_dsn(dsn)
+
+
+def test_scale_bound_names_the_reason():
+    check_scale(MAX_SCALE)
+    with pytest.raises(CapmarkError, match="10\\^9 rows per table"):
+        check_scale(MAX_SCALE + 1)

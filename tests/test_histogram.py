@@ -32,10 +32,62 @@ def test_bucket_of_is_inside_its_bounds():
     assert bucket_of(1e6) == N_BUCKETS - 1
 
 
-def test_bucket_index_matches_the_plpgsql_formula():
-    # the server computes floor(ln(us) * K); the client must agree at every scale
-    for us in (1.5, 7.0, 123.4, 9999.0, 2.5e6):
-        assert bucket_of(us / 1e6) == int(math.floor(math.log(us) * BUCKETS_PER_E))
+# The server-side loops fold K * ln(1e6) into one constant (floor(ln(s) * K + K ln 1e6)) where the client
+# computes floor(ln(us) * K): the two round differently only within a few float ulps of a bucket edge.
+# EDGE_ULPS_REL is the measured width of that zone (1e-15 disagrees, 1e-14 agrees everywhere); the server's
+# latencies are differences of microsecond clock readings, which never come that close to an irrational edge.
+EDGE_ULPS_REL = 1e-13
+
+
+def _server_buckets(dsn: str, latencies: list[float], type_index: int) -> list[int]:
+    """Run the PL/pgSQL that the slice procedures use (workloads.base.record) on given latencies."""
+    import psycopg
+
+    from capmark.workloads.base import CLOCK, record
+
+    step = record("t1", "t0", type_index).replace(CLOCK, "x")  # the unit 'ends' at x, having begun at 0
+    with psycopg.connect(dsn) as conn:
+        conn.execute(f"""
+            create function pg_temp.server_buckets(lat float8[]) returns int[] language plpgsql as $$
+            declare
+              h int[] := array_fill(0, array[{(type_index + 1) * N_BUCKETS}]); b int; t0 float8 := 0; t1 float8;
+              x float8; found int[] := '{{}}';
+            begin
+              foreach x in array lat loop
+                {step}
+                found := found || (b - 1 - {type_index * N_BUCKETS});
+              end loop;
+              return found;
+            end $$""")
+        return conn.execute("select pg_temp.server_buckets(%s)", (latencies,)).fetchone()[0]
+
+
+def _latencies_around_every_edge() -> list[float]:
+    out = [0.0, 1e-9, 5e-7, 1e-6, 1.5e-6, 1e3, 1e6]  # below 1 us, the 1 us floor, beyond the last bucket
+    for i in range(N_BUCKETS + 1):
+        edge = math.exp(i / BUCKETS_PER_E) * 1e-6
+        out += [edge * (1 - EDGE_ULPS_REL), edge * (1 + EDGE_ULPS_REL)]
+    rng = random.Random(3)
+    out += [math.exp(rng.uniform(math.log(1e-7), math.log(1e4))) for _ in range(20_000)]
+    out += [k * 1e-6 for k in range(1, 20_001)]  # whole microseconds, as clock_timestamp() gives them
+    return out
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("type_index", [0, 2])
+def test_server_bucket_index_equals_the_client_histogram(embedded_dsn, type_index):
+    """The same latency lands in the same bucket whether the server's loop or the Python driver timed it."""
+    latencies = _latencies_around_every_edge()
+    server = _server_buckets(embedded_dsn, latencies, type_index)
+    wrong = [(x, s, bucket_of(x)) for x, s in zip(latencies, server, strict=True) if s != bucket_of(x)]
+    assert not wrong, f"{len(wrong)} of {len(latencies)} latencies differ, e.g. (seconds, server, client): {wrong[:5]}"
+
+
+@pytest.mark.db
+def test_server_and_client_differ_by_at_most_one_bucket_exactly_on_an_edge(embedded_dsn):
+    edges = [math.exp(i / BUCKETS_PER_E) * 1e-6 for i in range(1, N_BUCKETS)]
+    server = _server_buckets(embedded_dsn, edges, 0)
+    assert all(abs(s - bucket_of(x)) <= 1 for x, s in zip(edges, server, strict=True))
 
 
 def test_percentiles_within_bucket_resolution():

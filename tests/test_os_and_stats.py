@@ -1,17 +1,41 @@
+import os
+import time
+
+import psutil
 import pytest
 
 from capmark.collect import os as oscollect
 from capmark.collect.pgstats import delta, total
 
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")  # /proc/stat counts in ticks: each delta is off by under one tick
 
-def test_cpu_percentages_sum_to_100():
+
+def _burn_cpu(seconds: float) -> None:
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+
+def test_cpu_states_account_for_every_core_over_the_wall_clock():
+    """Every core spends every tick in some state, so the states' seconds add up to cores x wall time: a field
+    missed or misparsed, a wrong tick size, or per-core lines read as the total would not. The host was busy
+    at least for the CPU this process burned meanwhile (its own counter, /proc/self/stat)."""
+    wall0, own0 = time.monotonic(), psutil.Process().cpu_times()
     a = oscollect.read_proc_stat()
-    sum(range(2_000_000))
+    _burn_cpu(0.3)
     b = oscollect.read_proc_stat()
+    wall1, own1 = time.monotonic(), psutil.Process().cpu_times()
+    cores = len(b.per_cpu)
+    assert cores == os.cpu_count()
+    seconds = oscollect.cpu_seconds(a.cpu, b.cpu)
+    resolution = len(oscollect.CPU_FIELDS) * TICK_S
+    assert sum(seconds.values()) == pytest.approx(cores * (wall1 - wall0), abs=resolution + 0.01 * cores)
+    busy = sum(seconds.values()) - seconds["idle"] - seconds["iowait"]
+    own = own1.user + own1.system - own0.user - own0.system
+    assert busy >= own - 2 * TICK_S >= 0.25
     pct = oscollect.cpu_percentages(a.cpu, b.cpu)
-    states = sum(pct[k] for k in oscollect.CPU_FIELDS)
-    assert states == pytest.approx(100.0)
-    assert 0 <= pct["busy"] <= 100
+    per_core = [oscollect.cpu_percentages(x, y)["busy"] for x, y in zip(a.per_cpu, b.per_cpu, strict=True)]
+    assert sum(per_core) / cores == pytest.approx(pct["busy"], abs=100 * resolution / (wall1 - wall0))
 
 
 @pytest.mark.parametrize("title,role", [

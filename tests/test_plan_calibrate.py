@@ -12,10 +12,33 @@ import pytest
 
 from capmark import api
 from capmark.config import RunSpec
+from capmark.measure.demands import host_busy_s
 from capmark.plan.calibrate import calibrate, validate
 from capmark.plan.dbmodel import solve
 
 pytestmark = pytest.mark.db
+
+# The model is calibrated on one step and predicts the others for the host's whole capacity. Scoring it is only
+# fair when capmark had the host to itself: here, with other test runs on the same 2 cores, programs outside the
+# instance and the driver took 35 to 97 % of the host's busy CPU and the model's throughput error was 43 to 50 %
+# (srv-query1) and 34 to 81 % (wal-lat1) over three runs, all of it the capacity those programs took.
+OTHER_PROGRAMS_LIMIT = 0.10  # share of host busy CPU outside the instance and the driver, in any step
+# On an otherwise idle host this machine's throughput drifts up to +-15 % between rounds of the same step; the
+# median over the two predicted steps of a calibration step and a measured step that each drift that much stays
+# within 25 %, which leaves the model itself ~10 points. A model that ignored the second core (x0.5 at 2 and 4
+# jobs) or queued nothing (x2 at 4 jobs) misses by 50 % or more.
+THROUGHPUT_MEDIAN_ERROR_PCT = 25.0
+
+
+def _other_programs_share(test) -> float:
+    """The largest share of host busy CPU that neither the instance nor the driver used, over the test's steps."""
+    shares = []
+    for step in test.steps:
+        busy = host_busy_s(step)
+        own = sum(r["user_s"] + r["sys_s"] for r in step.process_cpu.values())
+        own += step.driver_cpu["user_s"] + step.driver_cpu["sys_s"]
+        shares.append(1 - own / busy if busy else 1.0)
+    return max(shares)
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +60,14 @@ def test_calibration_reproduces_its_own_step_and_predicts_the_others(run):
     for r in cpu_test["steps"]:
         assert r["model"]["bottleneck"] == "CPU"  # srv-query1 is CPU bound
         assert r["model"]["cpu_busy_pct"] <= 100.0 + 1e-6
-    assert cpu_test["verdict"]["throughput"]["median_abs_pct"] is not None
     pred = cpu_test["prediction"]
     assert pred["points"][-1]["jobs"] == 8 and pred["max_throughput"] > 0
     assert pred["knee_jobs"] is not None and pred["knee_jobs"] > 1
+    assert cpu_test["verdict"]["steps_scored"] == [2, 4]
+    others = _other_programs_share(run.test("srv-query1"))
+    if others > OTHER_PROGRAMS_LIMIT:
+        pytest.skip(f"other programs used {others:.0%} of the host's busy CPU: the predictions cannot be scored")
+    assert cpu_test["verdict"]["throughput"]["median_abs_pct"] <= THROUGHPUT_MEDIAN_ERROR_PCT, cpu_test["verdict"]
 
 
 def test_group_commit_is_predicted_for_commits(run):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,14 +21,16 @@ from rich.text import Text
 from capmark import api
 from capmark.config import (
     DEFAULT_RESULTS_DIR,
+    MAX_SCALE,
     RunSpec,
+    check_data_dir,
     parse_duration,
     parse_jobs,
     parse_params,
     parse_rate,
     redact_text,
 )
-from capmark.errors import CapmarkError, RunInterrupted
+from capmark.errors import CapmarkError, RunFailed, RunInterrupted
 from capmark.report.console import kpm_tables, print_run, type_table
 from capmark.report.export import run_to_json
 from capmark.results import StepResult, TestResult
@@ -35,7 +39,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="capmark: measure a database platform, decompose, model, plan, diagnose, report.")
 db_app = typer.Typer(no_args_is_help=True, help="Manage the embedded PostgreSQL server capmark uses by default.")
 app.add_typer(db_app, name="db")
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # an error is one line, never wrapped at the terminal width
 
 
 class Format(StrEnum):
@@ -43,10 +47,27 @@ class Format(StrEnum):
     json = "json"
 
 
+def _finite(value: Any) -> Any:
+    """The document with every NaN or infinity as null: JSON has no such numbers, and a script must be able to
+    parse what capmark prints (an unbounded figure, e.g. the USL peak of an Amdahl fit, becomes null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_text(doc: Any) -> str:
+    """Strict JSON for scripts (allow_nan=False guards the output even if a non-finite number slips through)."""
+    return json.dumps(_finite(doc), indent=1, allow_nan=False)
+
+
 def _show_tests(doc: dict, fmt: Format, print_test: Callable[[dict, Console], None]) -> None:
     """A per-test document: as JSON for scripts, or each test's console view."""
     if fmt == Format.json:
-        print(json.dumps(doc, indent=1))
+        print(json_text(doc))
         return
     console = Console()
     for test_doc in doc["tests"]:
@@ -70,7 +91,7 @@ class LiveObserver(api.RunObserver):
         self.done = 0
 
     def say(self, message: str) -> None:
-        self.console.print(message)
+        self.console.print(message, markup=False, highlight=False)  # messages carry paths and server text
 
     def test_started(self, test: TestResult, plan: list[int]) -> None:
         self.plan, self.done = plan, 0
@@ -108,7 +129,8 @@ def run(
     duration: Annotated[str, typer.Option("--duration", help="Measured time per step: 30, 30s, 2m.")] = "15s",
     mode: Annotated[str, typer.Option("--mode", help="server: PL/pgSQL loops in the database (default); "
                                                       "client: the driver issues every unit.")] = "server",
-    scale: Annotated[int, typer.Option("--scale", help="Data model size: 100,000 rows per table per unit.")] = 1,
+    scale: Annotated[int, typer.Option("--scale", help="Data model size: 100,000 rows per table per unit "
+                                                                  f"(at most {MAX_SCALE:,}).")] = 1,
     param: Annotated[list[str] | None, typer.Option("--param", help="Workload parameter name=value, e.g. "
                                                                      "update_pct=20; repeatable.")] = None,
     dsn: Annotated[str | None, typer.Option("--dsn", envvar="CAPMARK_DSN", show_envvar=True,
@@ -128,26 +150,32 @@ def run(
                                                                     "and step plans (see docs/suites.md).")] = None,
     soak: Annotated[str | None, typer.Option("--soak", help="Soak: one workload, one job count, one long step "
                                              "(e.g. 2h), with every process's memory sampled each minute.")] = None,
+    all_statements: Annotated[bool, typer.Option("--all-statements", help="Store every role's statements in the "
+                                                 "top statements, not only capmark's own.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
-    spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs else None,
+    spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs is not None else None,
                    warmup_s=parse_duration(warmup, "warm-up"), duration_s=parse_duration(duration, "duration"),
                    mode=mode, scale=scale, params=parse_params(param), dsn=dsn, data_dir=data_dir,
                    results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file,
-                   think_s=parse_duration(think, "think time") if think else 0.0, rate=parse_rate(rate),
-                   nested_statements=nested_statements, soak_s=parse_duration(soak, "soak") if soak else None)
+                   think_s=parse_duration(think, "think time") if think is not None else 0.0,
+                   rate=parse_rate(rate), nested_statements=nested_statements,
+                   soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:
-        print(json.dumps(run_to_json(result), indent=1))
+        print(json_text(run_to_json(result)))
     else:
         from capmark.diagnose.diagnosis import diagnose_run
 
         for t in diagnose_run(result)["tests"]:
             console.print(f"Diagnosis of {t['workload']}: {t['summary']}", highlight=False, markup=False)
         console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}"
-                      " (capmark diagnose for the evidence)")
+                      " (capmark diagnose for the evidence)", markup=False, highlight=False)
+    if result.status != "complete":
+        _say(f"the run is stored but {result.status}: {result.reason}.")
+        raise typer.Exit(RunFailed.exit_code)
 
 
 def _key_metrics(w) -> list[str]:
@@ -167,13 +195,13 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
 
     items = api.list_workloads()
     if fmt == Format.json:
-        print(json.dumps({"workloads": [
+        print(json_text({"workloads": [
             {"name": w.name, "family": w.family, "unit": w.unit, "throughput_unit": w.throughput_label,
              "description": w.description, "key_metrics": _key_metrics(w), "kpms": list(w.kpms),
              "client_side": w.client_side, "transaction_types": list(w.txn_types),
              "params": [{"name": p.name, "default": p.default, "allowed": p.allowed(), "help": p.help}
                         for p in w.params]} for w in items],
-            "suites": {k: list(v) for k, v in SUITES.items()}}, indent=1))
+            "suites": {k: list(v) for k, v in SUITES.items()}}))
         return
     table = Table(title="capmark workloads", title_justify="left")
     for col in ("name", "family", "unit", "key metrics", "parameters (default, allowed)", "description"):
@@ -194,14 +222,19 @@ def report(
     = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
+    rerender: Annotated[bool, typer.Option("--rerender", help="Write report.html even when it is up to date "
+                                           "(it is written anyway when missing or older than the results).")] = False,
 ) -> None:
-    """Re-render a stored run's report.html and print its tables, without any database."""
-    result, path = api.report(run_ref, results_dir)
+    """Print a stored run's tables, without any database, and bring its report.html up to date."""
+    result, report_file = api.report(run_ref, results_dir, rerender)
+    if report_file.problem:
+        _say(f"{report_file.problem}; the stored run itself is unaffected.")
     if fmt == Format.json:
-        print(json.dumps(run_to_json(result), indent=1))
+        print(json_text(run_to_json(result)))
         return
     print_run(result)
-    Console().print(f"Report: {path}")
+    if not report_file.problem:
+        Console().print(f"Report: {report_file.path}", markup=False, highlight=False)
 
 
 @app.command()
@@ -225,7 +258,7 @@ def solve(file: Annotated[Path, typer.Argument(help="A JSON case (kind, method, 
     """Solve queueing models (closed, multi-class, open M/M/m, USL fit, quick formula) and print JSON."""
     from capmark.model.cases import solve_file
 
-    print(json.dumps(solve_file(file), indent=1))
+    print(json_text(solve_file(file)))
 
 
 RunTestArg = Annotated[str | None, typer.Argument(metavar="RUN[:TEST]", help="Run id or folder, optionally "
@@ -235,7 +268,19 @@ FromStepsOpt = Annotated[str | None, typer.Option("--from-steps", help="Job coun
 
 
 def _from(from_steps: str | None) -> list[int] | None:
-    return parse_jobs(from_steps) if from_steps else None
+    return parse_jobs(from_steps) if from_steps is not None else None
+
+
+def _positive_number(value: float | None, option: str, example: str) -> None:
+    """A factor or rate from the command line: click's float type lets nan and inf through."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise CapmarkError(f"{option} must be a positive, finite number; got {value:g}, e.g. {option} {example}.")
+
+
+def _positive_count(value: int | None, option: str, example: str) -> None:
+    """A number of jobs, cores or devices: at least 1 (0 would otherwise read as 'not given')."""
+    if value is not None and value < 1:
+        raise CapmarkError(f"{option} must be a whole number of at least 1; got {value}, e.g. {option} {example}.")
 
 
 @app.command()
@@ -248,9 +293,11 @@ def calibrate(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Calibrate a queueing model from measured demands, compare it with every step, predict beyond them."""
-    from capmark.report.planning import print_calibration
+    from capmark.report.planning import print_calibration, progress_on_stderr
 
-    doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to)
+    _positive_count(up_to, "--up-to", "16")
+    with progress_on_stderr() as progress:
+        doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to, progress=progress)
     _show_tests(doc, fmt, print_calibration)
 
 
@@ -262,7 +309,7 @@ def whatif(
     jobs: Annotated[int | None, typer.Option("--jobs", help="Jobs (closed load).")] = None,
     think: Annotated[str | None, typer.Option("--think", help="Think time per unit, e.g. 10ms.")] = None,
     cpus: Annotated[int | None, typer.Option("--cpus", help="CPU cores of the database host.")] = None,
-    cpu_speed: Annotated[float | None, typer.Option("--cpu-speed", help="Relative core speed (1.5 = 50 %% faster).")]
+    cpu_speed: Annotated[float | None, typer.Option("--cpu-speed", help="Relative core speed (1.5 = 50 % faster).")]
     = None,
     disk_speed: Annotated[float | None, typer.Option("--disk-speed", help="Relative device speed.")] = None,
     disks: Annotated[int | None, typer.Option("--disks", help="Spread data IO evenly over this many devices.")] = None,
@@ -274,11 +321,16 @@ def whatif(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """What if the load grows or the platform changes: throughput, response time, utilization per scenario."""
-    from capmark.report.planning import print_whatif
+    from capmark.report.planning import print_whatif, progress_on_stderr
 
+    for option, count in (("--jobs", jobs), ("--cpus", cpus), ("--disks", disks), ("--at", at)):
+        _positive_count(count, option, "4")
+    _positive_number(cpu_speed, "--cpu-speed", "1.5")
+    _positive_number(disk_speed, "--disk-speed", "2")
     changes = {"growth": growth, "jobs": jobs, "think": think, "cpus": cpus, "cpu_speed": cpu_speed,
                "disk_speed": disk_speed, "disks": disks}
-    doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save)
+    with progress_on_stderr() as progress:
+        doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save, progress=progress)
     _show_tests(doc, fmt, print_whatif)
 
 
@@ -295,9 +347,11 @@ def size(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Size to a service level: the highest load within it, and what a target load needs."""
-    from capmark.report.planning import print_size
+    from capmark.report.planning import print_size, progress_on_stderr
 
-    doc = api.size(run_ref, results_dir, sla, _from(from_steps), target_tps, save)
+    _positive_number(target_tps, "--target-tps", "5000")
+    with progress_on_stderr() as progress:
+        doc = api.size(run_ref, results_dir, sla, _from(from_steps), target_tps, save, progress=progress)
     _show_tests(doc, fmt, print_size)
 
 
@@ -316,19 +370,21 @@ def anticipate(
     run_ref: RunTestArg = None,
     at: Annotated[int | None, typer.Option("--at", help="Measured step (jobs) to fit (default: the highest valid).")]
     = None,
-    service: Annotated[float, typer.Option("--service", help="Factor on the service time S (0.8 = 20 %% faster).")]
+    service: Annotated[float, typer.Option("--service", help="Factor on the service time S (0.8 = 20 % faster).")]
     = 1.0,
     rate: Annotated[float, typer.Option("--rate", help="Factor on the arrival rate.")] = 1.0,
     servers: Annotated[float | None, typer.Option("--servers", help="Effective servers M after the change.")] = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Quick anticipation (seed 001): the response-time curve through a measured step, before and after a change."""
+    """Quick anticipation (Shallahamer, OraPub): the response-time curve through a measured step, before and after
+    a change."""
     from capmark.report.planning import print_anticipation
 
-    for name, value in (("--service", service), ("--rate", rate)):
-        if value <= 0:
-            raise CapmarkError(f"{name} must be a positive factor, got {value:g}.")
+    _positive_number(service, "--service", "0.8")
+    _positive_number(rate, "--rate", "1.5")
+    _positive_number(servers, "--servers", "4")
+    _positive_count(at, "--at", "4")
     doc = api.anticipate(run_ref, results_dir, at, service, rate, servers)
     _show_tests(doc, fmt, print_anticipation)
 
@@ -336,7 +392,9 @@ def anticipate(
 @db_app.command("start")
 def db_start(data_dir: DataDir = None) -> None:
     """Start (and on first use initialise and configure) the embedded PostgreSQL."""
-    print(api.db_start(data_dir))
+    if data_dir is not None:
+        check_data_dir(data_dir)
+    print(api.db_start(data_dir, say=lambda message: err_console.print(message, highlight=False, markup=False)))
 
 
 @db_app.command("stop")
@@ -367,31 +425,63 @@ def db_url(data_dir: DataDir = None) -> None:
     print(st.url)
 
 
+def usage_sentence(err: Exception) -> str:
+    """A parser error (bad option value, unknown option, missing argument) as one line naming the help to read."""
+    message = " ".join(err.format_message().split()).rstrip(".")
+    message = re.sub(r"Got unexpected extra arguments?(\(s\))?", "Too many arguments", message)
+    ctx = getattr(err, "ctx", None)
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.insert(0, ctx.info_name)
+        ctx = ctx.parent
+    return f"capmark: {message}; see `{' '.join(['capmark', *names])} --help`."
+
+
 def main() -> None:
+    """Run one command. Every way it ends maps to one exit code and at most one line (see capmark.errors): an
+    interrupt (Ctrl-C or SIGTERM, at any moment, even during the first one's cleanup) exits 130."""
+    with api.sigterm_as_interrupt():
+        try:
+            code = _dispatch()
+        except KeyboardInterrupt:
+            code = _interrupted()
+    sys.exit(code)
+
+
+def _say(message: str) -> None:
+    err_console.print(f"capmark: {message}", highlight=False, markup=False)
+
+
+def _interrupted() -> int:
+    _say("interrupted.")
+    return RunInterrupted.exit_code
+
+
+def _dispatch() -> int:
     try:
-        app(standalone_mode=False)
-    except CapmarkError as err:
-        err_console.print(f"capmark: {err}", highlight=False, markup=False)
-        sys.exit(err.exit_code)
-    except RunInterrupted as err:
-        err_console.print(f"capmark: {err}", highlight=False, markup=False)
-        sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("capmark: interrupted.")
-        sys.exit(130)
+        code = app(standalone_mode=False)  # returns the exit code of typer.Exit, and 130 for a KeyboardInterrupt
+    except (CapmarkError, RunFailed, RunInterrupted) as err:
+        _say(str(err))
+        return err.exit_code
     except typer.Exit as err:
-        sys.exit(err.exit_code)
+        return err.exit_code
     except typer.Abort:
-        sys.exit(130)
+        return _interrupted()
     except Exception as err:
-        if hasattr(err, "show") and hasattr(err, "exit_code"):  # usage errors from the option parser
-            err.show()
-            sys.exit(2)
+        if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # usage errors from the option parser
+            if type(err).__name__ == "NoArgsIsHelpError":  # `capmark` or `capmark db` alone: the help is the answer
+                err.show()
+            else:
+                err_console.print(usage_sentence(err), highlight=False, markup=False)
+            return 2
         if os.environ.get("CAPMARK_DEBUG"):
             raise
-        err_console.print(f"capmark: unexpected {type(err).__name__}: {redact_text(str(err))} "
-                          "(set CAPMARK_DEBUG=1 for the traceback and report it).", highlight=False, markup=False)
-        sys.exit(1)
+        _say(f"unexpected {type(err).__name__}: {redact_text(str(err))} (set CAPMARK_DEBUG=1 for the traceback and "
+             "report it).")
+        return 1
+    if code == RunInterrupted.exit_code:
+        return _interrupted()
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from capmark.errors import CapmarkError
 
@@ -17,40 +18,78 @@ DEFAULT_SCALE = 1
 DEFAULT_RESULTS_DIR = Path("capmark-results")
 MODES = ("server", "client")
 
+MIN_STEP_S = 1.0  # the KPMs are per-second rates and the stability check needs whole seconds
+# A measured step or warm-up longer than an hour is a soak: --soak samples memory over time as well.
+MAX_STEP_S = 3600.0
+# A soak keeps one throughput point per second in memory and in the results: a week is 604,800 points.
+MAX_SOAK_S = 7 * 86400.0
+MIN_SOAK_S = 10.0
+# Think time is a pause between units inside a step: past a minute each job does less than one unit a minute.
+MAX_THINK_S = 60.0
+# One client-side driver issues at most ~10^5 units per second; a higher open-loop rate only measures the
+# generator's backlog, and rates far beyond it are typing mistakes.
+MAX_RATE = 1_000_000.0
+MAX_JOBS = 512  # capmark opens one connection (and one thread) per job
+# Keys are 4-byte integers (at most 2^31 rows per table), and 10,000 units is already 10^9 rows per table:
+# hundreds of GB and hours of loading before the first step.
+MAX_SCALE = 10_000
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str | float | int, what: str = "duration") -> float:
-    """Seconds from '30', '30s', '2m', '1h' or '500ms'."""
+    """Seconds from '30', '30s', '2m', '1h' or '500ms' (or a number of seconds from a TOML file)."""
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise CapmarkError(f"The {what} must be a duration, as seconds or with a unit, e.g. 30, \"30s\", \"2m\"; got "
+                           f"{text!r}.")
     if isinstance(text, int | float):
         seconds = float(text)
     else:
-        match = _DURATION.match(str(text))
+        match = _DURATION.match(text)
         if not match:
             raise CapmarkError(
                 f"The {what} '{text}' is not a duration; write it as seconds or with a unit, e.g. 30, 30s, 2m."
             )
         seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not math.isfinite(seconds):
+        raise CapmarkError(f"The {what} must be a finite time; got {text}.")
     if seconds < 0:
         raise CapmarkError(f"The {what} must not be negative; got {text}.")
     return seconds
 
 
+def check_times(warmup_s: float, duration_s: float, think_s: float = 0.0, where: str = "") -> None:
+    """The warm-up, measured time and think time of a test are within what a step can measure."""
+    of = f" of {where}" if where else ""
+    if duration_s < MIN_STEP_S:
+        raise CapmarkError(f"The step duration{of} must be at least {MIN_STEP_S:g} second (the figures are per-second "
+                           f"rates); got {duration_s:g} s, e.g. --duration 10s.")
+    for what, seconds in (("step duration", duration_s), ("warm-up", warmup_s)):
+        if seconds > MAX_STEP_S:
+            raise CapmarkError(f"The {what}{of} is {seconds:g} s, above the limit of one hour per step; for a long "
+                               "measurement use a soak, e.g. --soak 2h.")
+    if think_s > MAX_THINK_S:
+        raise CapmarkError(f"The think time{of} is {think_s:g} s, above the limit of {MAX_THINK_S:g} s: each job "
+                           "would do less than one unit a minute; use a shorter think time, e.g. --think 10ms.")
+
+
 def read_toml(path: Path, what: str) -> dict:
     """A TOML file the user names (a suite, what-if scenarios), or one sentence saying why it cannot be used."""
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
     except OSError as err:
         raise CapmarkError(f"Cannot read the {what} {path} ({err.strerror}); check the path.") from None
+    except UnicodeDecodeError:
+        raise CapmarkError(f"The {what} {path} is not UTF-8 text; save it as UTF-8 and retry.") from None
     except tomllib.TOMLDecodeError as err:
         raise CapmarkError(f"The {what} {path} is not valid TOML ({err}); fix it and retry.") from None
 
 
 def parse_jobs(text: str) -> list[int]:
     """A comma-separated, strictly increasing list of positive job counts, e.g. '1,2,4,8'."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    parts = [p.strip() for p in str(text).split(",")]
+    if not all(p.isascii() and p.isdigit() for p in parts):
         raise CapmarkError(
             f"The job list '{text}' is not valid; give positive integers separated by commas, e.g. --jobs 1,2,4."
         )
@@ -59,8 +98,9 @@ def parse_jobs(text: str) -> list[int]:
         raise CapmarkError(f"The job list '{text}' contains 0; every step needs at least 1 job.")
     if any(b <= a for a, b in zip(jobs, jobs[1:], strict=False)):
         raise CapmarkError(f"The job list '{text}' must be strictly increasing, e.g. --jobs 1,2,4.")
-    if max(jobs) > 512:
-        raise CapmarkError(f"The job list '{text}' asks for more than 512 jobs; capmark opens one connection per job.")
+    if max(jobs) > MAX_JOBS:
+        raise CapmarkError(f"The job list '{text}' asks for more than {MAX_JOBS} jobs; capmark opens one connection "
+                           "per job.")
     return jobs
 
 
@@ -82,6 +122,9 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise CapmarkError(f"The parameter '{item}' is not of the form name=value, e.g. --param update_pct=20.")
+        if name.strip() in params:
+            raise CapmarkError(f"The parameter {name.strip()} is given twice ({params[name.strip()]} and "
+                               f"{value.strip()}); give each --param once.")
         params[name.strip()] = value.strip()
     return params
 
@@ -96,8 +139,10 @@ def redact_dsn(dsn: str) -> str:
             if ":" in userinfo:
                 userinfo = userinfo.split(":", 1)[0] + ":***"
             netloc = f"{userinfo}@{host}"
-        query = re.sub(r"(password=)[^&]*", r"\1***", parts.query)
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        query = re.sub(r"((?:^|&)password=)[^&]*", r"\1***", parts.query, flags=re.IGNORECASE)
+        # written out rather than with urlunsplit, which drops the '//' of an empty host (postgresql:///db?host=...)
+        return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+                + (f"#{parts.fragment}" if parts.fragment else ""))
     return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
 
 
@@ -127,43 +172,129 @@ class RunSpec:
     rate: float = 0.0
     nested_statements: bool = False  # pg_stat_statements tracks statements inside the slice procedures
     soak_s: float | None = None  # one long step of one workload at one job count
+    all_statements: bool = False  # store every role's statements, not only capmark's (privacy: opt in)
 
     def validate(self) -> RunSpec:
+        """Every setting checked before anything is created or any server is contacted."""
         if self.mode not in MODES:
             raise CapmarkError(f"The mode '{self.mode}' is unknown; use --mode server or --mode client.")
-        if self.duration_s < 1:
-            raise CapmarkError("The step duration must be at least 1 second, e.g. --duration 10s.")
+        if self.soak_s is None:
+            check_times(self.warmup_s, self.duration_s, self.think_s)
         check_pacing(self.mode, self.think_s, self.rate)
-        if self.scale < 1:
-            raise CapmarkError(f"The scale must be a positive integer; got {self.scale}.")
+        check_scale(self.scale)
+        if self.suite_file is not None and (self.workloads or self.params):
+            raise CapmarkError("A suite file names its own workloads and parameters; drop the workload names and "
+                               "--param, or drop --suite.")
+        if self.dsn is not None:
+            check_dsn(self.dsn)
+        elif self.data_dir is not None and not env_dsn():
+            check_data_dir(self.data_dir)
         if self.soak_s is not None:
-            if self.suite_file or len(self.workloads) != 1:
-                raise CapmarkError("A soak runs one workload: give exactly one, e.g. capmark run --soak 2h tp-light "
-                                   "--jobs 4.")
-            if self.jobs and len(self.jobs) != 1:
-                raise CapmarkError("A soak runs one step: give one job count, e.g. --jobs 4.")
-            if self.soak_s < 10:
-                raise CapmarkError("A soak must last at least 10 seconds, e.g. --soak 30m.")
+            self._validate_soak()
         return self
 
+    def _validate_soak(self) -> None:
+        if self.suite_file or len(self.workloads) != 1:
+            raise CapmarkError("A soak runs one workload: give exactly one, e.g. capmark run --soak 2h tp-light "
+                               "--jobs 4.")
+        if self.jobs and len(self.jobs) != 1:
+            raise CapmarkError("A soak runs one step: give one job count, e.g. --jobs 4.")
+        if not MIN_SOAK_S <= self.soak_s <= MAX_SOAK_S:
+            raise CapmarkError(f"A soak must last between {MIN_SOAK_S:g} seconds and 7 days (one throughput point "
+                               f"per second is kept); got {self.soak_s:g} s, e.g. --soak 30m.")
+        check_times(self.warmup_s, MIN_STEP_S, self.think_s)
 
-def check_pacing(mode: str, think_s: float, rate: float) -> None:
+
+def check_scale(scale: int) -> None:
+    """The data model size: --scale units of 100,000 rows per table."""
+    from capmark.workloads.datamodel import ROWS_PER_SCALE
+
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise CapmarkError(f"The scale must be a positive whole number; got {scale!r}, e.g. --scale 1.")
+    if scale > MAX_SCALE:
+        raise CapmarkError(f"The scale {scale} is above the limit of {MAX_SCALE:,}: each unit adds {ROWS_PER_SCALE:,} "
+                           f"rows per table, so {MAX_SCALE:,} already means 10^9 rows per table (hundreds of GB); "
+                           "use a smaller --scale.")
+
+
+def check_pacing(mode: str, think_s: float, rate: float, where: str = "") -> None:
+    """--think and --rate: a client-side driver, one of the two, a finite think time and rate."""
+    of = f" ({where})" if where else ""
     if (think_s or rate) and mode != "client":
-        raise CapmarkError("--think and --rate pace a client-side driver; add --mode client.")
+        raise CapmarkError(f"--think and --rate pace a client-side driver{of}; add --mode client.")
     if think_s and rate:
-        raise CapmarkError("Give either --think (closed loop) or --rate (open loop), not both.")
-    if rate < 0:
-        raise CapmarkError(f"The arrival rate must be positive; got {rate}.")
+        raise CapmarkError(f"Give either --think (closed loop) or --rate (open loop), not both{of}.")
+    if not math.isfinite(rate) or rate < 0:
+        raise CapmarkError(f"The arrival rate must be a positive number{of}; got {rate}.")
+    if rate > MAX_RATE:
+        raise CapmarkError(f"The arrival rate {rate:g}/s{of} is above the limit of {MAX_RATE:,.0f}/s: one driver issues "
+                           "at most about 100,000 units per second; use a lower --rate.")
 
 
-def parse_rate(text: str | None) -> float:
-    """Arrivals per second from '500' or '500/s'."""
-    if not text:
+def parse_rate(text: str | float | None, what: str = "rate") -> float:
+    """Arrivals per second from '500' or '500/s' (0.0 when not given: closed loop)."""
+    if text is None:
         return 0.0
+    if isinstance(text, bool):
+        raise CapmarkError(f"The {what} {text!r} is not a number of arrivals per second, e.g. --rate 500.")
     try:
-        return float(str(text).removesuffix("/s"))
+        rate = float(str(text).strip().removesuffix("/s"))
     except ValueError:
-        raise CapmarkError(f"The rate '{text}' is not a number of arrivals per second, e.g. --rate 500.") from None
+        raise CapmarkError(f"The {what} '{text}' is not a number of arrivals per second, e.g. --rate 500.") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise CapmarkError(f"The {what} '{text}' must be a positive, finite number of arrivals per second, e.g. "
+                           "--rate 500 (leave --rate out for a closed loop).")
+    return rate
+
+
+DSN_SCHEMES = ("postgresql", "postgres")
+
+
+def check_dsn(dsn: str) -> None:
+    """A PostgreSQL connection string, checked by libpq's own parser without connecting."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    if not dsn.strip():
+        raise CapmarkError("The --dsn is empty; give a PostgreSQL URL, e.g. postgresql://user@host:5432/dbname, or "
+                           "leave it out to use the embedded server.")
+    if "://" in dsn:
+        scheme = dsn.split("://", 1)[0]
+        if scheme.lower() not in DSN_SCHEMES:
+            raise CapmarkError(f"The --dsn scheme '{scheme}' is not PostgreSQL; capmark measures PostgreSQL: write "
+                               "postgresql://user@host:5432/dbname.")
+    elif "=" not in dsn:
+        raise CapmarkError("The --dsn is neither a postgresql:// URL nor key=value settings; write e.g. "
+                           "postgresql://user@host:5432/dbname.")
+    try:
+        conninfo_to_dict(dsn)
+    except ProgrammingError as err:
+        reason = " ".join(redact_text(str(err)).split()).rstrip(".")
+        raise CapmarkError(f"The --dsn is not a valid PostgreSQL connection string ({reason}); write e.g. "
+                           "postgresql://user@host:5432/dbname.") from None
+
+
+def check_data_dir(path: Path) -> None:
+    """The embedded server's data directory is a folder capmark can create or write."""
+    if path.exists() and not path.is_dir():
+        raise CapmarkError(f"The data directory {path} is a file, not a folder; choose another --data-dir.")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CapmarkError(f"The data directory {path} cannot be created: {existing} is a file; choose another "
+                           "--data-dir.")
+    if not os.access(existing, os.W_OK | os.X_OK) or _read_only_filesystem(existing):
+        raise CapmarkError(f"The data directory {path} cannot be created or written ({existing} is not writable); "
+                           "choose a writable --data-dir.")
+
+
+def _read_only_filesystem(path: Path) -> bool:
+    """os.access says yes to root even on a read-only mount; statvfs tells."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def env_dsn() -> str | None:

@@ -36,6 +36,8 @@ class StepResult:
     schedule_lag: LatencyHistogram | None = None  # open loop: how late units started
     background_series: list[dict[str, float]] = field(default_factory=list)  # per second: checkpoint, autovacuum
     memory_series: list[dict[str, Any]] = field(default_factory=list)  # per interval: rss of every instance process
+    interference: dict[str, Any] = field(default_factory=dict)  # other sessions and programs seen in the window
+    instruments: dict[str, Any] = field(default_factory=dict)  # capmark's own transactions, eviction, statements
 
     @property
     def units(self) -> int:
@@ -75,7 +77,9 @@ class TestResult:
     kpms: list[str]
     per_unit: dict[str, float] = field(default_factory=dict)  # what one unit stands for: rows, ops
     steps: list[StepResult] = field(default_factory=list)
-    status: str = "ok"
+    status: str = "ok"  # ok | failed | interrupted
+    reason: str = ""  # why the test is not ok, in words for the user
+    quiesce_s: float = 0.0  # settling before the first step: CHECKPOINT, idle data device, no vacuum on capmark's tables
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "steps"}
@@ -94,13 +98,17 @@ class RunResult:
     run_id: str
     created_at: str
     folder: str
-    status: str  # running | complete | interrupted | failed
+    status: str  # running | complete | failed | interrupted; on loading also killed | abandoned (see store.py)
     spec: dict[str, Any]
     environment: dict[str, Any]
     target: dict[str, Any]
     tests: list[TestResult] = field(default_factory=list)
     setup_notes: list[str] = field(default_factory=list)
     setup_s: float = 0.0
+    reason: str = ""  # why the run is not complete, in words for the user
+    pid: int | None = None  # the measuring process, so that a later command can tell a killed run
+    host: str = ""
+    heartbeat_at: str = ""  # last sign of life: written at every test and step
 
     def test(self, name: str) -> TestResult | None:
         return next((t for t in self.tests if t.workload == name), None)

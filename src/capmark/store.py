@@ -10,9 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
+import shutil
+import socket
 import sqlite3
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from capmark.errors import CapmarkError
 from capmark.results import RunResult, StepResult, TestResult
@@ -21,7 +25,7 @@ DB_NAME = "results.sqlite"
 SCHEMA = """
 create table if not exists run (
   run_id text primary key, created_at text, status text, spec text, environment text, target text,
-  setup_notes text, setup_s real);
+  setup_notes text, setup_s real, reason text, pid int, pid_started real, host text, heartbeat_at text);
 create table if not exists test (
   run_id text, ordinal int, workload text, status text, header text, primary key (run_id, ordinal));
 create table if not exists derived (
@@ -30,10 +34,21 @@ create table if not exists step (
   run_id text, test_ordinal int, ordinal int, jobs int, status text, kpm text, raw text,
   primary key (run_id, test_ordinal, ordinal));
 """
+RUN_COLUMNS = ("run_id", "created_at", "status", "spec", "environment", "target", "setup_notes", "setup_s",
+               "reason", "pid", "pid_started", "host", "heartbeat_at")
+# A process start time read twice differs by clock rounding only; a pid reused by another program differs by more.
+SAME_PROCESS_START_S = 1.0
+# The heartbeat is written between steps, never inside one; a run on another host is only called abandoned
+# when it has been silent for longer than one whole step plus this margin.
+HEARTBEAT_MARGIN_S = 600.0
 
 
 def new_run_id() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _dumps(obj: Any) -> str:
@@ -51,32 +66,55 @@ def _default(obj: Any) -> Any:
 
 
 class RunStore:
-    def __init__(self, folder: Path) -> None:
+    """Writes one run folder. A new run's folder appears with its run record, never empty before it."""
+
+    def __init__(self, folder: Path, *, deferred: bool = False) -> None:
         self.folder = folder
-        self.db = sqlite3.connect(folder / DB_NAME)
-        self.db.executescript(SCHEMA)
+        self._db: sqlite3.Connection | None = None if deferred else self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.folder / DB_NAME)
+        db.executescript(SCHEMA)
+        return db
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = self._open()
+        return self._db
 
     @classmethod
     def create(cls, results_dir: Path, run_id: str) -> RunStore:
-        folder = results_dir / run_id
+        """Check now that results_dir is writable; the run folder itself is made when the run record is saved."""
         try:
-            folder.mkdir(parents=True, exist_ok=False)
-            probe = folder / ".write-test"
+            results_dir.mkdir(parents=True, exist_ok=True)
+            probe = results_dir / f".write-test-{run_id}"
             probe.write_text("ok")
             probe.unlink()
         except OSError as err:
             raise CapmarkError(f"Cannot write results to {results_dir} ({err.strerror}); choose a writable folder "
                                "with --results-dir.") from None
-        return cls(folder)
+        return cls(results_dir / run_id, deferred=True)
 
     def save_run(self, run: RunResult) -> None:
-        self.db.execute("insert or replace into run values (?,?,?,?,?,?,?,?)",
-                        (run.run_id, run.created_at, run.status, _dumps(run.spec), _dumps(run.environment),
-                         _dumps(run.target), _dumps(run.setup_notes), run.setup_s))
+        """The run record, with the measuring process's pid and start time so a later reader can tell it died."""
+        me = psutil.Process()
+        run.pid, run.host, run.heartbeat_at = me.pid, socket.gethostname(), _now()
+        values = (run.run_id, run.created_at, run.status, _dumps(run.spec), _dumps(run.environment),
+                  _dumps(run.target), _dumps(run.setup_notes), run.setup_s, run.reason, run.pid, me.create_time(),
+                  run.host, run.heartbeat_at)
+        self.db.execute(f"insert or replace into run ({', '.join(RUN_COLUMNS)}) values "
+                        f"({', '.join('?' * len(RUN_COLUMNS))})", values)
         self.db.commit()
 
-    def set_status(self, run_id: str, status: str) -> None:
-        self.db.execute("update run set status = ? where run_id = ?", (status, run_id))
+    def set_status(self, run_id: str, status: str, reason: str = "", *, only_if_running: bool = False) -> None:
+        self.db.execute("update run set status = ?, reason = ?, heartbeat_at = ? where run_id = ?"
+                        + (" and status = 'running'" if only_if_running else ""), (status, reason, _now(), run_id))
+        self.db.commit()
+
+    def heartbeat(self, run_id: str) -> None:
+        self.db.execute("update run set heartbeat_at = ? where run_id = ?", (_now(), run_id))
         self.db.commit()
 
     def save_test(self, run_id: str, test: TestResult) -> None:
@@ -98,11 +136,31 @@ class RunStore:
         self.db.commit()
 
     def has_run(self) -> bool:
-        return self.db.execute("select count(*) from run").fetchone()[0] > 0
+        if self._db is None:
+            return False
+        try:
+            return self._db.execute("select count(*) from run").fetchone()[0] > 0
+        except sqlite3.Error:
+            return False
+
+    def discard(self) -> None:
+        """Remove a run folder that never got its run record (the run stopped before it began)."""
+        self.close()
+        if self.folder.exists():
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def close(self) -> None:
-        self.db.close()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
+
+def _damaged(path: Path, err: sqlite3.Error) -> CapmarkError:
+    if "no such table" in str(err) or "no such column" in str(err):
+        return CapmarkError(f"{path} is not a capmark results file ({err}); name a run folder that capmark wrote, "
+                            "or remove this one.")
+    return CapmarkError(f"{path} is damaged ({err}); restore it from a copy, or remove the folder "
+                        f"{path.parent} if the run is not needed.")
 
 
 def load_run(folder: Path) -> RunResult:
@@ -111,23 +169,82 @@ def load_run(folder: Path) -> RunResult:
         raise CapmarkError(f"{folder} holds no capmark run (no {DB_NAME}); name a run folder or run id.")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        row = db.execute("select run_id, created_at, status, spec, environment, target, setup_notes, setup_s "
-                         "from run").fetchone()
-        if row is None:
-            raise CapmarkError(f"{path} holds no run record; the run was stopped before it began.")
-        run = RunResult(run_id=row[0], created_at=row[1], status=row[2], spec=json.loads(row[3]),
-                        environment=json.loads(row[4]), target=json.loads(row[5]), folder=str(folder),
-                        setup_notes=json.loads(row[6] or "[]"), setup_s=row[7] or 0.0)
-        for ordinal, header in db.execute("select ordinal, header from test order by ordinal"):
-            test = TestResult.from_dict(json.loads(header))
-            for kpm, raw in db.execute("select kpm, raw from step where test_ordinal = ? order by ordinal",
-                                       (ordinal,)):
-                step = StepResult.from_dict({**json.loads(raw), "kpm": json.loads(kpm)})
-                test.steps.append(step)
-            run.tests.append(test)
+        run, pid_started = _read_run(db, path, folder)
+    except sqlite3.Error as err:
+        raise _damaged(path, err) from None
+    except (json.JSONDecodeError, TypeError, KeyError) as err:
+        raise CapmarkError(f"{path} holds records capmark cannot read ({type(err).__name__}: {err}); restore it "
+                           "from a copy, or remove the run folder.") from None
     finally:
         db.close()
+    _mark_dead(run, pid_started)
     return run
+
+
+def _read_run(db: sqlite3.Connection, path: Path, folder: Path) -> tuple[RunResult, float | None]:
+    """The run, its tests and steps; and the start time of the process that measured it."""
+    present = {r[1] for r in db.execute("pragma table_info(run)")}
+    if not present:
+        raise sqlite3.OperationalError("no such table: run")
+    columns = [c for c in RUN_COLUMNS if c in present]  # runs stored before a column existed lack it
+    row = db.execute(f"select {', '.join(columns)} from run").fetchone()
+    if row is None:
+        raise CapmarkError(f"{path} holds no run record; the run was stopped before it began.")
+    rec = {**dict.fromkeys(RUN_COLUMNS), **dict(zip(columns, row, strict=True))}
+    run = RunResult(run_id=rec["run_id"], created_at=rec["created_at"], status=rec["status"],
+                    spec=json.loads(rec["spec"]), environment=json.loads(rec["environment"]),
+                    target=json.loads(rec["target"]), folder=str(folder),
+                    setup_notes=json.loads(rec["setup_notes"] or "[]"), setup_s=rec["setup_s"] or 0.0,
+                    reason=rec["reason"] or "", pid=rec["pid"], host=rec["host"] or "",
+                    heartbeat_at=rec["heartbeat_at"] or "")
+    for ordinal, header in db.execute("select ordinal, header from test order by ordinal"):
+        test = TestResult.from_dict(json.loads(header))
+        for kpm, raw in db.execute("select kpm, raw from step where test_ordinal = ? order by ordinal", (ordinal,)):
+            test.steps.append(StepResult.from_dict({**json.loads(raw), "kpm": json.loads(kpm)}))
+        run.tests.append(test)
+    return run, rec["pid_started"]
+
+
+def _mark_dead(run: RunResult, started: float | None) -> None:
+    """A run still 'running' whose process is gone was killed or crashed: say so instead of 'running'."""
+    if run.status != "running" or run.pid is None:
+        return
+    if run.host == socket.gethostname():
+        if _process_alive(run.pid, started):
+            return
+        run.status = "killed"
+        run.reason = f"the run's process (pid {run.pid}) is gone: it was killed or crashed"
+    elif _silent_for(run) > _longest_step_s(run.spec) + HEARTBEAT_MARGIN_S:
+        run.status = "abandoned"
+        run.reason = (f"the run's process (pid {run.pid} on host {run.host}) has not reported since "
+                      f"{run.heartbeat_at}: it was probably killed or crashed")
+    else:
+        return
+    for test in run.tests:
+        if test.status == "running":
+            test.status, test.reason = run.status, run.reason
+
+
+def _process_alive(pid: int, started: float | None) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(proc.create_time() - started) <= SAME_PROCESS_START_S
+    except psutil.Error:
+        return False
+
+
+def _silent_for(run: RunResult) -> float:
+    try:
+        last = dt.datetime.fromisoformat(run.heartbeat_at)
+    except ValueError:
+        return 0.0
+    return (dt.datetime.now(dt.UTC) - last).total_seconds()
+
+
+def _longest_step_s(spec: dict[str, Any]) -> float:
+    return float(spec.get("warmup_s") or 0) + float(spec.get("soak_s") or spec.get("duration_s") or 0)
 
 
 def load_derived(folder: Path, kind: str) -> dict[int, Any]:
@@ -138,7 +255,7 @@ def load_derived(folder: Path, kind: str) -> dict[int, Any]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         rows = db.execute("select test_ordinal, doc from derived where kind = ?", (kind,)).fetchall()
-    except sqlite3.OperationalError:
+    except sqlite3.Error:
         return {}
     finally:
         db.close()
@@ -155,7 +272,23 @@ def resolve_run(ref: str | None, results_dir: Path) -> Path:
             return results_dir / ref
         raise CapmarkError(f"No capmark run '{ref}' found (neither a folder with {DB_NAME} nor a run id under "
                            f"{results_dir}); `ls {results_dir}` lists the runs.")
-    runs = sorted((p for p in results_dir.glob(f"*/{DB_NAME}")), key=lambda p: p.parent.name)
-    if not runs:
+    runs = sorted((p.parent for p in results_dir.glob(f"*/{DB_NAME}")), key=lambda p: p.name, reverse=True)
+    latest = next((folder for folder in runs if _may_hold_a_run(folder / DB_NAME)), None)
+    if latest is None:
         raise CapmarkError(f"There is no run under {results_dir}; run `capmark run` first or pass a run folder.")
-    return runs[-1].parent
+    return latest
+
+
+def _may_hold_a_run(path: Path) -> bool:
+    """False for a results file with no run record (a run stopped before it began); a damaged file counts as a
+    run, so that the user hears about the damage rather than silently getting an older run."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return db.execute("select count(*) from run").fetchone()[0] > 0
+        finally:
+            db.close()
+    except sqlite3.OperationalError as err:
+        return "no such table" not in str(err)
+    except sqlite3.Error:
+        return True

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capmark.config import MODES, check_pacing, parse_duration, parse_jobs, parse_rate, read_toml
+from capmark.config import MODES, check_pacing, check_times, parse_duration, parse_jobs, parse_rate, read_toml
 from capmark.errors import CapmarkError
 from capmark.workloads import registry
 from capmark.workloads.base import ParamValue, Workload
@@ -63,25 +63,59 @@ def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: 
               think_s: float = 0.0, rate: float = 0.0) -> list[TestPlan]:
     data = read_toml(path, "suite file")
     defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise CapmarkError(f"[defaults] of {path} is not a table; write it as a [defaults] section with keys such as "
+                           "jobs = [1, 2, 4].")
     tests = data.get("test", [])
     if not isinstance(tests, list) or not tests:
         raise CapmarkError(f"The suite file {path} names no tests; add [[test]] tables with a workload each.")
+    unknown = set(data) - {"defaults", "test"}
+    if unknown:
+        raise CapmarkError(f"The suite file {path} has unknown top-level key(s) {', '.join(sorted(unknown))}; use "
+                           "[defaults] and [[test]] tables.")
+    if "workload" in defaults or "params" in defaults:
+        raise CapmarkError(f"[defaults] of {path} may not set workload or params; set them in each [[test]].")
     base = {"jobs": default_jobs, "warmup": warmup_s, "duration": duration_s, "mode": mode, "think": think_s,
             "rate": rate}
     base.update(_settings(defaults, path, "[defaults]"))
     plans = []
     for i, entry in enumerate(tests, start=1):
-        if "workload" not in entry:
-            raise CapmarkError(f"Test {i} of {path} has no workload; add workload = \"name\".")
-        merged = {**base, **_settings(entry, path, f"test {i}")}
-        for name in registry.select([str(entry["workload"])]):
-            given = {k: str(v) for k, v in entry.get("params", {}).items()}
-            values = registry.check_params([name], given)[name.name]
-            registry.check_mode([name], merged["mode"])
-            check_pacing(merged["mode"], merged["think"], merged["rate"])
-            plans.append(TestPlan(name, values, merged["mode"], merged["jobs"], merged["warmup"], merged["duration"],
-                                  merged["think"], merged["rate"]))
+        plans += _test_plans(entry, base, path, i)
     return plans
+
+
+def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int) -> list[TestPlan]:
+    """The plans of one [[test]] table (a suite name there gives one plan per member)."""
+    if not isinstance(entry, dict):
+        raise CapmarkError(f"Test {i} of {path} is not a table; write each test as a [[test]] section.")
+    workload = entry.get("workload")
+    if workload is None:
+        raise CapmarkError(f"Test {i} of {path} has no workload; add workload = \"name\".")
+    if not isinstance(workload, str):
+        raise CapmarkError(f"Test {i} of {path} names its workload with {workload!r}; write it as a string, e.g. "
+                           "workload = \"tp-light\".")
+    given = _params(entry.get("params", {}), path, i)
+    merged = {**base, **_settings(entry, path, f"test {i}")}
+    where = f"test {i} of {path}"
+    check_times(merged["warmup"], merged["duration"], merged["think"], where)
+    check_pacing(merged["mode"], merged["think"], merged["rate"], where)
+    plans = []
+    for w in registry.select([workload]):
+        values = registry.check_params([w], given)[w.name]
+        registry.check_mode([w], merged["mode"])
+        plans.append(TestPlan(w, values, merged["mode"], merged["jobs"], merged["warmup"], merged["duration"],
+                              merged["think"], merged["rate"]))
+    return plans
+
+
+def _params(table: Any, path: Path, i: int) -> dict[str, str]:
+    """A test's params table as the strings --param would give; values must be numbers or strings."""
+    if not isinstance(table, dict):
+        raise CapmarkError(f"The params of test {i} of {path} are not a table; write e.g. params = {{ update_pct = 20 }}.")
+    for name, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise CapmarkError(f"Parameter {name} of test {i} of {path} is {value!r}; give a number or a string.")
+    return {k: str(v) for k, v in table.items()}
 
 
 def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
@@ -91,19 +125,28 @@ def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
         raise CapmarkError(f"{where} of {path} has unknown key(s) {', '.join(sorted(unknown))}; "
                            f"use {', '.join(sorted(known))}.")
     out: dict[str, Any] = {}
+    of = f"of {where} of {path}"
     if "jobs" in table:
-        jobs = table["jobs"]
-        out["jobs"] = parse_jobs(",".join(str(j) for j in jobs) if isinstance(jobs, list) else str(jobs))
+        out["jobs"] = _jobs(table["jobs"], path, where)
     if "warmup" in table:
-        out["warmup"] = parse_duration(table["warmup"], "warm-up")
+        out["warmup"] = parse_duration(table["warmup"], f"warm-up {of}")
     if "duration" in table:
-        out["duration"] = parse_duration(table["duration"], "duration")
+        out["duration"] = parse_duration(table["duration"], f"duration {of}")
     if "think" in table:
-        out["think"] = parse_duration(table["think"], "think time")
+        out["think"] = parse_duration(table["think"], f"think time {of}")
     if "rate" in table:
-        out["rate"] = parse_rate(str(table["rate"]))
+        out["rate"] = parse_rate(table["rate"], f"rate {of}")
     if "mode" in table:
         if table["mode"] not in MODES:
-            raise CapmarkError(f"{where} of {path} has mode '{table['mode']}'; use server or client.")
+            raise CapmarkError(f"{where} of {path} has mode {table['mode']!r}; use \"server\" or \"client\".")
         out["mode"] = table["mode"]
     return out
+
+
+def _jobs(value: Any, path: Path, where: str) -> list[int]:
+    """jobs = [1, 2, 4] (or the command line's "1,2,4"); whole numbers only, not true or 2.0."""
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(j, int | str) and not isinstance(j, bool) for j in items):
+        raise CapmarkError(f"The jobs of {where} of {path} are {value!r}; write a list of whole numbers, e.g. "
+                           "jobs = [1, 2, 4].")
+    return parse_jobs(",".join(str(j) for j in items))

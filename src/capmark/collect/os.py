@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -13,8 +15,10 @@ CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "ste
 DISK_FIELDS = ("reads", "reads_merged", "sectors_read", "read_ms", "writes", "writes_merged", "sectors_written",
                "write_ms", "in_flight", "io_ms", "weighted_io_ms", "discards", "discards_merged",
                "sectors_discarded", "discard_ms", "flushes", "flush_ms")
-ROLES = ("client backends", "walwriter", "checkpointer", "background writer", "autovacuum", "io workers",
-         "postmaster", "other", "exited processes")
+ROLES = ("client backends", "capmark sampler", "walwriter", "checkpointer", "background writer", "autovacuum",
+         "io workers", "postmaster", "other", "exited processes")
+SAMPLER_ROLE = "capmark sampler"  # the server backend of capmark's own sampling session: capmark's cost, not work
+KERNEL_THREADS_PARENT = 2  # kthreadd: kernel threads are OS overhead, not programs
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -172,6 +176,61 @@ def cpu_by_role(before: ProcessSample, after: ProcessSample) -> dict[str, dict[s
     exited["sys_s"] = max(0.0, after.reaped_sys_s - before.reaped_sys_s - seen_sys)
     exited["processes"] = len(gone)
     return out
+
+
+def relabel(sample: ProcessSample, pid: int | None, role: str) -> None:
+    """Give one process of the instance its own role (e.g. the sampler's backend among the client backends)."""
+    if pid is not None and pid in sample.procs:
+        sample.procs[pid] = (role, *sample.procs[pid][1:])
+
+
+@dataclass
+class HostProcesses:
+    """CPU seconds of every other process on the host: pid -> (name, CPU seconds, start time)."""
+
+    procs: dict[int, tuple[str, float, float]] = field(default_factory=dict)
+    kernel_threads_s: float = 0.0
+    taken_at: float = 0.0
+
+
+def sample_host_processes() -> HostProcesses:
+    """Every process's CPU so far (its name, never its command line: arguments can hold passwords)."""
+    out = HostProcesses(taken_at=time.time())
+    for proc in psutil.process_iter(["name", "cpu_times", "ppid", "create_time"]):
+        info = proc.info
+        times = info.get("cpu_times")
+        if times is None:
+            continue
+        cpu = times.user + times.system
+        if info.get("ppid") == KERNEL_THREADS_PARENT or proc.pid == KERNEL_THREADS_PARENT:
+            out.kernel_threads_s += cpu
+            continue
+        out.procs[proc.pid] = (info.get("name") or "?", cpu, info.get("create_time") or 0.0)
+    return out
+
+
+def other_processes_cpu(before: HostProcesses, after: HostProcesses, exclude: set[int],
+                        top: int = 5) -> dict[str, Any]:
+    """CPU the host's other programs used between two samples: their total and the busiest few by name.
+
+    Processes of the instance and the driver are excluded by pid. A process that started in the interval
+    counts its whole CPU; one that ended in it is missed (its CPU stays in the unattributed remainder).
+    """
+    used: list[tuple[float, int, str]] = []
+    for pid, (name, cpu, started) in after.procs.items():
+        if pid in exclude:
+            continue
+        prev = before.procs.get(pid)
+        if prev is not None and prev[2] == started:
+            cpu -= prev[1]
+        elif started < before.taken_at - 1.0:  # pid reused by a process that started long ago: cannot tell
+            continue
+        if cpu > 0:
+            used.append((cpu, pid, name))
+    used.sort(reverse=True)
+    return {"cpu_s": sum(c for c, _p, _n in used),
+            "kernel_threads_s": max(0.0, after.kernel_threads_s - before.kernel_threads_s),
+            "top": [{"pid": pid, "name": name, "cpu_s": cpu} for cpu, pid, name in used[:top]]}
 
 
 def own_cpu_seconds() -> tuple[float, float]:

@@ -39,9 +39,39 @@ def _rows(conn: psycopg.Connection, sql: str, params: Any = None) -> list[dict[s
     return [{n: _plain(v) for n, v in zip(names, row, strict=True)} for row in cur.fetchall()]
 
 
-def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int] | None = None
-             ) -> dict[str, list[dict[str, Any]]]:
-    """One consistent-enough reading of every view this server has; missing views are simply absent."""
+# Top statements keep up to 300 characters of each statement's text. On a shared server that would copy other
+# applications' SQL (on PostgreSQL <= 15 a utility statement can carry a password), and pg_stat_statements
+# knows no session, only role and database. So by default only statements run by capmark's role in this
+# database that name schema capmark (every workload statement and procedure call does), or are a bare
+# begin/commit/rollback, are kept: sound even when the role is shared with other applications (a superuser).
+OWN_STATEMENTS = ("s.userid = (select oid from pg_roles where rolname = current_user) "
+                  "and (s.query ~* '\\mcapmark\\.' or lower(s.query) in ('begin', 'commit', 'rollback'))")
+
+
+def statements_rule(all_statements: bool) -> str:
+    """The rule that chose which statements' text was stored, in words for the report."""
+    if all_statements:
+        return ("Top statements: every role's statements in this database were stored (--all-statements), "
+                "including other applications' SQL text.")
+    return ("Top statements: only statements run by capmark's role in this database that name schema capmark "
+            "(or begin, commit, rollback) were stored; --all-statements stores every role's.")
+
+
+def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int] | None = None,
+             all_statements: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """One consistent reading of every view this server has; missing views are simply absent.
+
+    The reading is one transaction that publishes its own statistics as it ends (PostgreSQL 15+), so that
+    it adds exactly one transaction to the counters it brackets, whichever side of a window it is on.
+    """
+    with conn.transaction():
+        snap = _read_views(conn, info, backend_pids, all_statements)
+        flush_own_stats(conn, info)
+    return snap
+
+
+def _read_views(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int] | None,
+                all_statements: bool) -> dict[str, list[dict[str, Any]]]:
     conn.execute("select pg_stat_clear_snapshot()")
     snap: dict[str, list[dict[str, Any]]] = {
         "database": _rows(conn, "select * from pg_stat_database where datname = current_database()"),
@@ -58,10 +88,11 @@ def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int]
     if info.has("pg_stat_checkpointer"):
         snap["checkpointer"] = _rows(conn, "select * from pg_stat_checkpointer")
     if info.has("pg_stat_statements"):
-        snap["statements"] = _rows(conn, """
-            select s.*, left(s.query, 300) as query from pg_stat_statements s
+        snap["statements"] = _rows(conn, f"""
+            select s.*, left(s.query, 300) as query from {info.statements_view} s
             where s.dbid = (select oid from pg_database where datname = current_database())
-              and s.query not like '%%pg_stat%%' and s.query not like '%%pg_current_wal_lsn%%'""")
+              and s.query not like '%%pg_stat%%' and s.query not like '%%pg_current_wal_lsn%%'
+              {"" if all_statements else "and " + OWN_STATEMENTS}""")
     if info.has("per_backend_stats") and backend_pids:
         snap["backend_io"] = _rows(conn, "select b.* from unnest(%s::int[]) p, pg_stat_get_backend_io(p) b",
                                    (backend_pids,))
@@ -116,7 +147,13 @@ def total(rows: list[dict], column: str, **where: Any) -> float | None:
     return float(sum(values)) if values else None
 
 
+# pg_stat_force_next_flush() alone may publish nothing: a backend publishes only when some relation or
+# fixed-numbered statistic is pending, and its transaction counts wait for that. Reading a catalog row makes
+# one pending, so the statement publishes everything this backend counted, its own transaction included.
+FLUSH_SQL = "select pg_stat_force_next_flush() from pg_catalog.pg_database where datname = current_database()"
+
+
 def flush_own_stats(conn: psycopg.Connection, info: TargetInfo) -> None:
     """Make this backend publish its pending statistics now (PostgreSQL 15+), so the snapshot sees them."""
     if info.has("force_flush"):
-        conn.execute("select pg_stat_force_next_flush()")
+        conn.execute(FLUSH_SQL)

@@ -1,4 +1,8 @@
-"""Sampling during a step: wait events of the workload's backends at 10 Hz, OS counters at 1 Hz."""
+"""Sampling during a step: wait events of the workload's backends at 10 Hz, OS counters at 1 Hz.
+
+The same pg_stat_activity sample shows the sessions outside the run: another application or another
+capmark run working on the server at the same time contaminates the step, so each sample counts them.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,51 @@ from typing import Any
 import psycopg
 
 from capmark.collect import os as oscollect
+from capmark.collect.pgstats import flush_own_stats
+from capmark.engines.base import TargetInfo
+
+CAPMARK_APPLICATION = "capmark"  # every capmark connection's application_name starts with this
+
+
+@dataclass
+class OtherSessions:
+    """Client sessions outside this run seen in the samples: who was active, and in how many samples.
+
+    Only application and role names are kept, never query text: other applications' SQL is theirs.
+    """
+
+    samples: int = 0
+    active_samples: int = 0  # samples in which at least one other session was active
+    most_active: int = 0  # the most other sessions active in one sample
+    by_application: Counter = field(default_factory=Counter)  # "application (role)" -> samples it was active in
+    capmark_samples: int = 0  # samples in which another capmark run's session was active
+    capmark_by_application: Counter = field(default_factory=Counter)
+    hidden_samples: int = 0  # samples with sessions whose state this role may not see (needs pg_read_all_stats)
+
+    def count(self, rows: list[tuple[str | None, str, str]]) -> None:
+        """One sample's other client sessions: (state, application_name, role)."""
+        self.samples += 1
+        active = [(app, role) for state, app, role in rows if state == "active"]
+        if any(state is None for state, _app, _role in rows):
+            self.hidden_samples += 1
+        ours = [app for app, _role in active if app.startswith(CAPMARK_APPLICATION)]
+        theirs = [f"{app or 'no application name'} ({role})" for app, role in active
+                  if not app.startswith(CAPMARK_APPLICATION)]
+        if theirs:
+            self.active_samples += 1
+            self.most_active = max(self.most_active, len(theirs))
+            self.by_application.update(set(theirs))
+        if ours:
+            self.capmark_samples += 1
+            self.capmark_by_application.update(set(ours))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "active_samples": self.active_samples, "most_active": self.most_active,
+                "active_share": self.active_samples / self.samples if self.samples else None,
+                "by_application": dict(self.by_application.most_common(5)),
+                "capmark_samples": self.capmark_samples,
+                "capmark_by_application": dict(self.capmark_by_application.most_common(5)),
+                "hidden_samples": self.hidden_samples}
 
 
 @dataclass
@@ -22,6 +71,8 @@ class Samples:
     # per second of the window: [samples, checkpointer busy, autovacuum running]
     background: dict[int, list[int]] = field(default_factory=dict)
     memory_series: list[dict[str, Any]] = field(default_factory=list)  # {"t", "rss": {pid: [role, rss, private]}}
+    others: OtherSessions = field(default_factory=OtherSessions)
+    transactions: int = 0  # transactions the sampler's own session committed (they count in xact_commit)
 
     def background_series(self) -> list[dict[str, float]]:
         """Share of each second's samples in which a checkpoint was being written or autovacuum ran."""
@@ -35,10 +86,13 @@ class Sampler(threading.Thread):
     WAIT_HZ = 10.0
 
     def __init__(self, conn: psycopg.Connection | None, backend_pids: list[int], os_local: bool,
-                 postmaster_pid: int | None = None, memory_every_s: float = 60.0) -> None:
+                 postmaster_pid: int | None = None, memory_every_s: float = 60.0,
+                 own_pids: list[int] | None = None) -> None:
         super().__init__(name="capmark-sampler", daemon=True)
         self.conn = conn
         self.pids = backend_pids
+        # this run's other sessions (its control connection): neither workload nor interference
+        self.own_pids = [*backend_pids, *(own_pids or [])]
         self.os_local = os_local
         self.postmaster_pid = postmaster_pid if os_local else None
         self.memory_every_s = memory_every_s
@@ -50,6 +104,18 @@ class Sampler(threading.Thread):
         self._halt.set()
         self.join(timeout=5)
         return self.samples
+
+    def publish_statistics(self, info: TargetInfo) -> None:
+        """After stop(): make the sampler's session publish its statistics now, so that every transaction it
+        committed is in the closing snapshot and can be taken out of the workload's (this one included)."""
+        if self.conn is None or not info.has("force_flush"):
+            return
+        try:
+            flush_own_stats(self.conn, info)
+        except psycopg.Error as err:
+            self.samples.errors.append(str(err).splitlines()[0])
+            return
+        self.samples.transactions += 1
 
     def run(self) -> None:
         period = 1.0 / self.WAIT_HZ
@@ -84,26 +150,35 @@ class Sampler(threading.Thread):
         self.samples.memory_series.append({"t": round(t, 1), "rss": {
             str(pid): [role, rss, max(0, rss - shared)] for pid, (role, _u, _s, rss, shared) in procs.items()}})
 
+    # the sampler's own session is left out; the other client sessions are counted as interference
+    WAIT_SQL = ("select pid, pid = any(%s), state, wait_event_type, wait_event, backend_type, "
+                "coalesce(application_name, ''), coalesce(usename::text, '') from pg_stat_activity "
+                "where pid <> pg_backend_pid() and (pid = any(%s) "
+                "or backend_type in ('checkpointer', 'autovacuum worker', 'client backend'))")
+
     def _sample_waits(self) -> None:
         try:
-            rows = self.conn.execute(
-                "select pid = any(%s), state, wait_event_type, wait_event, backend_type from pg_stat_activity "
-                "where pid = any(%s) or backend_type in ('checkpointer', 'autovacuum worker')",
-                (self.pids, self.pids), prepare=True).fetchall()
+            first = self.samples.transactions == 0
+            rows = self.conn.execute(self.WAIT_SQL, (self.pids, self.pids), prepare=True).fetchall()
         except psycopg.Error as err:
             self.samples.errors.append(str(err).splitlines()[0])
             self.conn = None
             return
+        # psycopg prepares in a round trip of its own before the first execution: one more transaction
+        self.samples.transactions += 2 if first else 1
         self.samples.wait_samples += 1
         second = int(time.monotonic() - self._start)
         bg = self.samples.background.setdefault(second, [0, 0, 0])
         bg[0] += 1
         vacuum = False
-        for mine, state, wtype, event, backend_type in rows:
+        others: list[tuple[str | None, str, str]] = []
+        for pid, mine, state, wtype, event, backend_type, app, role in rows:
             if not mine:
                 if backend_type == "checkpointer" and event != "CheckpointerMain":
                     bg[1] += 1  # idle checkpointers wait on CheckpointerMain; anything else is checkpoint work
                 vacuum = vacuum or backend_type == "autovacuum worker"
+                if backend_type == "client backend" and pid not in self.own_pids:
+                    others.append((state, app, role))
                 continue
             if state != "active":
                 key = f"Client:{state or 'unknown'}"
@@ -113,3 +188,4 @@ class Sampler(threading.Thread):
                 key = "CPU"
             self.samples.waits[key] += 1
         bg[2] += int(vacuum)
+        self.samples.others.count(others)

@@ -6,6 +6,7 @@ from typing import Any
 
 from capmark.diagnose.features import test_view
 from capmark.diagnose.signatures import DETECTORS, Finding
+from capmark.measure.validity import cautions
 from capmark.results import RunResult, TestResult
 
 
@@ -17,6 +18,8 @@ def diagnose_test(test: TestResult) -> dict[str, Any]:
         if found is not None:
             findings.append(found)
     findings.sort(key=lambda f: -f.confidence)
+    information = [f for f in findings if f.severity == "info"]
+    findings = [f for f in findings if f.severity != "info"]
     invalid = [{"jobs": s.jobs, "problems": s.problems} for s in view.steps if not s.valid]
     invalid += [{"jobs": s.jobs, "problems": [f"the step did not complete ({s.status})"]}
                 for s in test.steps if s.status != "ok" or not s.units]
@@ -24,10 +27,16 @@ def diagnose_test(test: TestResult) -> dict[str, Any]:
         summary = f"{len(findings)} finding(s); most likely: {findings[0].name} ({findings[0].level} confidence)"
     else:
         summary = "clean: no bottleneck signature fired"
+    for f in information:
+        summary += f"; for information (expected, not a fault): {f.name} - {f.evidence[0]}"
     if invalid:
         summary += f"; {len(invalid)} step(s) failed a self-check and are left out of models"
+    flagged = [{"jobs": s.jobs, "cautions": why} for s in test.steps if (why := cautions(s))]
+    if flagged:
+        summary += f"; {len(flagged)} step(s) shared the host with other busy programs (see the cautions)"
     return {"workload": test.workload, "unit": test.unit, "summary": summary, "clean": not findings,
-            "findings": [f.to_dict() for f in findings], "invalid_steps": invalid,
+            "findings": [f.to_dict() for f in findings], "information": [f.to_dict() for f in information],
+            "invalid_steps": invalid, "cautions": flagged,
             "steps": [s.jobs for s in view.steps]}
 
 

@@ -44,6 +44,7 @@ class StepView:
     top_waits: list[tuple[str, float]] = field(default_factory=list)  # event, share of active samples
     wal_fsyncs_per_commit: float | None = None
     flush_share_of_commit: float | None = None  # WAL write + fsync time / commit latency
+    commits_per_unit: float | None = None  # the workload's own commits (capmark's taken out) per unit of work
     series_units: list[int] = field(default_factory=list)
     background: list[dict[str, float]] = field(default_factory=list)  # per second: checkpoint, autovacuum
     memory_series: list[dict[str, Any]] = field(default_factory=list)
@@ -106,6 +107,7 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> Ste
         buffer_hit_pct=values.get("buffer_hit_pct"), reads_per_unit=reads / units if reads is not None and units else None,
         waits=classes, top_waits=top, wal_fsyncs_per_commit=pc.get("wal_fsyncs_per_commit") if commits else None,
         flush_share_of_commit=(flush_ms / 1000 / lat["mean_s"]) if flush_ms and lat["mean_s"] else None,
+        commits_per_unit=commits / units if units else None,
         series_units=list(step.series_units), background=list(step.background_series),
         memory_series=list(step.memory_series), instance_rss=float(sum(rss.values())) if rss else None,
         ram=float(mem_end["MemTotal"]) if mem_end.get("MemTotal") else None,
@@ -118,6 +120,8 @@ def test_view(test: TestResult) -> TestView:
     if len(ok) >= 3:
         completed = copy.copy(test)
         completed.steps = ok
-        varies = [{"label": r["label"], "key": r["key"], "group": r["group"], **r["trend"]}
+        # the trend's own "key" is its label: the component's key must win
+        varies = [{**r["trend"], "label": r["label"], "key": r["key"], "group": r["group"],
+                   "share_pct": r.get("share_pct"), "time": r["time"]}
                   for r in demands_of_test(completed)["components"] if r["trend"]["note"]]
     return TestView(test.workload, test.unit, [step_view(s, test.per_unit) for s in ok], varies)

@@ -9,6 +9,15 @@ _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 
 
+def _error_class(res: pq.PGresult) -> type[psycopg.Error]:
+    """The psycopg exception for the result's SQLSTATE, so that callers can tell a cancel from a failure."""
+    code = res.error_field(pq.DiagnosticField.SQLSTATE)
+    try:
+        return psycopg.errors.lookup(code.decode()) if code else psycopg.DatabaseError
+    except KeyError:
+        return psycopg.DatabaseError
+
+
 class ClientSession:
     """Runs named prepared statements through libpq directly (psycopg's pq layer) to keep driver cost low."""
 
@@ -23,7 +32,7 @@ class ClientSession:
     def _check(self, res: pq.PGresult) -> pq.PGresult:
         if res.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
             message = res.error_message.decode(errors="replace").strip()
-            raise psycopg.DatabaseError(message or "statement failed")
+            raise _error_class(res)(message or "statement failed")
         return res
 
     def run(self, name: str, *params: int | str) -> pq.PGresult:

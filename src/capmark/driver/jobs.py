@@ -99,7 +99,9 @@ class Job(threading.Thread):
         except threading.BrokenBarrierError:
             pass
         except Exception as err:  # a job must never take the step down silently
-            self.failure = f"job {self.index}: {str(err).strip().splitlines()[0] if str(err).strip() else err!r}"
+            # (a conversion such as !r in the f-string would apply to the whole conditional and quote the message)
+            message = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+            self.failure = f"job {self.index}: {message}"
             self.barrier.abort()
 
     def _run_until(self, deadline: float, *, measure: bool) -> None:
@@ -129,7 +131,9 @@ class Job(threading.Thread):
             try:
                 row = self.conn.execute(sql, (slice_end - now, params_json)).fetchone()
             except psycopg.errors.QueryCanceled:
-                return
+                if self.stop_event.is_set():  # capmark cancelled it: the step is being stopped
+                    return
+                raise ServerCancelled(self._cancel_reason()) from None
             except psycopg.Error:
                 if self.conn.closed or self.conn.broken:
                     raise
@@ -195,15 +199,31 @@ class Job(threading.Thread):
             n += 1
 
     def _unit_failed(self, err: psycopg.Error, measure: bool, second: int) -> None:
-        """A client-side unit failed: a broken connection ends the job, anything else is counted and skipped."""
+        """A client-side unit failed: a broken connection ends the job, and so does a statement the server
+        cancelled (the job would otherwise go on measuring a different workload); anything else is counted
+        and skipped."""
         if self.conn.broken:
             raise err
         assert self.session is not None
         if self.session.in_transaction:
             self.session.rollback()
+        if isinstance(err, psycopg.errors.QueryCanceled) and not self.stop_event.is_set():
+            raise ServerCancelled(self._cancel_reason()) from None
         if measure:
             self.tally.errors[0] += 1
             self.tally.add_second(second, 0, 1)
+
+    def _cancel_reason(self) -> str:
+        """Why the server cancelled a statement capmark did not cancel: statement_timeout, or someone else."""
+        try:
+            timeout = self.conn.execute("select current_setting('statement_timeout')").fetchone()[0]
+        except psycopg.Error:
+            return "the server cancelled a statement"
+        if timeout in ("0", "0ms"):
+            return ("the server cancelled a statement (statement_timeout is off: another session or an administrator "
+                    "cancelled it)")
+        return (f"the server cancelled a statement (statement_timeout = {timeout}); raise statement_timeout for "
+                "capmark's role or database")
 
     def _paced_units(self, deadline: float, measure: bool) -> None:
         """Think time or open-loop arrivals. With arrivals, latency counts from the intended start, so a
@@ -250,6 +270,11 @@ class Job(threading.Thread):
                 break
         if measure:
             self.tally.round_trips += session.round_trips - trips0
+
+
+class ServerCancelled(Exception):
+    """The server cancelled a job's statement (statement_timeout or another session): the job's measurement ends
+    and the step fails, instead of the job stopping silently with the step still counted as ok."""
 
 
 def split_busy_time(per_type: list[list[int]], busy_s: float) -> list[float]:

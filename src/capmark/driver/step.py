@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -14,12 +15,13 @@ import psycopg
 
 from capmark.collect import os as oscollect
 from capmark.collect import pgstats
-from capmark.collect.sampler import Sampler
+from capmark.collect.sampler import Sampler, Samples
 from capmark.driver.histogram import merge_all
 from capmark.driver.jobs import Job, Pacing, Schedule
 from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
 from capmark.results import StepResult
+from capmark.workloads import sto
 from capmark.workloads.base import DataSize, Workload
 
 Progress = Callable[[str, float], None]  # phase, seconds left in it
@@ -48,6 +50,7 @@ class StepPlan:
     think_s: float = 0.0  # client side: mean think time after each unit
     rate: float = 0.0  # client side: total Poisson arrival rate (units/s) over all jobs; 0 = closed loop
     memory_every_s: float = 60.0  # instance process memory sampling period (a soak samples at least 20 times)
+    all_statements: bool = False  # keep every role's statements in the top statements, not only capmark's
 
 
 def _os_reading(ctx: StepContext) -> dict:
@@ -83,10 +86,13 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     conns: list[psycopg.Connection] = []
     jobs: list[Job] = []
+    sampler: Sampler | None = None
+    sampler_conn: psycopg.Connection | None = None
     stop = threading.Event()
     barrier = threading.Barrier(plan.jobs + 1)
     schedule = Schedule()
     try:
+        eviction = sto.eviction_status(ctx.control, workload) if sto.evicts(workload) else None
         for i in range(plan.jobs):
             conn = connect(ctx.dsn, application_name=f"capmark job {i + 1}")
             conns.append(conn)
@@ -94,8 +100,12 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                 conn.execute("select set_config(%s, %s, false)", (name, value))
         pids = [c.info.backend_pid for c in conns]
         pacing = Pacing(plan.think_s, plan.rate / plan.jobs if plan.rate else 0.0)
-        jobs = [Job(i + 1, c, workload, params, size, plan.mode, ctx.info, barrier, schedule, stop, pacing)
-                for i, c in enumerate(conns)]
+        try:
+            jobs = [Job(i + 1, c, workload, params, size, plan.mode, ctx.info, barrier, schedule, stop, pacing)
+                    for i, c in enumerate(conns)]
+        except psycopg.Error as err:  # e.g. preparing the client statements: the step cannot start
+            raise StepFailed(f"the jobs could not prepare their statements: {str(err).strip().splitlines()[0]}"
+                             ) from None
         for job in jobs:
             job.start()
         schedule.warmup_end = time.time() + plan.warmup_s
@@ -106,14 +116,17 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)  # PostgreSQL 14: the collector publishes every 500 ms
         os_local = ctx.info.has("os")
-        db_before = pgstats.snapshot(ctx.control, ctx.info, pids)
+        pgstats.flush_own_stats(ctx.control, ctx.info)  # the control session's earlier work stays out of the window
+        db_before = pgstats.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
+        host_before = oscollect.sample_host_processes() if os_local else None
         os_before = _os_reading(ctx) if os_local else None
         drv_before = oscollect.own_cpu_seconds()
         delay_before = oscollect.own_run_delay()
-        sampler = Sampler(connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None,
-                          pids, os_local and plan.collectors, ctx.info.postmaster_pid,
-                          memory_every_s=plan.memory_every_s)
-        sampler_cpu0 = _backend_cpu(sampler.conn) if os_local else None
+        sampler_conn = connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
+        sampler_pid = sampler_conn.info.backend_pid if sampler_conn is not None else None
+        sampler = Sampler(sampler_conn, pids, os_local and plan.collectors, ctx.info.postmaster_pid,
+                          memory_every_s=plan.memory_every_s, own_pids=[ctx.control.info.backend_pid])
+        sampler_cpu0 = _backend_cpu(sampler_conn) if os_local else None
         schedule.measure_start = time.time()
         schedule.measure_end = schedule.measure_start + plan.duration_s
         sampler.start()
@@ -122,29 +135,31 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         _wait(barrier, jobs)  # jobs done and flushed
         elapsed = time.time() - schedule.measure_start
         samples = sampler.stop()
-        sampler_cpu = (_backend_cpu(sampler.conn) or 0.0) - sampler_cpu0 if sampler_cpu0 is not None else None
-        if sampler.conn is not None:
-            sampler.conn.close()
+        sampler_cpu = (_backend_cpu(sampler_conn) or 0.0) - sampler_cpu0 if sampler_cpu0 is not None else None
+        sampler.publish_statistics(ctx.info)
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)
         drv_after = oscollect.own_cpu_seconds()
         delay_after = oscollect.own_run_delay()
         os_after = _os_reading(ctx) if os_local else None
-        db_after = pgstats.snapshot(ctx.control, ctx.info, pids)
+        host_after = oscollect.sample_host_processes() if os_local else None
+        db_after = pgstats.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
     except BaseException:
         stop.set()
         barrier.abort()
+        if sampler is not None and sampler.is_alive():
+            sampler.stop()
         for c in conns:
             with contextlib.suppress(Exception):  # best effort; closing below ends the backend anyway
                 c.cancel_safe(timeout=2)
         for job in jobs:
             job.join(timeout=5)
-        for c in conns:
+        for c in [*conns, *([sampler_conn] if sampler_conn is not None else [])]:
             c.close()
         raise
     for job in jobs:
         job.join(timeout=10)
-    for c in conns:
+    for c in [*conns, *([sampler_conn] if sampler_conn is not None else [])]:
         c.close()
 
     notes = [j.failure for j in jobs if j.failure]
@@ -167,13 +182,42 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         pacing={"think_s": plan.think_s, "rate": plan.rate},
         schedule_lag=merge_all([j.tally.lag for j in jobs]) if plan.rate else None,
         background_series=samples.background_series(), memory_series=samples.memory_series,
+        interference={"sessions": samples.others.to_dict() if sampler_conn is not None else None},
+        instruments={"capmark_transactions": _capmark_transactions(ctx, plan, samples, sampler_conn is not None),
+                     "statements": pgstats.statements_rule(plan.all_statements)},
     )
+    if eviction is not None:
+        result.instruments["eviction"] = eviction
+        if eviction["note"]:
+            result.notes.append(eviction["note"])
     if os_before and os_after:
         result.os = _os_summary(os_before, os_after)
         if os_before["procs"] and os_after["procs"]:
+            oscollect.relabel(os_after["procs"], sampler_pid, oscollect.SAMPLER_ROLE)
             result.process_cpu = oscollect.cpu_by_role(os_before["procs"], os_after["procs"])
             result.os["rss_by_role_end"] = _rss_by_role(os_after["procs"])
+    if host_before is not None and host_after is not None:
+        result.interference["processes"] = _other_processes(host_before, host_after, os_before, os_after)
     return result
+
+
+def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sampled: bool) -> dict[str, int]:
+    """Transactions capmark's own sessions committed in the window, which are not the workload's: the
+    sampler's (its login, every sample, its closing statistics flush), the control session's opening
+    snapshot, and each job's closing statistics flush. kpm and the demands take them out of xact_commit."""
+    flushes = ctx.info.has("force_flush")
+    return {"sampler": (1 + samples.transactions) if sampled else 0, "control": 1,
+            "jobs": plan.jobs if flushes else 0}
+
+
+def _other_processes(before: oscollect.HostProcesses, after: oscollect.HostProcesses, os_before: dict | None,
+                     os_after: dict | None) -> dict:
+    """CPU of the host's other programs in the window: everything but the instance and this process."""
+    exclude = {os.getpid()}
+    for reading in (os_before, os_after):
+        if reading and reading["procs"]:
+            exclude.update(reading["procs"].procs)
+    return oscollect.other_processes_cpu(before, after, exclude)
 
 
 def _per_second(per_job: list[dict[int, int]], seconds: int) -> list[int]:

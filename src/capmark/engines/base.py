@@ -29,6 +29,8 @@ class TargetInfo:
     postmaster_pid: int | None = None
     settings: dict[str, str] = field(default_factory=dict)
     capabilities: dict[str, Capability] = field(default_factory=dict)
+    # pg_stat_statements qualified by the schema its extension lives in (capmark's own on the embedded server)
+    statements_view: str = "pg_stat_statements"
 
     def has(self, name: str) -> bool:
         cap = self.capabilities.get(name)

@@ -22,6 +22,10 @@ KEY_SETTINGS = (
     "huge_pages", "debug_io_direct", "pg_stat_statements.track",
 )
 
+# How PostgreSQL says that every connection slot is taken (max_connections, reserved slots, a role's limit).
+SLOTS_TAKEN = ("too many clients already", "remaining connection slots are reserved", "too many connections for role",
+               "too many connections for database")
+
 
 def explain_connect_error(err: Exception, dsn: str) -> CapmarkError:
     """Turn a libpq failure into one sentence with the fix; never echoes a password."""
@@ -38,6 +42,13 @@ def explain_connect_error(err: Exception, dsn: str) -> CapmarkError:
     if "invalid dsn" in low or "invalid connection option" in low or "missing \"=\"" in low:
         return CapmarkError(f"The DSN '{safe}' is not valid ({text}); write it as postgresql://user@host:port/db "
                             "or 'host=... dbname=...'.")
+    if any(sign in low for sign in SLOTS_TAKEN):
+        return CapmarkError(f"The server at {safe} has no connection slot free for capmark ({text}); other clients "
+                            "hold them: close some, lower --jobs, or raise max_connections (or the role's "
+                            "CONNECTION LIMIT).")
+    if "shutting down" in low or "starting up" in low or "in recovery mode" in low:
+        return CapmarkError(f"The server at {safe} is not accepting connections ({text}); wait until it is up "
+                            "and try again.")
     return CapmarkError(f"Cannot connect to PostgreSQL at {safe} ({text}); check the host, port and that the "
                         "server is running.")
 
@@ -120,9 +131,15 @@ def describe(conn: psycopg.Connection, dsn: str, *, embedded: bool) -> TargetInf
         data_dir = _scalar(conn, "select current_setting('data_directory')")
     pid, why = _find_local_postmaster(conn)
     caps = detect_capabilities(conn, version_num, settings, pid is not None, why)
+    statements_view = _scalar(conn, _STATEMENTS_VIEW_SQL) or "pg_stat_statements"
     return TargetInfo(engine="postgresql", version=version, version_num=version_num, dsn_redacted=redact_dsn(dsn),
                       embedded=embedded, local=pid is not None, local_reason=why, data_directory=data_dir,
-                      postmaster_pid=pid, settings=settings, capabilities=caps)
+                      postmaster_pid=pid, settings=settings, capabilities=caps, statements_view=statements_view)
+
+
+# pg_stat_statements lives in whichever schema its extension was created in (capmark's own, on the embedded server)
+_STATEMENTS_VIEW_SQL = ("select quote_ident(n.nspname) || '.pg_stat_statements' from pg_extension e "
+                        "join pg_namespace n on n.oid = e.extnamespace where e.extname = 'pg_stat_statements'")
 
 
 def _with_unit(setting: str, unit: str | None) -> str:

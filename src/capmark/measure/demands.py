@@ -1,7 +1,8 @@
 """Service demands per unit of work, from a stored step: what each unit costs every resource.
 
-The method of seed 000 (sections 2 and 4): take the deltas of a step, divide by the units done, and
-split CPU into client backends, each background role, the driver (client tier) and OS overhead,
+The method of the CITI PeopleSoft report (sections 2 and 4): take the deltas of a step, divide by the units done, and
+split CPU into client backends, each background role, capmark's sampler, the driver (client tier) and
+the remainder no process accounts for (OS overhead, and other programs: those are measured beside it),
 disk into busy time and operations per device, and database IO and WAL by who did them. Every value
 is per unit; keys name their unit when it is not seconds or bytes.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from capmark.collect.os import ROLES
 from capmark.collect.pgstats import total
-from capmark.measure.kpm import wal_io
+from capmark.measure.kpm import wal_io, wal_io_per_commit, workload_commits
 from capmark.results import StepResult, TestResult
 
 BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum", "io workers", "postmaster",
@@ -38,6 +39,17 @@ def host_busy_s(step: StepResult) -> float | None:
     if not secs:
         return None
     return sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0)
+
+
+REMAINDER_LABEL = "CPU OS overhead (remainder: host busy less every measured process)"
+# where other programs' CPU was not measured (runs stored before it was), the remainder holds it too
+REMAINDER_LABEL_WITH_OTHERS = "CPU not attributed to any process (OS overhead and other programs; remainder)"
+
+
+def other_programs_cpu_s(step: StepResult) -> float | None:
+    """CPU seconds of the host's other programs over the window, where the step measured them."""
+    others = (step.interference or {}).get("processes")
+    return None if others is None else float(others.get("cpu_s") or 0.0)
 
 
 def _cpu(role: str) -> str:
@@ -67,10 +79,17 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             put(_cpu(role), value, f"CPU {role}", "cpu", "ms", 1e3, True)
     driver = step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0) if step.driver_cpu else None
     put("cpu_driver_s", driver, "CPU capmark driver (client tier)", "cpu", "ms", 1e3, True)
+    others = other_programs_cpu_s(step)
     if busy is not None and attributed is not None and driver is not None:
-        put("cpu_os_overhead_s", busy - attributed - driver, "CPU OS overhead (not in any process)", "cpu", "ms",
-            1e3, True)
+        # a remainder, not a measurement: host busy less the instance's processes, the driver and (where they
+        # were measured) the other programs on the host; what is left is the kernel's own work, and the CPU of
+        # programs that started and ended inside the window
+        put("cpu_os_overhead_s", busy - attributed - driver - (others or 0.0),
+            REMAINDER_LABEL if others is not None else REMAINDER_LABEL_WITH_OTHERS, "cpu", "ms", 1e3, True)
         put("cpu_host_busy_s", busy, "CPU host busy (total)", "os", "ms", 1e3)
+    if others is not None:
+        put("host_other_programs_cpu_s", others, "CPU of other programs on the host (measured, not part of the "
+            "workload)", "os", "ms", 1e3)
 
     # disks of the data directory
     for dev, d in (step.os.get("disks") or {}).items():
@@ -147,26 +166,37 @@ def wal_written_bytes(step: StepResult) -> float | None:
 
 
 def per_commit(step: StepResult) -> dict[str, float | None]:
-    """WAL figures per commit (the group-commit view) and commit latency vs flush time."""
-    commits = total(step.db_delta.get("database", []), "xact_commit") or 0.0
-    units = step.units
-    wio = wal_io(step)
+    """WAL figures per commit of the workload (the group-commit view) and commit latency vs flush time.
+
+    Commits are the database's, less capmark's own; a unit may commit more or less than once (a slice call
+    adds its own commit), so these are per commit, not per unit."""
+    commits = workload_commits(step) or 0.0
     wal = total(step.db_delta.get("wal", []), "wal_bytes")
     written = wal_written_bytes(step)
-    flush_ms = (wio["write_ms"] + wio["fsync_ms"]) / units if wio and units else None
     return {
         "commits": commits,
-        "wal_bytes_per_commit": wal / units if wal is not None and units else None,
-        "wal_writes_per_commit": wio["writes"] / units if wio and units else None,
-        "wal_fsyncs_per_commit": wio["fsyncs"] / units if wio and units else None,
-        "wal_flush_ms_per_commit": flush_ms,
+        "commits_per_unit": commits / step.units if step.units else None,
+        "wal_bytes_per_commit": wal / commits if wal is not None and commits else None,
+        **wal_io_per_commit(step, commits),
         "commit_latency_ms": step.latency.mean_s * 1000 if step.latency.mean_s else None,
         "wal_written_over_generated": written / wal if written is not None and wal else None,
     }
 
 
+def sampler_cost(step: StepResult) -> dict[str, float | None]:
+    """What capmark's own sampling cost the server in the window: its session's CPU per second of the window
+    (kept out of the client backends) and its transactions (kept out of the commits). None without a sampler."""
+    transactions = (step.instruments or {}).get("capmark_transactions", {}).get("sampler")
+    if not transactions:
+        return {"cpu_ms_per_s": None, "transactions": transactions}
+    role = (step.process_cpu or {}).get("capmark sampler")
+    cpu = role.get("user_s", 0.0) + role.get("sys_s", 0.0) if role else step.driver_cpu.get("sampler_backend_s")
+    el = step.elapsed_s or 0.0
+    return {"cpu_ms_per_s": cpu * 1000 / el if cpu is not None and el else None, "transactions": transactions}
+
+
 def run_queue(step: StepResult) -> dict[str, float | None]:
-    """The OS run queue counts running processes too (seed 001): waiting = runnable - busy CPUs."""
+    """The OS run queue counts running processes too (Shallahamer, OraPub): waiting = runnable - busy CPUs."""
     series = step.os_series
     if not series or not step.os.get("cores"):
         return {"runnable": None, "busy_cpus": None, "waiting": None}
@@ -176,7 +206,7 @@ def run_queue(step: StepResult) -> dict[str, float | None]:
 
 
 def latency_realism(step: StepResult) -> dict[str, Any]:
-    """Mean vs median vs tail; the mean alone misleads when it sits far from the median (seed 001)."""
+    """Mean vs median vs tail; the mean alone misleads when it sits far from the median (Shallahamer, OraPub)."""
     lat = step.latency.summary()
     mean, p50 = lat["mean_s"], lat["p50_s"]
     skew = mean / p50 if mean and p50 else None
@@ -267,6 +297,7 @@ def demands_of_test(test: TestResult) -> dict[str, Any]:
                 r["share_pct"] = 100 * r["mean"] / group_total if group_total > 0 else None
     return {"workload": test.workload, "unit": test.unit, "jobs": jobs, "components": rows,
             "per_commit": [per_commit(s) for s in test.steps], "run_queue": [run_queue(s) for s in test.steps],
+            "sampler": [sampler_cost(s) for s in test.steps],
             "devices": [devices(s) for s in test.steps],
             "latency": [latency_realism(s) for s in test.steps],
             "statements": [top_statements(s) for s in test.steps],

@@ -81,6 +81,25 @@ def wal_io(step: StepResult) -> dict[str, float] | None:
     return None
 
 
+def wal_io_per_commit(step: StepResult, commits: float | None) -> dict[str, float | None]:
+    """WAL flush time (ms), writes and fsyncs per commit of the workload; None where not measurable."""
+    io = wal_io(step)
+    if not io or not commits:
+        return dict.fromkeys(("wal_flush_ms_per_commit", "wal_writes_per_commit", "wal_fsyncs_per_commit"))
+    return {"wal_flush_ms_per_commit": (io["write_ms"] + io["fsync_ms"]) / commits,
+            "wal_writes_per_commit": io["writes"] / commits, "wal_fsyncs_per_commit": io["fsyncs"] / commits}
+
+
+def workload_commits(step: StepResult) -> float | None:
+    """Commits in the window less capmark's own (its sampler's, control session's and jobs' statistics
+    transactions), which the database counts alongside the workload's."""
+    commits = total(step.db_delta.get("database", []), "xact_commit")
+    if commits is None:
+        return None
+    own = sum((step.instruments or {}).get("capmark_transactions", {}).values())
+    return max(0.0, commits - own)
+
+
 def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """KPM values (None where not measurable) and, for each None, the reason.
 
@@ -117,7 +136,7 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
         100.0 if hit else None)
     if values["buffer_hit_pct"] is None:
         reasons["buffer_hit_pct"] = "no block was accessed"
-    commits = total(db, "xact_commit")
+    commits = workload_commits(step)
     values["commits_per_s"] = commits / el if commits is not None else None
     wal = total(step.db_delta.get("wal", []), "wal_bytes")
     if wal is None:
@@ -208,16 +227,11 @@ def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
     mean = step.latency.mean_s
     values["rt_mean_s"] = mean
     values["wal_kb_per_txn"] = wal / units / 1024 if wal is not None and units else None
-    io = wal_io(step)
-    per_commit = units if units else None
-    if io and per_commit:
-        values["wal_flush_ms_per_commit"] = (io["write_ms"] + io["fsync_ms"]) / per_commit
-        values["wal_writes_per_commit"] = io["writes"] / per_commit
-        values["wal_fsyncs_per_commit"] = io["fsyncs"] / per_commit
-    else:
-        for key in ("wal_flush_ms_per_commit", "wal_writes_per_commit", "wal_fsyncs_per_commit"):
-            values[key] = None
-            reasons[key] = "this server reports no WAL write/fsync counts"
+    for key, value in wal_io_per_commit(step, commits).items():
+        values[key] = value
+        if value is None:
+            reasons[key] = ("this server reports no WAL write/fsync counts" if not wal_io(step)
+                            else "the workload committed nothing in the window")
     ext = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
     if ext:
         if any("extend_bytes" in r for r in ext):

@@ -1,8 +1,10 @@
 """Is a step fit to calibrate a model on? A step that fails a check is shown but not used.
 
 A saturated load generator measures the driver, not the database; an open loop that falls behind
-its schedule no longer offers the load it claims; and a step whose jobs, throughput and response
-time disagree with Little's law (N = X (R + Z)) has a hole in its bookkeeping.
+its schedule no longer offers the load it claims; a step whose jobs, throughput and response
+time disagree with Little's law (N = X (R + Z)) has a hole in its bookkeeping; a step that shared the
+server with other sessions, or the host with other busy programs, measured them too; and a storage step
+whose server could not evict shared buffers measured the buffers.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from capmark.measure.demands import host_busy_s
 from capmark.results import StepResult
 
 DRIVER_SATURATED = 0.9  # driver CPU in cores: one Python process runs one thread at a time
@@ -18,6 +21,15 @@ LITTLE_TOLERANCE = 0.05
 UNSTABLE_CV = 0.25
 UNSTABLE_TREND = 0.35
 WARMUP_SHORTFALL = 0.6
+# Other sessions active on the server in more than 5 % of the 10 Hz samples: a monitoring poll (a few ms every
+# few seconds) stays well below, while any sustained work by another application shows in most samples.
+OTHER_SESSIONS_SHARE = 0.05
+# Other programs on the host using more than 5 % of the host's busy CPU may have competed with the instance for
+# it: the step is flagged (a caution the user sees beside its figures) and stays in the models.
+OTHER_PROCESSES_SHARE = 0.05
+# Beyond a quarter of the host's busy CPU, another program did as much as a fair share of the work on a small
+# host: the step's throughput and demands describe the sharing, not the platform, and models leave it out.
+OTHER_PROCESSES_INVALID_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,53 @@ def little_gap(step: StepResult) -> float | None:
     return step.jobs / (x * (mean + step.pacing.get("think_s", 0.0))) - 1
 
 
+def interference_problems(step: StepResult) -> list[str]:
+    """Other sessions on the server or other programs on the host that worked during the window."""
+    out = []
+    sessions = (step.interference or {}).get("sessions") or {}
+    if sessions.get("capmark_samples"):
+        names = ", ".join(sessions.get("capmark_by_application") or {})
+        out.append(f"another capmark run worked on the same server during the step ({names}, active in "
+                   f"{sessions['capmark_samples']} of {sessions['samples']} samples)")
+    share = sessions.get("active_share")
+    if share is not None and share > OTHER_SESSIONS_SHARE:
+        names = ", ".join(sessions.get("by_application") or {})
+        out.append(f"other sessions worked on the server during the step: active in {share:.0%} of the samples "
+                   f"({names})")
+    share, sentence = _other_programs(step)
+    if share > OTHER_PROCESSES_INVALID_SHARE:
+        out.append(sentence)
+    return out
+
+
+def _other_programs(step: StepResult) -> tuple[float, str]:
+    """The share of host busy CPU that other programs used in the window, and a sentence naming the top ones."""
+    processes = (step.interference or {}).get("processes")
+    busy = host_busy_s(step)
+    if not processes or not busy:
+        return 0.0, ""
+    others = processes.get("cpu_s") or 0.0
+    top = ", ".join(f"{p['name']} (pid {p['pid']}, {p['cpu_s']:.2f} s)" for p in processes.get("top", [])[:3])
+    return others / busy, f"other programs on the host used {others / busy:.0%} of its busy CPU during the step: {top}"
+
+
+def cautions(step: StepResult) -> list[str]:
+    """What a valid step's reader should know: other programs used a noticeable share of the host's CPU."""
+    share, sentence = _other_programs(step)
+    if OTHER_PROCESSES_SHARE < share <= OTHER_PROCESSES_INVALID_SHARE:
+        return [sentence + " (the figures may include their competition for the CPU)"]
+    return []
+
+
+def storage_problems(step: StepResult) -> list[str]:
+    """A storage step on a server that could not evict shared buffers, with a table they hold."""
+    eviction = (step.instruments or {}).get("eviction")
+    if eviction and not eviction.get("measures_storage", True):
+        return [f"shared buffers were not evicted ({eviction.get('reason')}): this step measures shared buffers, "
+                "not storage"]
+    return []
+
+
 def problems(step: StepResult) -> list[str]:
     out = []
     if step.status != "ok":
@@ -93,6 +152,7 @@ def problems(step: StepResult) -> list[str]:
             out.append(f"the step was unstable: its 1 s throughput drifted by {st.trend:+.0%} over the window")
         elif st.opening < WARMUP_SHORTFALL:
             out.append(f"the warm-up was too short: the window's first seconds ran at {st.opening:.0%} of the rest")
+    out += interference_problems(step) + storage_problems(step)
     gap = little_gap(step)
     if gap is not None and abs(gap) > LITTLE_TOLERANCE:
         out.append(f"Little's law does not balance: jobs / (throughput x (response + think)) is off by {gap:+.0%} "

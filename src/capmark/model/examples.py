@@ -1,4 +1,5 @@
-"""The seed's two-tier Stress layered model (seed 000, Tables 31-32), as a ready-made example and test case."""
+"""The two-tier Stress layered model of the CITI PeopleSoft report (Tables 31-32), as a ready-made example and
+test case."""
 
 from __future__ import annotations
 

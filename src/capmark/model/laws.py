@@ -60,7 +60,7 @@ def saturation_point(demands: Sequence[float], think_time: float) -> float:
 
 
 def stretch_factor(queue_time: float, service_time: float) -> float:
-    """(queue time + service time) / service time (seed 003)."""
+    """(queue time + service time) / service time (Bulumulle and Bordin)."""
     return (queue_time + service_time) / service_time
 
 

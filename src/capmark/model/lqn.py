@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from capmark.errors import CapmarkError
-from capmark.model.mva import exact_mva_multiclass, schweitzer_multiclass
+from capmark.model.mva import MAX_EXACT_POPULATION, exact_mva_multiclass, schweitzer_multiclass
 
 
 @dataclass
@@ -141,25 +141,13 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
             for e in t.entries:
                 for c, v in e.calls.items():
                     new_s1[t.name] += v * (waits[task_of[c].name] + new_s1[task_of[c].name])
-        # software layer: exact MVA of the users over the tasks
-        q = {t.name: 0.0 for t in active}
-        xs = 0.0
+        # software layer: MVA of the users over the tasks (exact recursion, Schweitzer for large populations)
         new_w = {t.name: 0.0 for t in soft}
         top = [t for t in active if any(t is task_of[c] for e in ref.entries for c in e.calls)]
-        for n in range(1, N + 1):
-            rs = {}
-            for t in top:
-                m = t.multiplicity
-                h = new_s1[t.name] + new_s2[t.name]
-                if m >= N:
-                    w = 0.0
-                else:
-                    u2 = min(0.99, xs * vis[t.name] * new_s2[t.name] / m) if n > 1 else 0.0
-                    w = q[t.name] * h / m + u2 * new_s2[t.name]
-                new_w[t.name] = w
-                rs[t.name] = vis[t.name] * (w + new_s1[t.name])
-            xs = n / (ref.think_time + sum(rs.values()))
-            q = {k: xs * v for k, v in rs.items()}
+        layer = [(t.name, t.multiplicity, vis[t.name], new_s1[t.name], new_s2[t.name]) for t in top]
+        solve_layer = _software_layer if N <= MAX_EXACT_POPULATION else _software_layer_schweitzer
+        xs, waits_now = solve_layer(layer, N, ref.think_time)
+        new_w.update(waits_now)
         done = abs(xs - x) <= tol * x
         x = 0.5 * x + 0.5 * xs
         s1 = {k: 0.5 * s1[k] + 0.5 * new_s1[k] for k in new_s1}
@@ -175,6 +163,65 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
                  / (t.multiplicity if math.isfinite(t.multiplicity) else 1.0) for t in soft}
     return LQNResult(x, N / x - ref.think_time, util, task_util, waits, {e: x * v for e, v in visits.items()},
                      s1, rounds)
+
+
+_Layer = list[tuple[str, float, float, float, float]]  # task, multiplicity, visits, phase-1 and phase-2 time
+
+
+def _software_layer(layer: _Layer, population: int, think_time: float) -> tuple[float, dict[str, float]]:
+    """The users over the top tasks by the MVA recursion n = 1 .. N: a task of m threads is a queue of
+    h/m per visit (h = its phase 1 + 2), plus the residual phase 2 of the previous call when busy."""
+    q = {name: 0.0 for name, *_ in layer}
+    xs = 0.0
+    w_of: dict[str, float] = {}
+    for n in range(1, population + 1):
+        rs = {}
+        for name, m, v, s1, s2 in layer:
+            if m >= population:
+                w = 0.0
+            else:
+                u2 = min(0.99, xs * v * s2 / m) if n > 1 else 0.0
+                w = q[name] * (s1 + s2) / m + u2 * s2
+            w_of[name] = w
+            rs[name] = v * (w + s1)
+        xs = n / (think_time + sum(rs.values()))
+        q = {k: xs * r for k, r in rs.items()}
+    return xs, w_of
+
+
+def _software_layer_schweitzer(layer: _Layer, population: int, think_time: float) -> tuple[float, dict[str, float]]:
+    """The same equations at N alone with Q(N-1) ~ (N-1)/N Q(N) (Bard-Schweitzer): for a throughput x each
+    task holds q = x v (u2 s2 + s1) / (1 - a x v h / m), rising with x up to a pole, so the x with
+    N = x Z + sum q is found by bisection at a cost independent of N (the recursion costs N steps a round)."""
+    a = (population - 1) / population
+
+    def waits(x: float) -> dict[str, float]:
+        out = {}
+        for name, m, v, s1, s2 in layer:
+            if m >= population:
+                out[name] = 0.0
+                continue
+            u2 = min(0.99, x * v * s2 / m)
+            q = x * v * (u2 * s2 + s1) / (1 - a * x * v * (s1 + s2) / m)
+            out[name] = a * q * (s1 + s2) / m + u2 * s2
+        return out
+
+    def customers(x: float) -> float:
+        w = waits(x)
+        return x * think_time + sum(x * v * (w[name] + s1) for name, _, v, s1, _ in layer)
+
+    hi = population / max(1e-300, think_time + sum(v * s1 for _, _, v, s1, _ in layer))
+    for _, m, v, s1, s2 in layer:
+        if m < population and a * v * (s1 + s2) > 0:
+            hi = min(hi, m / (a * v * (s1 + s2)))
+    lo = 0.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if customers(mid) < population else (lo, mid)
+        if hi - lo <= 1e-15 * hi:
+            break
+    x = (lo + hi) / 2
+    return x, waits(x)
 
 
 def _validate(processors: list[Processor], tasks: list[Task]) -> None:

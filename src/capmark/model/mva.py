@@ -2,6 +2,13 @@
 stations through marginal probabilities), Bard-Schweitzer approximate MVA, Seidmann's multi-server
 approximation for multi-class models.
 
+Exact solutions cost time (and memory) that grows with the population: the single-class recursion is
+linear in it, with load-dependent stations quadratic, and the multi-class one visits every population
+vector. Above MAX_EXACT_POPULATION (or MAX_EXACT_VECTORS population vectors) the exact solvers answer
+with Bard-Schweitzer approximate MVA instead (Seidmann's split for multi-server stations), whose cost
+does not depend on the population, and say so in the result's `method`; docs/models.md gives the
+error this costs at the threshold.
+
 References: Reiser & Lavenberg (1980); Lazowska et al., Quantitative System Performance, ch. 6, 7, 20;
 Bolch et al., Queueing Networks and Markov Chains, ch. 8.
 """
@@ -9,10 +16,24 @@ Bolch et al., Queueing Networks and Markov Chains, ch. 8.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from capmark.errors import CapmarkError
+
+# Above this population exact single-class MVA gives way to Bard-Schweitzer: the load-dependent recursion
+# costs population^2 steps (about 0.1 s at 2,000), and there the approximation's error is below 0.1 %
+# on the validation cases (docs/models.md).
+MAX_EXACT_POPULATION = 2000
+# Above this many population vectors exact multi-class MVA gives way to multi-class Bard-Schweitzer: the
+# recursion visits every vector (about 1 s per 100,000 in Python) and keeps their queue lengths in memory.
+MAX_EXACT_VECTORS = 100_000
+# Beyond 10^15 customers a population count no longer holds whole units in double precision ((N-1)/N
+# rounds to 1 near 2^53); no real system comes near, so a larger figure is a mistake in the input.
+MAX_POPULATION = 10**15
+EXACT = "exact MVA"
+APPROXIMATE = "Bard-Schweitzer approximate MVA"
 
 
 @dataclass(frozen=True)
@@ -60,6 +81,7 @@ class ClosedResult:
     utilizations: list[float]  # busy fraction of the station (of all its servers for multi-server)
     iterations: int = 0
     stations: list[str] = field(default_factory=list)
+    method: str = EXACT
 
     def residence_time_per_visit(self, stations: Sequence[Station]) -> list[float]:
         return [r / s.visits for r, s in zip(self.residence_times, stations, strict=True)]
@@ -73,48 +95,164 @@ def _utilization(station: Station, throughput: float, marginals: list[float] | N
     return throughput * station.total_demand / station.servers
 
 
+def check_population(population: int, what: str = "population") -> None:
+    """A closed model's population must be a whole number between 1 and MAX_POPULATION."""
+    if population < 1:
+        raise CapmarkError(f"A closed model needs a {what} of at least 1.")
+    if population > MAX_POPULATION:
+        raise CapmarkError(f"A {what} of {population:g} is beyond what capmark solves ({MAX_POPULATION:.0e}: larger "
+                           "counts lose whole customers in floating point); give a smaller one.")
+
+
 def exact_mva(stations: Sequence[Station], population: int, think_time: float = 0.0,
               method: str = "auto") -> ClosedResult:
     """Exact single-class MVA; load-dependent stations use marginal queue-length probabilities.
 
     Models of load-independent stations with a large population are solved through the normalizing
     constant (Buzen's convolution, one linear recurrence per station), which gives the same exact
-    answer as the MVA recursion in a fraction of the time."""
-    if population < 1:
-        raise CapmarkError("A closed model needs a population of at least 1.")
+    answer as the MVA recursion in a fraction of the time. Above MAX_EXACT_POPULATION the answer is
+    Bard-Schweitzer's (see approximate_mva); result.method says which."""
+    check_population(population)
+    if population > MAX_EXACT_POPULATION and method == "auto":
+        return approximate_mva(stations, population, think_time)
     use_convolution = method == "convolution" or (method == "auto" and population >= 200)
     if use_convolution and not any(s.load_dependent for s in stations):
         fast = _convolution(stations, population, think_time)
         if fast is not None:
             return fast
+    if any(s.load_dependent for s in stations):
+        return _exact_load_dependent(stations, population, think_time)
     k = len(stations)
     q = [0.0] * k
-    marg: list[list[float] | None] = [[1.0] if s.load_dependent else None for s in stations]
     x = 0.0
     r = [0.0] * k
     for n in range(1, population + 1):
         for i, s in enumerate(stations):
-            if s.kind == "delay":
-                r[i] = s.total_demand
-            elif s.load_dependent:
-                p = marg[i]
-                assert p is not None
-                r[i] = sum(j * s.demand_at(j) * p[j - 1] for j in range(1, n + 1))
-            else:
-                r[i] = s.total_demand * (1 + q[i])
+            r[i] = s.total_demand if s.kind == "delay" else s.total_demand * (1 + q[i])
         x = n / (think_time + sum(r))
-        for i, s in enumerate(stations):
-            q[i] = x * r[i]
-            if s.load_dependent:
-                p = marg[i]
-                assert p is not None
-                new = [0.0] * (n + 1)
-                for j in range(1, n + 1):
-                    new[j] = x * s.demand_at(j) * p[j - 1]
-                new[0] = max(0.0, 1 - sum(new[1:]))
-                marg[i] = new
-    utils = [_utilization(s, x, marg[i]) for i, s in enumerate(stations)]
+        q = [x * ri for ri in r]
+    utils = [_utilization(s, x, None) for s in stations]
     return ClosedResult(x, sum(r), list(r), list(q), utils, stations=[s.name for s in stations])
+
+
+def _demand_table(station: Station, population: int) -> list[float]:
+    """demand_at(j) for j = 1 .. population."""
+    return [station.demand_at(j) for j in range(1, population + 1)]
+
+
+def _exact_load_dependent(stations: Sequence[Station], population: int, think_time: float) -> ClosedResult:
+    """The MVA recursion with marginal probabilities of the load-dependent stations, one numpy vector each:
+    R_k(n) = sum_j j D_k(j) p_k(j-1 | n-1) and p_k(j | n) = X(n) D_k(j) p_k(j-1 | n-1)."""
+    import numpy as np
+
+    k = len(stations)
+    demand = np.array([0.0 if s.load_dependent else s.total_demand for s in stations])
+    queue = np.array([s.kind != "delay" and not s.load_dependent for s in stations])
+    ld = [i for i, s in enumerate(stations) if s.load_dependent]
+    d_at = {i: np.array(_demand_table(stations[i], population)) for i in ld}
+    j_d_at = {i: np.arange(1, population + 1) * d_at[i] for i in ld}
+    marg = {i: np.zeros(population + 1) for i in ld}
+    for i in ld:
+        marg[i][0] = 1.0
+    q = np.zeros(k)
+    r = np.zeros(k)
+    x = 0.0
+    for n in range(1, population + 1):
+        r = np.where(queue, demand * (1 + q), demand)
+        for i in ld:
+            r[i] = float(np.dot(j_d_at[i][:n], marg[i][:n]))
+        x = n / (think_time + float(r.sum()))
+        q = x * r
+        for i in ld:
+            p = marg[i]
+            p[1:n + 1] = x * d_at[i][:n] * p[:n]  # numpy reads the right side before writing
+            p[0] = max(0.0, 1.0 - float(p[1:n + 1].sum()))
+    utils = [_utilization(s, x, marg[i].tolist() if i in marg else None) for i, s in enumerate(stations)]
+    return ClosedResult(x, float(r.sum()), r.tolist(), q.tolist(), utils, stations=[s.name for s in stations])
+
+
+def _parts(station: Station) -> list[tuple[float, bool]]:
+    """A station as (demand, queueing?) parts for the approximation: a delay stays a delay; a multi-server
+    station becomes Seidmann's queue D/m and delay D(m-1)/m; a table of demands by queue length becomes
+    a queue with its last (steady) demand and a delay that gives a lone customer its first demand."""
+    if station.kind == "delay":
+        return [(station.total_demand, False)]
+    if station.service_time_with_n_present is not None:
+        table = station.service_time_with_n_present
+        return [(table[-1], True), (max(0.0, table[0] - table[-1]), False)]
+    if station.servers > 1:
+        d, m = station.total_demand, station.servers
+        return [(d / m, True), (d * (m - 1) / m, False)]
+    return [(station.total_demand, True)]
+
+
+def _schweitzer_throughput(queue_demands: Sequence[float], delay: float, population: float,
+                           seen_extra: Sequence[float] | None = None) -> tuple[float, int]:
+    """Solve Bard-Schweitzer's fixed point for the throughput X directly. A queue's length is
+    Q_k = X D_k (1 + c_k) / (1 - a X D_k), a = (N-1)/N, c_k an optional correction of what an arrival sees
+    (Linearizer); X is the root of X Z + sum Q_k = N, which rises with X up to the pole 1/(a D_max), so
+    bisection finds it in a bounded number of steps whatever the population (no iteration to converge)."""
+    a = (population - 1) / population
+    extra = seen_extra or [0.0] * len(queue_demands)
+    total = delay + sum(queue_demands)
+    d_max = max(queue_demands, default=0.0)
+    if total <= 0 and a * d_max <= 0:
+        raise CapmarkError("The demands and the think time add up to zero or less: the throughput is unbounded; "
+                           "give the stations positive demands.")
+
+    def customers(x: float) -> float:
+        return x * delay + sum(x * d * (1 + c) / (1 - a * x * d) for d, c in zip(queue_demands, extra, strict=True))
+
+    # customers(x) is convex and starts below N (a negative delay, as calibration can give, makes it dip
+    # first), so it crosses N once below the pole; N / total bounds X when every residence is >= its demand
+    hi = 1 / (a * d_max) if a * d_max > 0 else math.inf
+    if total > 0:
+        hi = min(hi, population / total)
+    lo, steps = 0.0, 0
+    while hi - lo > 1e-15 * hi and steps < 200:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if customers(mid) < population else (lo, mid)
+        steps += 1
+    return (lo + hi) / 2, steps
+
+
+def _queue_lengths(demands: Sequence[float], queueing: Sequence[bool], x: float, population: float,
+                   think_time: float, seen_extra: Sequence[float] | None = None) -> list[float]:
+    """Queue length per station at the Schweitzer throughput x (c_k: extra customers an arrival sees).
+    Near saturation 1 - a X D_max is a tiny difference, so the queues with the largest demand share what
+    the others leave of the population (Little on the whole model, in proportion to 1 + c_k), which keeps
+    N = X (R + Z) exact to rounding at any population."""
+    a = (population - 1) / population
+    extra = list(seen_extra) if seen_extra is not None else [0.0] * len(demands)
+    d_max = max((d for d, is_queue in zip(demands, queueing, strict=True) if is_queue), default=0.0)
+    top = [i for i, (d, is_queue) in enumerate(zip(demands, queueing, strict=True)) if is_queue and d == d_max]
+    q = [x * d * (1 + c) / (1 - a * x * d) if is_queue else x * d
+         for d, is_queue, c in zip(demands, queueing, extra, strict=True)]
+    if top and d_max > 0:
+        rest = max(0.0, population - x * think_time - sum(v for i, v in enumerate(q) if i not in top))
+        weight = sum(1 + extra[i] for i in top)
+        for i in top:
+            q[i] = rest * (1 + extra[i]) / weight
+    return q
+
+
+def approximate_mva(stations: Sequence[Station], population: int, think_time: float = 0.0) -> ClosedResult:
+    """Bard-Schweitzer approximate MVA for any station kind (multi-server and load-dependent stations split
+    as in _parts); cost independent of the population. As N grows it tends to the asymptotic bound
+    X = 1 / D_max (per server), so it is exact in the limit."""
+    check_population(population)
+    parts = [_parts(s) for s in stations]
+    queue_d = [d for ps in parts for d, is_queue in ps if is_queue]
+    delay = think_time + sum(d for ps in parts for d, is_queue in ps if not is_queue)
+    x, steps = _schweitzer_throughput(queue_d, delay, population)
+    flat = [part for ps in parts for part in ps]
+    q_parts = iter(_queue_lengths([d for d, _ in flat], [is_queue for _, is_queue in flat], x, population,
+                                  think_time))
+    residence = [sum(next(q_parts) for _ in ps) / x for ps in parts]
+    utils = [min(1.0, x * s.service_time_with_n_present[-1]) if s.service_time_with_n_present is not None
+             else _utilization(s, x, None) for s in stations]
+    return ClosedResult(x, sum(residence), residence, [x * r for r in residence], utils, steps,
+                        [s.name for s in stations], APPROXIMATE)
 
 
 def _convolution(stations: Sequence[Station], population: int, think_time: float) -> ClosedResult | None:
@@ -155,87 +293,83 @@ def _convolution(stations: Sequence[Station], population: int, think_time: float
 
 def schweitzer_multiclass(demands: Sequence[Sequence[float]], population: Sequence[int],
                           think_time: Sequence[float] | None = None, delay: Sequence[bool] | None = None,
-                          tol: float = 1e-10, max_iter: int = 100_000) -> MultiClassResult:
-    """Multi-class Bard-Schweitzer: a class-c arrival sees Q_k - Q_kc / N_c, iterated to a fixed point."""
-    import numpy as np
+                          tol: float = 1e-10, max_iter: int = 10_000) -> MultiClassResult:
+    """Multi-class Bard-Schweitzer: a class-c arrival sees Q_k - Q_kc / N_c.
 
-    d = np.asarray(demands, dtype=float)  # [station, class]
-    pop = np.asarray(population, dtype=float)
-    z = np.asarray(think_time if think_time is not None else [0.0] * len(population), dtype=float)
-    is_delay = np.asarray(delay if delay is not None else [False] * d.shape[0])[:, None]
-    q = np.tile(pop / d.shape[0], (d.shape[0], 1))
+    Solved class by class (nonlinear Gauss-Seidel): with the other classes' queues held, one class's
+    equations are single-class Schweitzer whose arrivals also see the others' customers, solved for its
+    throughput directly (_schweitzer_throughput). A class of a billion customers thus settles in a sweep
+    instead of creeping towards saturation by 1/N per iteration. Converged when a sweep moves no queue
+    length by more than tol x the largest class population."""
+    k, classes = len(demands), len(population)
+    d = [[float(v) for v in row] for row in demands]  # [station][class]
+    z = [float(v) for v in (think_time if think_time is not None else [0.0] * classes)]
+    queueing = [not v for v in (delay if delay is not None else [False] * k)]
+    q = [[0.0] * classes for _ in range(k)]
+    x = [0.0] * classes
+    limit = tol * max(1.0, float(max(population)))
     for _ in range(max_iter):
-        seen = q.sum(axis=1, keepdims=True) - q / np.where(pop > 0, pop, 1)
-        r = np.where(is_delay, d, d * (1 + seen))
-        x = np.where(pop > 0, pop / (z + r.sum(axis=0)), 0.0)
-        new_q = r * x
-        if np.max(np.abs(new_q - q)) < tol:
-            q = new_q
+        moved = 0.0
+        for c in range(classes):
+            new = [0.0] * k
+            if population[c] > 0:
+                others = [sum(q[i]) - q[i][c] for i in range(k)]
+                x[c], _ = _schweitzer_throughput([d[i][c] for i in range(k) if queueing[i]],
+                                                 z[c] + sum(d[i][c] for i in range(k) if not queueing[i]),
+                                                 population[c], [others[i] for i in range(k) if queueing[i]])
+                new = _queue_lengths([d[i][c] for i in range(k)], queueing, x[c], population[c], z[c], others)
+            moved = max(moved, max(abs(new[i] - q[i][c]) for i in range(k)))
+            for i in range(k):
+                q[i][c] = new[i]
+        if moved < limit:
             break
-        q = new_q
     else:
-        raise CapmarkError(f"Bard-Schweitzer MVA did not converge in {max_iter} iterations.")
-    return MultiClassResult(x.tolist(), r.sum(axis=0).tolist(), r.tolist(), q.sum(axis=1).tolist(), q.tolist(),
-                            (d * x).sum(axis=1).tolist())
+        raise CapmarkError(f"Bard-Schweitzer MVA did not converge in {max_iter} sweeps.")
+    r = [[q[i][c] / x[c] if x[c] > 0 else d[i][c] for c in range(classes)] for i in range(k)]
+    return MultiClassResult(x, [sum(r[i][c] for i in range(k)) for c in range(classes)], r,
+                            [sum(row) for row in q], q, [sum(x[c] * d[i][c] for c in range(classes)) for i in range(k)],
+                            APPROXIMATE)
 
 
-def schweitzer_mva(stations: Sequence[Station], population: int, think_time: float = 0.0, tol: float = 1e-10,
-                   max_iter: int = 100_000) -> ClosedResult:
-    """Bard-Schweitzer approximate MVA: Q(n-1) ~ (n-1)/n Q(n), iterated to a fixed point."""
+def schweitzer_mva(stations: Sequence[Station], population: int, think_time: float = 0.0) -> ClosedResult:
+    """Bard-Schweitzer approximate MVA: Q(n-1) ~ (n-1)/n Q(n), solved for its fixed point."""
     if any(s.load_dependent for s in stations):
         raise CapmarkError("Bard-Schweitzer handles load-independent stations; use exact_mva for load-dependent "
                            "ones or seidmann() for multi-server stations.")
-    n = population
-    q = [n / len(stations)] * len(stations)
-    for it in range(1, max_iter + 1):
-        r = [s.total_demand if s.kind == "delay" else s.total_demand * (1 + q[i] * (n - 1) / n)
-             for i, s in enumerate(stations)]
-        x = n / (think_time + sum(r))
-        new_q = [x * ri for ri in r]
-        if max(abs(a - b) for a, b in zip(new_q, q, strict=True)) < tol:
-            q = new_q
-            utils = [x * s.total_demand for s in stations]
-            return ClosedResult(x, sum(r), r, q, utils, it, [s.name for s in stations])
-        q = new_q
-    raise CapmarkError(f"Bard-Schweitzer MVA did not converge in {max_iter} iterations.")
+    return approximate_mva(stations, population, think_time)
 
 
-def linearizer(stations: Sequence[Station], population: int, think_time: float = 0.0, passes: int = 3,
-               tol: float = 1e-10, max_iter: int = 100_000) -> ClosedResult:
+def linearizer(stations: Sequence[Station], population: int, think_time: float = 0.0, passes: int = 3) -> ClosedResult:
     """Linearizer (Chandy & Neuse 1982), single class: like Bard-Schweitzer, but with the deviation
     F_k = Q_k(n-1)/(n-1) - Q_k(n)/n estimated from solutions at N and N-1 (assumed linear in n)."""
     if any(s.load_dependent for s in stations):
         raise CapmarkError("Linearizer handles load-independent stations; use exact_mva for load-dependent ones.")
+    check_population(population)
     k = len(stations)
     d = [s.total_demand for s in stations]
     queue = [s.kind != "delay" for s in stations]
+    delay = think_time + sum(d[i] for i in range(k) if not queue[i])
 
-    def core(n: int, f: list[float], q: list[float]) -> tuple[float, list[float], list[float], int]:
-        x, r = 0.0, [0.0] * k
-        for it in range(1, max_iter + 1):
-            seen = [(n - 1) * (q[i] / n + f[i]) if n > 1 else 0.0 for i in range(k)]
-            r = [d[i] * (1 + seen[i]) if queue[i] else d[i] for i in range(k)]
-            x = n / (think_time + sum(r))
-            new_q = [x * ri for ri in r]
-            if max(abs(a - b) for a, b in zip(new_q, q, strict=True)) < tol:
-                return x, r, new_q, it
-            q = new_q
-        raise CapmarkError(f"Linearizer did not converge in {max_iter} iterations.")
+    def core(n: int, f: list[float]) -> tuple[float, list[float], list[float], int]:
+        extra = [max(-0.999, (n - 1) * f[i]) for i in range(k) if queue[i]]
+        x, steps = _schweitzer_throughput([d[i] for i in range(k) if queue[i]], delay, n, extra)
+        a = (n - 1) / n
+        r = [d[i] * (1 + max(-0.999, (n - 1) * f[i])) / (1 - a * x * d[i]) if queue[i] else d[i] for i in range(k)]
+        return x, r, [x * ri for ri in r], steps
 
     n = population
     f = [0.0] * k
-    q_n = [n / k] * k
-    q_n1 = [(n - 1) / k] * k
     total_it = 0
     for _ in range(passes):
-        x, r, q_n, it1 = core(n, f, q_n)
+        x, r, q_n, it1 = core(n, f)
         if n > 1:
-            _, _, q_n1, it2 = core(n - 1, f, q_n1)
+            _, _, q_n1, it2 = core(n - 1, f)
             f = [q_n1[i] / (n - 1) - q_n[i] / n for i in range(k)]
             total_it += it2
         total_it += it1
-    x, r, q_n, it = core(n, f, q_n)
-    return ClosedResult(x, sum(r), r, q_n, [x * di for di in d], total_it + it, [s.name for s in stations])
+    x, r, q_n, it = core(n, f)
+    return ClosedResult(x, sum(r), r, q_n, [x * di for di in d], total_it + it, [s.name for s in stations],
+                        "Linearizer approximate MVA")
 
 
 @dataclass
@@ -246,6 +380,7 @@ class MultiClassResult:
     queue_lengths: list[float]  # per station, all classes
     queue_lengths_by_class: list[list[float]]  # [station][class]
     utilizations: list[float]  # per station
+    method: str = EXACT
 
 
 def exact_mva_multiclass(demands: Sequence[Sequence[float]], population: Sequence[int],
@@ -253,7 +388,12 @@ def exact_mva_multiclass(demands: Sequence[Sequence[float]], population: Sequenc
                          delay: Sequence[bool] | None = None) -> MultiClassResult:
     """Exact multi-class MVA over every population vector (load-independent stations).
 
-    demands[k][c] is class c's demand at station k."""
+    demands[k][c] is class c's demand at station k. With more than MAX_EXACT_VECTORS population vectors
+    the answer is multi-class Bard-Schweitzer's; result.method says which."""
+    for p in population:
+        check_population(p, "class population")
+    if math.prod(p + 1 for p in population) > MAX_EXACT_VECTORS:
+        return schweitzer_multiclass(demands, population, think_time, delay)
     classes, k = len(population), len(demands)
     z = list(think_time or [0.0] * classes)
     is_delay = list(delay or [False] * k)

@@ -1,4 +1,4 @@
-"""Open queueing models: M/M/1, M/M/m (Erlang C) and the quick response-time formula of seed 001."""
+"""Open queueing models: M/M/1, M/M/m (Erlang C) and the quick response-time formula of Shallahamer, OraPub."""
 
 from __future__ import annotations
 
@@ -21,14 +21,15 @@ class OpenResult:
 
 
 def erlang_c(servers: int, offered_load: float) -> float:
-    """Probability that an arrival waits in an M/M/m queue with offered load a = lambda / mu."""
+    """Probability that an arrival waits in an M/M/m queue with offered load a = lambda / mu.
+
+    Through Erlang B's recursion B(k) = a B(k-1) / (k + a B(k-1)), then C = B / (1 - rho (1 - B)): every
+    term stays in [0, 1], so thousands of servers neither overflow (a^m / m! would) nor lose precision."""
     rho = offered_load / servers
-    term, total = 1.0, 1.0
-    for k in range(1, servers):
-        term *= offered_load / k
-        total += term
-    last = term * offered_load / servers / (1 - rho)
-    return last / (total + last)
+    blocking = 1.0
+    for k in range(1, servers + 1):
+        blocking = offered_load * blocking / (k + offered_load * blocking)
+    return blocking / (1 - rho * (1 - blocking))
 
 
 def mmm(arrival_rate: float, service_rate: float, servers: int = 1) -> OpenResult:

@@ -63,5 +63,7 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float]) -> USLFit:
     lam, sigma, kappa = (float(v) for v in params)
     se = np.sqrt(np.clip(np.diag(cov), 0, None)) if np.all(np.isfinite(cov)) else np.full(3, np.nan)
     residual = x - usl(n, lam, sigma, kappa)
-    r2 = 1 - float(np.sum(residual ** 2)) / float(np.sum((x - x.mean()) ** 2))
+    spread = float(np.sum((x - x.mean()) ** 2))
+    # equal throughputs (a fully serialized system) leave no variance to explain: R^2 is undefined
+    r2 = 1 - float(np.sum(residual ** 2)) / spread if spread > 0 else math.nan
     return USLFit(lam, sigma, kappa, float(se[0]), float(se[1]), float(se[2]), r2, len(n))

@@ -1,4 +1,4 @@
-"""Quick anticipation (seed 001): R = S / (1 - (S lambda / M)^M) through one measured point.
+"""Quick anticipation (Shallahamer, OraPub): R = S / (1 - (S lambda / M)^M) through one measured point.
 
 S is the unqueued response time per unit (the lowest valid step's measured mean), lambda and R come
 from the chosen step, and M, the effective number of servers, is solved so that the curve passes
@@ -7,6 +7,7 @@ through the measurement. The curve after a change of S, lambda or M shows what t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from capmark.errors import CapmarkError
@@ -23,8 +24,17 @@ def _curve(s: float, m: float, up_to: float) -> list[dict[str, float]]:
             for i in range(CURVE_POINTS + 1)]
 
 
+def check_change(service_factor: float, rate_factor: float, servers: float | None) -> None:
+    """The change must be positive finite factors (and a positive finite number of servers)."""
+    for name, value in (("service time factor", service_factor), ("arrival rate factor", rate_factor),
+                        ("number of effective servers", servers if servers is not None else 1.0)):
+        if not 0 < value < math.inf:
+            raise CapmarkError(f"The {name} must be a positive finite number; got {value:g}.")
+
+
 def anticipate(test: TestResult, at_jobs: int | None = None, service_factor: float = 1.0, rate_factor: float = 1.0,
                servers: float | None = None) -> dict[str, Any]:
+    check_change(service_factor, rate_factor, servers)
     valid = [s for s in test.steps if not problems(s)]
     if len(valid) < 2:
         raise CapmarkError(f"Test {test.workload} needs at least two valid steps for the quick anticipation: the "
@@ -45,7 +55,7 @@ def anticipate(test: TestResult, at_jobs: int | None = None, service_factor: flo
     after = None
     if lam2 * s2 / m2 < 1:
         after = quick_response_time(s2, lam2, m2)
-    return {"workload": test.workload, "formula": "R = S / (1 - (S*lambda/M)^M) (seed 001)",
+    return {"workload": test.workload, "formula": "R = S / (1 - (S*lambda/M)^M) (Shallahamer, OraPub)",
             "service_time_s": s, "service_time_from_jobs": low.jobs, "measured": {"jobs": point.jobs, "rate": lam,
                                                                                  "response_time_s": r},
             "effective_servers": m, "curve": _curve(s, m, 1.5 * lam),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -68,8 +69,8 @@ def _step_parameters(step: StepResult) -> dict[str, Any]:
 def calibrate(test: TestResult, from_jobs: list[int] | None = None) -> DbModel:
     valid = [s for s in test.steps if not problems(s)]
     if not valid:
-        raise CapmarkError(f"Test {test.workload} has no valid step to calibrate on; `capmark calibrate` shows why "
-                           "each step is invalid.")
+        why = "; ".join(f"at {s.jobs} job{'s' if s.jobs != 1 else ''} {problems(s)[0]}" for s in test.steps)
+        raise CapmarkError(f"Test {test.workload} has no valid step to calibrate on ({why}).")
     if from_jobs:
         chosen = [s for s in valid if s.jobs in from_jobs]
         if not chosen:
@@ -130,9 +131,12 @@ def _abs_stats(values: list[float | None]) -> dict[str, float | None]:
     return {"median_abs_pct": statistics.median(errs) if errs else None, "max_abs_pct": errs[-1] if errs else None}
 
 
-def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | None = None) -> dict[str, Any]:
+def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | None = None,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measured vs model for every step, the verdict, the USL as an empirical second model, and the model's
     prediction up to `up_to` jobs (default: twice the most measured)."""
+    if progress:
+        progress(f"{test.workload}: calibrating")
     model = calibrate(test, from_jobs)
     rows = []
     for step in test.steps:
@@ -162,7 +166,7 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
             "p95_note": "p95/p99 = the calibration step's latency shape for the unqueued part + an exponential tail "
                         "(x3.0 / x4.6) for the queueing delay the model adds",
             "steps": rows, "verdict": verdict, "usl": usl_comparison(rows),
-            "prediction": curve(model, up_to or 2 * max(s.jobs for s in test.steps)).to_dict()}
+            "prediction": curve(model, up_to or 2 * max(s.jobs for s in test.steps), progress=progress).to_dict()}
 
 
 def _point(p: Prediction) -> dict[str, Any]:
@@ -178,10 +182,13 @@ def usl_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
     valid = [r for r in rows if r["valid"]]
     if len(valid) < 4:
         return {"note": "the USL needs at least 4 valid steps"}
+    scored = [i for i, r in enumerate(valid) if not r["calibration"]]  # both judged on the same steps
+    if not scored:
+        return {"note": "the USL is compared on valid steps the queueing model was not calibrated on, and every "
+                        "valid step is a calibration step"}
     f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
     usl_err = [(f.throughput(r["jobs"]) / r["measured"]["throughput"] - 1) * 100 for r in valid]
     qn_err = [r["error_pct"]["throughput"] for r in valid]
-    scored = [i for i, r in enumerate(valid) if not r["calibration"]]  # both judged on the same steps
     usl_med = statistics.median(abs(usl_err[i]) for i in scored)
     qn_med = statistics.median(abs(qn_err[i] or 0.0) for i in scored)
     worst_usl = max(scored, key=lambda i: abs(usl_err[i]))

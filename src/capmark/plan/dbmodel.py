@@ -6,9 +6,10 @@ the measured response time at calibration (lock waits, network; negative when th
 and IO that overlap in reality twice). Commits that must flush WAL go through a software server
 with one flusher at a time (layered: the flush itself uses CPU and the WAL device) whose batch
 size follows the group-commit submodel, so flushes per unit, CPU per unit and device busy per unit
-all fall with load as measured (seed 000's varying service demands, predicted instead of plugged in).
+all fall with load as measured (the CITI PeopleSoft report's varying service demands, predicted instead of plugged in).
 
-Closed loads (jobs, think time) are solved with exact MVA around a fixed point for the batch size;
+Closed loads (jobs, think time) are solved with MVA (exact up to EXACT_JOBS jobs, Bard-Schweitzer
+with Seidmann's multi-server split above) around a damped fixed point for the batch size;
 open loads (an arrival rate, for growth and sizing) with M/M/m for the CPU, M/M/1 for devices and the
 infinite-source batch b = a + exp(-a), a = commit arrivals during one flush.
 """
@@ -29,6 +30,24 @@ OPEN_MODEL = "open network: CPU M/M/m (Erlang C) + devices M/M/1 + delays, WAL f
 LN20, LN100 = math.log(20), math.log(100)
 WAL_FLUSH = "WAL flush"  # the one-flusher software server
 SCHED_SLICE_S = 3e-3  # Linux CFS minimum granularity: how long a runnable process keeps a core
+# The closed solver's fixed point (batch size <-> flush wait <-> network): rounds move a fraction of the way
+# to what the last solution implies; 0.5 circled a limit cycle on measured commit loads, 0.2-0.3 settle in
+# 70-130 rounds. Should the residual not halve over DAMPING_WINDOW rounds the step halves (down to MIN_DAMPING).
+FIRST_DAMPING = 0.3
+MIN_DAMPING = 0.02
+DAMPING_WINDOW = 20
+CONVERGED = 1e-7  # relative change of batch, flush wait and throughput a round still asks for
+MAX_ROUNDS = 500
+# Up to this many jobs each round solves the network exactly (its load-dependent CPU costs jobs^2
+# steps, about 3 ms at 200); above it with Bard-Schweitzer / Seidmann, whose error there is given in
+# docs/planning.md. A curve is sampled at geometric steps (predict.job_grid), never every integer.
+EXACT_JOBS = 200
+# Far above any population a database serves; beyond the saturation point throughput no longer
+# changes, so a larger figure only costs time and is most likely a typing mistake.
+MAX_JOBS_SOLVED = 100_000
+MAX_CORES = 4096  # above the largest single hosts; the multi-server CPU station costs time per core
+MAX_DISKS = 1024  # each disk is a station of the network
+MAX_SPEED_FACTOR = 1000.0  # a thousandfold change is far outside what one calibration can speak for
 
 
 @dataclass(frozen=True)
@@ -39,6 +58,18 @@ class Config:
     cpu_speed: float = 1.0  # relative speed of one core (2 = twice as fast)
     disk_speed: float = 1.0  # relative speed of every device
     disks: int | None = None  # spread data IO evenly over this many devices (None: as measured)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.cores <= MAX_CORES:
+            raise CapmarkError(f"The number of CPU cores must be between 1 and {MAX_CORES:,} (the largest hosts sold); "
+                               f"got {self.cores:g}.")
+        for what, factor in (("CPU speed", self.cpu_speed), ("disk speed", self.disk_speed)):
+            if not 0 < factor <= MAX_SPEED_FACTOR:
+                raise CapmarkError(f"The {what} factor must be above 0 and at most {MAX_SPEED_FACTOR:g} (a model "
+                                   f"calibrated on one platform says little beyond that); got {factor:g}.")
+        if self.disks is not None and not 1 <= self.disks <= MAX_DISKS:
+            raise CapmarkError(f"The number of disks must be between 1 and {MAX_DISKS:,} (each is a station of the "
+                               f"model); got {self.disks:g}.")
 
 
 @dataclass
@@ -83,6 +114,9 @@ class Prediction:
     flushes_per_unit: float | None
     batch: float | None  # commits per WAL flush
     demands_s: dict[str, float]  # per unit at this load
+    converged: bool = True  # the closed solver's fixed point settled (see solve)
+    rounds: int = 0  # fixed-point rounds the closed solver took
+    method: str = ""  # how the closed network was solved (exact or approximate MVA)
 
     @property
     def cpu_busy_pct(self) -> float:
@@ -157,52 +191,88 @@ def _utilizations(names: list[str], busy: list[float], d: _Demands, rate: float,
     return util
 
 
+@dataclass
+class _ClosedState:
+    """What one round of the closed solver carries to the next."""
+
+    batch: float = 1.0  # commits per flush
+    wait: float = 0.0  # a commit's wait for its flush
+    cpu_stretch: float = 1.0  # CPU residence / CPU demand
+    wal_other: float = 0.0  # utilization of the WAL device by other IO
+    throughput: float = 0.0
+
+
+def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, state: _ClosedState,
+                  damping: float) -> tuple[_ClosedState, mva.ClosedResult, float, float]:
+    """One round: solve the network for the current batch and flush wait, then move batch and wait a step
+    `damping` towards what that solution implies. Returns the new state, the network's solution, the flush
+    time and the round's residual (relative change the undamped step asked for)."""
+    q = model.flush_requests
+    f = q / state.batch
+    flush_s = _flush_time(d, state.cpu_stretch, state.wal_other)
+    extra = q * state.wait - f * d.flush_cpu * state.cpu_stretch  # the batch's flush, less the CPU already queued
+    extra += _burst_wait(q, state.batch, d.cpu + f * d.flush_cpu, cfg.cores)
+    stations = _stations(d, f, cfg.cores)
+    solver = mva.exact_mva if n <= EXACT_JOBS else mva.approximate_mva
+    result = solver(stations, n, z + model.delay_s + model.client_s + extra)
+    x = result.throughput
+    new = _ClosedState(state.batch, state.wait, result.residence_times[0] / stations[0].total_demand,
+                       result.utilizations[[st.name for st in stations].index(d.wal_station)] if d.wal_station else 0.0,
+                       x)
+    if q <= 0:
+        return new, result, flush_s, 0.0
+    gap = max(1e-12, (n / x - q * state.wait) / q)
+    st = flush_state(n, flush_s, gap)
+    # one flusher: if the flushes asked for exceed its capacity, commits queue for it until they do not
+    over = max(0.0, x * f * flush_s - 1)
+    target_wait = st.wait_s + (n / x) * over / q
+    new.batch = state.batch + damping * (st.batch - state.batch)
+    new.wait = state.wait + damping * (target_wait - state.wait)
+    residual = max(abs(st.batch - state.batch) / state.batch, abs(target_wait - state.wait) / max(target_wait, 1e-12),
+                   abs(x - state.throughput) / x)
+    return new, result, flush_s, residual
+
+
 def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Config | None = None) -> Prediction:
-    """Closed load: `jobs` clients, each thinking `think_s` between units (default: as measured)."""
-    if jobs < 1:
+    """Closed load: `jobs` clients, each thinking `think_s` between units (default: as measured).
+
+    Batch size, flush wait and the network's solution depend on each other: a damped fixed point. A plain
+    half step can circle a limit cycle for ever, so the step shrinks whenever a round asks for more
+    change than the one before; a prediction that still has not settled after MAX_ROUNDS says so
+    (converged False and a note)."""
+    if not jobs >= 1:
         raise CapmarkError(f"A closed load needs at least 1 job, got {jobs:g}.")
+    if jobs > MAX_JOBS_SOLVED:
+        raise CapmarkError(f"{jobs:g} jobs is beyond what the model predicts ({MAX_JOBS_SOLVED:,}); the answer would "
+                           "be the saturated throughput, which a smaller number already shows.")
     cfg = config or Config(model.cores)
     z = model.think_s if think_s is None else think_s
     n = int(round(jobs))
     d = _demands(model, cfg)
     q = model.flush_requests
-    b, s_cpu, x, wal_other = 1.0, 1.0, 0.0, 0.0
-    flush_s = _flush_time(d, 1.0, 0.0)
-    wait = flush_s if q > 0 else 0.0
-    names: list[str] = []
-    result = None
-    for _ in range(500):
-        f = q / b
-        flush_s = _flush_time(d, s_cpu, wal_other)
-        extra = q * wait - f * d.flush_cpu * s_cpu  # the whole batch's flush, less the CPU share already queued
-        extra += _burst_wait(q, b, d.cpu + f * d.flush_cpu, cfg.cores)
-        stations = _stations(d, f, cfg.cores)
-        names = [s.name for s in stations]
-        result = mva.exact_mva(stations, n, think_time=z + model.delay_s + model.client_s + extra)
-        x_new = result.throughput
-        s_cpu = result.residence_times[0] / stations[0].total_demand
-        if d.wal_station:
-            wal_other = result.utilizations[names.index(d.wal_station)]
-        if q <= 0:
-            x = x_new
+    state = _ClosedState(wait=_flush_time(d, 1.0, 0.0) if q > 0 else 0.0)
+    damping, window_start, converged, rounds = FIRST_DAMPING, math.inf, False, 0
+    result, flush_s = None, 0.0
+    while rounds < MAX_ROUNDS:
+        rounds += 1
+        state, result, flush_s, residual = _closed_round(model, d, cfg, n, z, state, damping)
+        if residual <= CONVERGED:
+            converged = True
             break
-        gap = max(1e-12, (n / x_new - q * wait) / q)
-        st = flush_state(n, flush_s, gap)
-        b_new = 0.5 * b + 0.5 * st.batch
-        # one flusher: if the flushes asked for exceed its capacity, commits queue for it until they do not
-        over = max(0.0, x_new * f * flush_s - 1)
-        wait = 0.5 * wait + 0.5 * (st.wait_s + (n / x_new) * over / q)
-        done = abs(x_new - x) <= 1e-9 * x_new and abs(b_new - b) <= 1e-7
-        x, b = x_new, b_new
-        if done:
-            break
+        if rounds % DAMPING_WINDOW == 0:  # not even halved over a window: circling, take smaller steps
+            if residual > 0.5 * window_start:
+                damping = max(MIN_DAMPING, damping / 2)
+            window_start = residual
     assert result is not None
+    x, b = state.throughput, state.batch
     stations = _stations(d, q / b, cfg.cores)
     r = n / x - z
-    util = _utilizations(names, result.utilizations, d, x, q / b, flush_s, q)
+    util = _utilizations([st.name for st in stations], result.utilizations, d, x, q / b, flush_s, q)
     r0 = _no_queue_response(model, d)
     p95, p99 = _shape(model, d, r, r0, result.residence_times[0] - stations[0].total_demand)
-    return _prediction(CLOSED_MODEL, model, jobs, None, z, False, x, r, p95, p99, util, r0, q, b, stations)
+    out = _prediction(CLOSED_MODEL, model, jobs, None, z, False, x, r, p95, p99, util, r0, q, b, stations)
+    out.converged, out.rounds, out.method = converged, rounds, result.method
+    return out
 
 
 def _no_queue_response(model: DbModel, d: _Demands) -> float:
@@ -213,8 +283,8 @@ def _no_queue_response(model: DbModel, d: _Demands) -> float:
 
 def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Prediction:
     """Open load: units arrive at `rate` per second (Poisson), whatever the number of clients."""
-    if rate <= 0:
-        raise CapmarkError(f"An open load needs a positive arrival rate, got {rate:g}.")
+    if not (0 < rate < math.inf):
+        raise CapmarkError(f"An open load needs a positive, finite arrival rate, got {rate:g}.")
     cfg = config or Config(model.cores)
     d = _demands(model, cfg)
     q = model.flush_requests
@@ -223,7 +293,9 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
     flush_s = _flush_time(d, 1.0, 0.0)
     stations = _stations(d, q, cfg.cores)
     util: dict[str, float] = {}
-    for _ in range(500):
+    converged, rounds = False, 0
+    while rounds < MAX_ROUNDS:
+        rounds += 1
         f = q / b
         stations = _stations(d, f, cfg.cores)
         util = {s.name: rate * s.total_demand / s.servers for s in stations}
@@ -249,12 +321,15 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
         wait = flush_s * (1 + busy / 2)
         r = (sum(res.values()) + model.delay_s + model.client_s + q * wait - f * d.flush_cpu * s_cpu
              + _burst_wait(q, b, d.cpu + f * d.flush_cpu, cfg.cores))
-        if abs(b_new - b) <= 1e-9:
+        if abs(b_new - b) <= 1e-9 * b:
+            converged = True
             break
         b = 0.5 * b + 0.5 * b_new
     util = _utilizations(list(util), list(util.values()), d, rate, q / b, flush_s, q)
     p95, p99 = _shape(model, d, r, r0, res["CPU"] - stations[0].total_demand)
-    return _prediction(OPEN_MODEL, model, None, rate, 0.0, False, rate, r, p95, p99, util, r0, q, b, stations)
+    out = _prediction(OPEN_MODEL, model, None, rate, 0.0, False, rate, r, p95, p99, util, r0, q, b, stations)
+    out.converged, out.rounds, out.method = converged, rounds, "M/M/m and M/M/1 (Erlang C)"
+    return out
 
 
 def _prediction(name: str, model: DbModel, jobs: float | None, rate: float | None, think: float, saturated: bool,

@@ -3,6 +3,7 @@ the knee (where the response time reaches twice its one-job value)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +20,16 @@ class Curve:
     knee_jobs: int | None  # first job count with R >= 2 x R(1); None if not reached
     bottleneck: str  # at the last point
 
+    @property
+    def unconverged_jobs(self) -> list[int]:
+        """Job counts whose fixed point did not settle (their figures are the last round's)."""
+        return [int(p.jobs or 0) for p in self.points if not p.converged]
+
     def to_dict(self) -> dict[str, Any]:
         return {"points": [p.to_dict() for p in self.points], "max_throughput": self.max_throughput,
                 "max_throughput_jobs": self.max_throughput_jobs, "knee_jobs": self.knee_jobs,
-                "knee_rule": f"response time >= {KNEE_FACTOR:g} x its one-job value", "bottleneck": self.bottleneck}
+                "knee_rule": f"response time >= {KNEE_FACTOR:g} x its one-job value", "bottleneck": self.bottleneck,
+                "unconverged_jobs": self.unconverged_jobs}
 
 
 def job_grid(up_to: int) -> list[int]:
@@ -34,8 +41,14 @@ def job_grid(up_to: int) -> list[int]:
     return sorted({j for j in out if j <= up_to} | {up_to})
 
 
-def curve(model: DbModel, up_to: int, think_s: float | None = None, config: Config | None = None) -> Curve:
-    points = [solve(model, n, think_s, config) for n in job_grid(max(1, up_to))]
+def curve(model: DbModel, up_to: int, think_s: float | None = None, config: Config | None = None,
+          progress: Callable[[str], None] | None = None) -> Curve:
+    """The model at every job count of job_grid(up_to) (a few dozen points even for 100,000 jobs)."""
+    points = []
+    for n in job_grid(max(1, up_to)):
+        if progress:
+            progress(f"{model.workload}: predicting {n:,} jobs (up to {up_to:,})")
+        points.append(solve(model, n, think_s, config))
     first = points[0].response_time_s or 0.0
     knee = next((int(p.jobs or 0) for p in points if (p.response_time_s or 0) >= KNEE_FACTOR * first), None)
     best = max(points, key=lambda p: p.throughput or 0.0)

@@ -3,7 +3,9 @@ smallest single change (cores, CPU speed, disk speed) that carries a target load
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +14,11 @@ from capmark.plan.dbmodel import Config, DbModel, Prediction, solve, solve_open
 
 _SLA = re.compile(r"^\s*(mean|avg|p50|p95|p99)\s*(<=|<)\s*(\d+(?:\.\d+)?)\s*(us|ms|s)\s*$", re.IGNORECASE)
 _SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-MAX_JOBS = 4096
-MAX_FACTOR = 64.0
+# Search limits of a sizing: each bounds a bisection, so a target no change can meet ends in a few
+# dozen model solutions with "not reachable within the limits" instead of a search without end.
+MAX_JOBS = 4096  # most jobs searched for the SLA; the model is saturated long before on any measured host
+MAX_CORES = 1024  # most cores tried for a target load
+MAX_FACTOR = 64.0  # largest CPU or disk speed-up tried: far beyond one hardware generation
 
 
 @dataclass(frozen=True)
@@ -38,24 +43,32 @@ def parse_sla(text: str) -> Sla:
     metric = "mean" if m.group(1).lower() == "avg" else m.group(1).lower()
     if metric == "p50":
         raise CapmarkError("The SLA metric p50 is not predicted; use mean, p95 or p99.")
-    return Sla(metric, float(m.group(3)) * _SCALE[m.group(4).lower()], text.strip())
+    limit_s = float(m.group(3)) * _SCALE[m.group(4).lower()]
+    if not 0 < limit_s < float("inf"):
+        raise CapmarkError(f"The SLA '{text}' needs a positive, finite time limit, e.g. \"p95<5ms\".")
+    return Sla(metric, limit_s, text.strip())
 
 
-def max_jobs(model: DbModel, sla: Sla, think_s: float, config: Config | None = None) -> tuple[int, Prediction | None,
-                                                                                              Prediction]:
+def max_jobs(model: DbModel, sla: Sla, think_s: float, config: Config | None = None,
+             progress: Callable[[str], None] | None = None) -> tuple[int, Prediction | None, Prediction]:
     """The most jobs whose predicted response time meets the SLA, its prediction, and the one-more prediction.
-    Response time rises with jobs, so a doubling search then bisection."""
+    Response time rises with jobs, so a doubling search then bisection (at most 2 log2 MAX_JOBS solutions)."""
+    def met(jobs: int) -> bool:
+        if progress:
+            progress(f"{model.workload}: most jobs within {sla.text}: trying {jobs}")
+        return sla.met(solve(model, jobs, think_s, config))
+
     first = solve(model, 1, think_s, config)
     if not sla.met(first):
         return 0, None, first
     lo, hi = 1, 2
-    while hi <= MAX_JOBS and sla.met(solve(model, hi, think_s, config)):
+    while hi <= MAX_JOBS and met(hi):
         lo, hi = hi, hi * 2
     if hi > MAX_JOBS:
         return lo, solve(model, lo, think_s, config), solve(model, lo + 1, think_s, config)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if sla.met(solve(model, mid, think_s, config)):
+        if met(mid):
             lo = mid
         else:
             hi = mid
@@ -106,18 +119,47 @@ def _min_factor(meets: Any) -> float | None:
     return hi
 
 
+def _fewest_cores(model: DbModel, sla: Sla, rate: float) -> int | None:
+    """The fewest cores above the measured ones that meet the SLA at `rate` (more cores never hurt), by
+    bisection up to MAX_CORES; None if even MAX_CORES do not."""
+    def meets(cores: int) -> bool:
+        return sla.met(solve_open(model, rate, Config(cores)))
+
+    lo, hi = model.cores, max(model.cores + 1, MAX_CORES)
+    if not meets(hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if meets(mid) else (mid, hi)
+    return hi
+
+
+def limits_text() -> str:
+    return f"up to {MAX_CORES:,} cores, CPU speed x{MAX_FACTOR:g}, disk speed x{MAX_FACTOR:g}"
+
+
+def check_target_rate(rate: float) -> None:
+    """Any finite positive rate has an answer (perhaps "not reachable within the limits"); nan and inf have none."""
+    if not 0 < rate < math.inf:
+        raise CapmarkError(f"--target-tps must be a positive number of units per second; got {rate:g}.")
+
+
 def smallest_change(model: DbModel, sla: Sla, rate: float) -> dict[str, Any]:
     """For a target arrival rate: does the measured platform meet the SLA, and if not, the least cores, CPU
     speed and disk speed that do (each alone), and which of them is the smallest relative step."""
-    base = Config(model.cores)
-    now = solve_open(model, rate, base)
+    check_target_rate(rate)
+    now = solve_open(model, rate, Config(model.cores))
     options: dict[str, Any] = {}
-    cores = next((c for c in range(model.cores + 1, 1025) if sla.met(solve_open(model, rate, Config(c)))), None)
+    cores = None if sla.met(now) else _fewest_cores(model, sla, rate)
     options["cores"] = {"value": cores, "relative": cores / model.cores - 1 if cores else None}
     for key in ("cpu_speed", "disk_speed"):
-        f = _min_factor(lambda x, k=key: sla.met(solve_open(model, rate, Config(model.cores, **{k: x}))))
+        f = None if sla.met(now) else _min_factor(
+            lambda x, k=key: sla.met(solve_open(model, rate, Config(model.cores, **{k: x}))))
         options[key] = {"value": f, "relative": f - 1 if f else None}
     feasible = {k: v for k, v in options.items() if v["relative"] is not None}
     best = min(feasible, key=lambda k: feasible[k]["relative"]) if feasible else None
+    reachable = sla.met(now) or best is not None
     return {"target_rate": rate, "meets_now": sla.met(now), "now": now.to_dict(), "options": options,
-            "smallest": None if sla.met(now) else best}
+            "smallest": None if sla.met(now) else best, "reachable": reachable, "limits": limits_text(),
+            "note": None if reachable else f"{rate:,.0f} {model.unit}s/s within {sla.text} is not reachable by any "
+                                           f"single change within the limits ({limits_text()})."}

@@ -1,4 +1,4 @@
-"""What-if scenarios against a calibrated baseline (seed 003's process: baseline, growth, configuration).
+"""What-if scenarios against a calibrated baseline (Bulumulle and Bordin's process: baseline, growth, configuration).
 
 The baseline is a measured step (default: the calibration step) on the measured platform. A scenario
 changes the platform (cores, CPU speed, disk speed, number of data disks) and the load: more jobs or
@@ -9,16 +9,29 @@ growth series is then the open model at the baseline's throughput, so that the r
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from capmark.config import parse_duration, read_toml
 from capmark.errors import CapmarkError
-from capmark.plan.dbmodel import Config, DbModel, Prediction, solve, solve_open
+from capmark.plan.dbmodel import (
+    MAX_CORES,
+    MAX_DISKS,
+    MAX_JOBS_SOLVED,
+    MAX_SPEED_FACTOR,
+    Config,
+    DbModel,
+    Prediction,
+    solve,
+    solve_open,
+)
 
 _GROWTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*(?:[xX*]\s*(\d+))?\s*$")
+MAX_GROWTH_PCT = 10_000  # per period: beyond a hundredfold load the model is saturated anyway
 CHANGE_KEYS = ("growth", "jobs", "think", "cpus", "cpu_speed", "disk_speed", "disks", "rate")
 
 
@@ -66,6 +79,9 @@ def parse_growth(text: str) -> list[float]:
         raise CapmarkError(f"The growth '{text}' is not valid; write a percentage per period and the number of "
                            "periods, e.g. 20%x3.")
     rate, periods = float(m.group(1)) / 100, int(m.group(2) or 1)
+    if rate > MAX_GROWTH_PCT / 100:
+        raise CapmarkError(f"The growth '{text}' is above {MAX_GROWTH_PCT:,}% per period; a model calibrated on one "
+                           "load says nothing about a hundredfold one.")
     if periods < 1 or periods > 50:
         raise CapmarkError(f"The growth '{text}' needs between 1 and 50 periods.")
     return [(1 + rate) ** k for k in range(1, periods + 1)]
@@ -75,14 +91,20 @@ def growth_name(factor: float) -> str:
     return f"BL+{(factor - 1) * 100:.4g}%"
 
 
-def _positive(value: Any, what: str, integer: bool = False) -> Any:
+def _positive(value: Any, what: str, integer: bool = False, at_most: float = math.inf) -> Any:
+    expected = f"a positive, finite {'whole ' if integer else ''}number"
+    if isinstance(value, bool):
+        raise CapmarkError(f"The {what} must be {expected}; got {value!r}.")
     try:
         number = int(value) if integer else float(value)
-    except (TypeError, ValueError):
-        raise CapmarkError(f"The {what} '{value}' is not a number; give a positive {'whole ' if integer else ''}"
-                           "number.") from None
+        if not math.isfinite(float(value)):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise CapmarkError(f"The {what} must be {expected}; got {value!r}.") from None
     if number <= 0 or (integer and float(value) != number):
         raise CapmarkError(f"The {what} must be a positive {'whole ' if integer else ''}number; got {value}.")
+    if number > at_most:
+        raise CapmarkError(f"The {what} must be at most {at_most:,g}; got {value}.")
     return number
 
 
@@ -93,17 +115,17 @@ def scenario(name: str, growth: float | None = None, **changes: Any) -> Scenario
         if value is None:
             continue
         if key == "jobs":
-            s.jobs = _positive(value, "number of jobs", integer=True)
+            s.jobs = _positive(value, "number of jobs", integer=True, at_most=MAX_JOBS_SOLVED)
         elif key == "think":
             s.think_s = parse_duration(value, "think time")
         elif key == "rate":
             s.rate = _positive(value, "arrival rate")
         elif key == "cpus":
-            s.cpus = _positive(value, "number of CPUs", integer=True)
+            s.cpus = _positive(value, "number of CPUs", integer=True, at_most=MAX_CORES)
         elif key == "disks":
-            s.disks = _positive(value, "number of disks", integer=True)
+            s.disks = _positive(value, "number of disks", integer=True, at_most=MAX_DISKS)
         elif key in ("cpu_speed", "disk_speed"):
-            setattr(s, key, _positive(value, key.replace("_", " ") + " factor"))
+            setattr(s, key, _positive(value, key.replace("_", " ") + " factor", at_most=MAX_SPEED_FACTOR))
         else:
             raise CapmarkError(f"Unknown scenario setting '{key}'; use one of: {', '.join(CHANGE_KEYS)}.")
     return s
@@ -131,13 +153,26 @@ def load_scenarios(path: Path) -> list[Scenario]:
                            "its changes.")
     out = []
     for i, t in enumerate(tables, 1):
+        if not isinstance(t, dict):
+            raise CapmarkError(f"Scenario {i} of {path} is not a table; write each scenario as a [[scenario]] section.")
         t = dict(t)
-        name = str(t.pop("name", f"scenario {i}"))
+        name = t.pop("name", f"scenario {i}")
+        if not isinstance(name, str) or not name.strip():
+            raise CapmarkError(f"Scenario {i} of {path} has the name {name!r}; write it as a non-empty string, e.g. "
+                               "name = \"double the cores\".")
+        if "growth" in t and not isinstance(t["growth"], str):
+            raise CapmarkError(f"The growth of scenario {name} in {path} must be a string such as \"20%x3\"; got "
+                               f"{t['growth']!r}.")
         out += expand(name, t)
+    unknown = set(doc) - {"scenario"}
+    if unknown:
+        raise CapmarkError(f"The scenario file {path} has unknown top-level key(s) {', '.join(sorted(unknown))}; put "
+                           "every setting in a [[scenario]] table.")
     return out
 
 
-def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: list[Scenario]) -> dict[str, Any]:
+def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: list[Scenario],
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Baseline and every scenario, each with the change vs the baseline solved the same way."""
     closed_base = solve(model, base_jobs, base_think_s)
     base_rate = closed_base.throughput or 0.0
@@ -146,6 +181,8 @@ def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: lis
     if open_base is not None:
         rows.append(Outcome(Scenario("Baseline (open)", rate=base_rate), open_base))
     for s in scenarios:
+        if progress:
+            progress(f"{model.workload}: scenario {s.name}")
         cfg = s.config(model)
         if s.growth or s.rate:
             rate = s.rate or base_rate * (s.growth or 1.0)

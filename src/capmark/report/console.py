@@ -79,7 +79,7 @@ def type_table(test: TestResult) -> Table | None:
             table.add_column(escape(col), justify="right")
     for step in test.steps:
         for row in type_rows(step):
-            table.add_row(str(step.jobs), row["type"], fmt(row["share_pct"], 1), fmt(row["throughput"], 0),
+            table.add_row(str(step.jobs), escape(row["type"]), fmt(row["share_pct"], 1), fmt(row["throughput"], 0),
                           *(fmt(row[k], 3) for k in ("mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms")),
                           str(row["errors"]))
     return table
@@ -97,7 +97,10 @@ def type_rows(step) -> list[dict]:
 
 def print_run(run: RunResult, console: Console | None = None) -> None:
     console = console or Console()
-    console.print(f"[bold]capmark run {run.run_id}[/] ({run.status}) — {run.target.get('version', '')}")
+    console.print(f"[bold]capmark run {escape(run.run_id)}[/] ({escape(run.status)}) — "
+                  f"{escape(str(run.target.get('version', '')))}")
+    if run.reason:
+        console.print(f"{run.status}: {run.reason}", highlight=False, markup=False)
     for test in run.tests:
         for table in kpm_tables(test, console.width):
             console.print(table)
@@ -106,5 +109,5 @@ def print_run(run: RunResult, console: Console | None = None) -> None:
             console.print(per_type)
         for step in test.steps:
             for note in step.notes:
-                console.print(f"  step {step.ordinal} ({step.jobs} jobs): {note}")
-    console.print(f"Stored in {run.folder}")
+                console.print(f"  step {step.ordinal} ({step.jobs} jobs): {note}", markup=False, highlight=False)
+    console.print(f"Stored in {run.folder}", markup=False, highlight=False)

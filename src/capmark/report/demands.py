@@ -26,6 +26,13 @@ def run_document(run: RunResult, tests: list[TestResult]) -> dict[str, Any]:
     return {"schema": SCHEMA_ID, "run": run.run_id, "tests": [test_document(t) for t in tests]}
 
 
+def sampler_line(cost: dict[str, Any]) -> str:
+    """capmark's sampling cost in one line (its CPU and transactions are kept out of the workload's)."""
+    cpu = f"{fmt(cost['cpu_ms_per_s'], 2)} ms CPU per second" if cost["cpu_ms_per_s"] is not None else "CPU unknown"
+    return (f"capmark sampler: {cpu} and {cost['transactions'] or 0} transactions in the window, kept out of the "
+            "client backends' CPU and the commits")
+
+
 def print_demands(doc: dict[str, Any], console: Console) -> None:
     jobs = doc["jobs"]
     table = Table(title=escape(f"{doc['workload']}: service demand per {doc['unit']}"), title_justify="left",
@@ -43,6 +50,9 @@ def print_demands(doc: dict[str, Any], console: Console) -> None:
     console.print(table)
     for note in doc["varies"]:
         console.print(f"  varies with concurrency: {note}")
+    for j, cost in zip(jobs, doc.get("sampler", []), strict=False):
+        if cost["transactions"]:
+            console.print(f"  {j} jobs: {sampler_line(cost)}", highlight=False)
     lat = Table(title="latency realism (ms)", title_justify="left", box=None, padding=(0, 1))
     for col in ("jobs", "mean", "p50", "p90", "p99", "max", "mean/median", ""):
         lat.add_column(col, justify="right")
@@ -51,11 +61,12 @@ def print_demands(doc: dict[str, Any], console: Console) -> None:
                     fmt(r["mean_over_median"], 2), "skewed: the mean misleads" if r["skewed"] else "")
     console.print(lat)
     pc = Table(title="per commit", title_justify="left", box=None, padding=(0, 1))
-    for col in ("jobs", "WAL kB", "WAL writes", "WAL fsyncs", "WAL flush ms", "commit latency ms",
+    for col in ("jobs", "commits/unit", "WAL kB", "WAL writes", "WAL fsyncs", "WAL flush ms", "commit latency ms",
                 "WAL written/generated"):
         pc.add_column(col, justify="right")
     for j, r in zip(jobs, doc["per_commit"], strict=True):
-        pc.add_row(str(j), fmt(r["wal_bytes_per_commit"] / 1024 if r["wal_bytes_per_commit"] is not None else None, 2),
+        pc.add_row(str(j), fmt(r.get("commits_per_unit"), 3),
+                   fmt(r["wal_bytes_per_commit"] / 1024 if r["wal_bytes_per_commit"] is not None else None, 2),
                    fmt(r["wal_writes_per_commit"], 3), fmt(r["wal_fsyncs_per_commit"], 3),
                    fmt(r["wal_flush_ms_per_commit"], 3), fmt(r["commit_latency_ms"], 3),
                    fmt(r["wal_written_over_generated"], 2))

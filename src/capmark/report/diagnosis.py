@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 
 def print_diagnosis(t: dict[str, Any], console: Console) -> None:
     say = console.print
-    say(f"[bold]{t['workload']}[/bold] (steps {', '.join(str(j) for j in t['steps'])} jobs): {t['summary']}")
+    say(f"[bold]{escape(t['workload'])}[/bold] (steps {', '.join(str(j) for j in t['steps'])} jobs): "
+        f"{escape(t['summary'])}", highlight=False)
     for f in t["findings"]:
-        say(f"  [bold]{f['name']}[/bold] - {f['level']} confidence ({f['confidence']:.2f}); steps "
+        say(f"  [bold]{escape(f['name'])}[/bold] - {f['level']} confidence ({f['confidence']:.2f}); steps "
             f"{', '.join(str(j) for j in f['steps'])} jobs", highlight=False)
         for e in f["evidence"]:
             say(f"    evidence: {e}", highlight=False, markup=False)
@@ -22,3 +24,5 @@ def print_diagnosis(t: dict[str, Any], console: Console) -> None:
     for s in t["invalid_steps"]:
         say(f"  self-check: step with {s['jobs']} jobs is invalid: {'; '.join(s['problems'])}", highlight=False,
             markup=False)
+    for s in t.get("cautions", []):
+        say(f"  caution: step with {s['jobs']} jobs: {'; '.join(s['cautions'])}", highlight=False, markup=False)

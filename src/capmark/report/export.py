@@ -35,14 +35,16 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
     return {"demands": test_document(test) if test.steps else None,
             "ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
             "throughput_unit": test.throughput_label, "mode": test.mode, "params": test.params,
-            "status": test.status, "columns": columns(test), "steps": steps}
+            "status": test.status, "reason": test.reason, "quiesce_s": test.quiesce_s, "columns": columns(test),
+            "steps": steps}
 
 
 def run_to_json(run: RunResult) -> dict[str, Any]:
     target = run.target
     return {
         "schema": SCHEMA_ID,
-        "run": {"id": run.run_id, "created_at": run.created_at, "status": run.status, "folder": run.folder,
+        "run": {"id": run.run_id, "created_at": run.created_at, "status": run.status, "reason": run.reason,
+                "pid": run.pid, "heartbeat_at": run.heartbeat_at, "folder": run.folder,
                 "spec": run.spec, "notes": run.setup_notes, "setup_s": run.setup_s},
         "environment": run.environment,
         "target": {"version": target.get("version"), "dsn": target.get("dsn_redacted"),

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -20,6 +24,41 @@ def ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 1000:.3f}"
 
 
+def answered_only(print_test: Callable[[dict[str, Any], Console], None]) -> Callable[[dict[str, Any], Console], None]:
+    """A test the command could not answer gets one line saying why instead of its view."""
+    @wraps(print_test)
+    def show(t: dict[str, Any], console: Console) -> None:
+        if t.get("answered", True):
+            print_test(t, console)
+        else:
+            console.print(f"{t['workload']}: no answer: {t['reason']}", highlight=False, markup=False)
+
+    return show
+
+
+def _unconverged(points: list[dict[str, Any]]) -> list[str]:
+    return [f"{p['jobs']:g}" if p.get("jobs") is not None else f"{p['offered_rate']:g}/s" for p in points
+            if not p.get("converged", True)]
+
+
+def _say_unconverged(points: list[dict[str, Any]], console: Console) -> None:
+    bad = _unconverged(points)
+    if bad:
+        console.print(f"  note: the model's fixed point did not settle at {', '.join(bad)} (shown: its last round); "
+                      "treat those figures as rough", highlight=False, markup=False)
+
+
+@contextmanager
+def progress_on_stderr() -> Iterator[Callable[[str], None]]:
+    """A status line on stderr that the analysis updates with what it is doing (nothing on a pipe)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda message: None
+        return
+    with console.status("Planning ...") as status:
+        yield lambda message: status.update(escape(message))
+
+
 def _table(title: str, columns: list[str]) -> Table:
     table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
     for i, col in enumerate(columns):
@@ -28,6 +67,7 @@ def _table(title: str, columns: list[str]) -> Table:
     return table
 
 
+@answered_only
 def print_calibration(t: dict[str, Any], console: Console) -> None:
     table = _table(f"{t['workload']}: measured vs model (calibrated on {t['calibrated_from_jobs']} jobs)",
                    ["jobs", "X meas", "X model", "X err %", "R meas ms", "R model ms", "R err %", "p95 err %",
@@ -58,15 +98,21 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
                      if "sigma" in u else u["note"]), highlight=False)
     pr = t["prediction"]
     say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
-        f"{pr['max_throughput_jobs']} jobs; knee ({pr['knee_rule']}) at "
-        f"{pr['knee_jobs'] if pr['knee_jobs'] else 'not reached'} jobs; bottleneck {pr['bottleneck']}",
-        highlight=False)
+        f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
+    _say_unconverged([r["model"] for r in t["steps"]] + pr["points"], console)
+
+
+def knee_phrase(prediction: dict[str, Any]) -> str:
+    """'knee (rule) at 8 jobs', or 'knee (rule) not reached' within the predicted range."""
+    where = f"at {prediction['knee_jobs']} jobs" if prediction["knee_jobs"] else "not reached"
+    return f"knee ({prediction['knee_rule']}) {where}"
 
 
 def _util(p: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(p["utilizations"].items(), key=lambda kv: -kv[1]))
 
 
+@answered_only
 def print_whatif(t: dict[str, Any], console: Console) -> None:
     b = t["baseline"]
     table = _table(f"{t['workload']}: what if (baseline {b['jobs']} jobs, {num(b['throughput'], 0)} {t['unit']}/s)",
@@ -75,14 +121,17 @@ def print_whatif(t: dict[str, Any], console: Console) -> None:
     for s in t["scenarios"]:
         p, c = s["prediction"], s["change_vs_baseline_pct"]
         x = "saturated" if p["saturated"] else num(p["throughput"], 0)
-        table.add_row(s["name"], x, pct(c.get("throughput")), ms(p["response_time_s"]), pct(c.get("response_time_s")),
+        table.add_row(escape(s["name"]), x, pct(c.get("throughput")), ms(p["response_time_s"]),
+                      pct(c.get("response_time_s")),
                       ms(p["p95_s"]), num(p["stretch"], 2), num(p["headroom"] * 100 if p["headroom"] is not None
                                                                   else None, 0), p["bottleneck"], _util(p))
     console.print(table)
     console.print(f"  models: closed rows {t['scenarios'][0]['prediction']['model']}; growth rows the open model; "
                   f"calibrated on {t['model']} jobs", highlight=False)
+    _say_unconverged([s["prediction"] for s in t["scenarios"]], console)
 
 
+@answered_only
 def print_size(t: dict[str, Any], console: Console) -> None:
     sla = t["sla"]["text"]
     say = console.print
@@ -102,20 +151,23 @@ def print_size(t: dict[str, Any], console: Console) -> None:
         r = t["at_max_rate"]
         say(f"  highest arrival rate within the SLA (open model): {num(t['max_rate'], 0)} {t['unit']}/s "
             f"(bottleneck {r['bottleneck']} at {r['utilizations'][r['bottleneck']] * 100:.0f}%)", highlight=False)
+    _say_unconverged([p for p in (t["at_max_jobs"], t["one_more_job"], t["at_max_rate"]) if p], console)
     tg = t["target"]
     if tg:
         if tg["meets_now"]:
             say(f"  at {num(tg['target_rate'], 0)}/s the measured platform meets the SLA", highlight=False)
+        elif not tg["reachable"]:
+            say(f"  {tg['note']}", highlight=False)
         else:
             o = tg["options"]
-            parts = [f"{o['cores']['value']} cores" if o["cores"]["value"] else "no core count up to 1024",
-                     f"CPU speed x{o['cpu_speed']['value']:.2f}" if o["cpu_speed"]["value"] else "no CPU speed-up to x64",
-                     f"disk speed x{o['disk_speed']['value']:.2f}" if o["disk_speed"]["value"]
-                     else "no disk speed-up to x64"]
-            say(f"  at {num(tg['target_rate'], 0)}/s the SLA needs one of: {'; '.join(parts)}; smallest change: "
-                f"{tg['smallest'] or 'none of them alone'}", highlight=False)
+            parts = [f"{o['cores']['value']} cores" if o["cores"]["value"] else "no core count",
+                     f"CPU speed x{o['cpu_speed']['value']:.2f}" if o["cpu_speed"]["value"] else "no CPU speed-up",
+                     f"disk speed x{o['disk_speed']['value']:.2f}" if o["disk_speed"]["value"] else "no disk speed-up"]
+            say(f"  at {num(tg['target_rate'], 0)}/s the SLA needs one of: {'; '.join(parts)} (searched "
+                f"{tg['limits']}); smallest change: {tg['smallest']}", highlight=False)
 
 
+@answered_only
 def print_anticipation(t: dict[str, Any], console: Console) -> None:
     m, c = t["measured"], t["change"]
     console.print(f"{t['workload']}: {t['formula']}; S = {ms(t['service_time_s'])} ms (at {t['service_time_from_jobs']} "

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import io
+import logging
 import re
 
-import matplotlib
+# matplotlib logs warnings about its own cache folder (e.g. "Matplotlib created a temporary cache directory"
+# when the home folder is not writable) to stderr; they say nothing about the report, so only errors show.
+logging.getLogger("matplotlib").setLevel(logging.ERROR)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -28,6 +33,12 @@ def _svg(fig) -> str:
     return _METADATA.sub("", text[text.index("<svg"):])
 
 
+def _legend(ax, **kw) -> None:
+    """A legend when something is labelled (matplotlib warns on stderr about an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
+
 def _values(test: TestResult, key: str) -> list[float | None]:
     return [kpm.compute(s, test.per_unit)[0].get(key) for s in test.steps]
 
@@ -40,7 +51,7 @@ def throughput_vs_jobs(test: TestResult) -> str:
     bad = [(j, v) for j, v, s in zip(jobs, values, test.steps, strict=True) if problems(s)]
     if bad:
         ax.plot([j for j, _ in bad], [v for _, v in bad], "x", color="red", markersize=9, label="invalid step")
-        ax.legend()
+        _legend(ax)
     ax.set_xlabel("jobs")
     ax.set_ylabel(test.throughput_label)
     ax.set_title("Throughput vs jobs")
@@ -57,7 +68,7 @@ def response_vs_jobs(test: TestResult) -> str:
     ax.set_ylabel("response time [ms]")
     ax.set_title("Response time vs jobs")
     ax.set_ylim(bottom=0)
-    ax.legend()
+    _legend(ax)
     return _svg(fig)
 
 
@@ -92,7 +103,7 @@ def latency_histogram(step: StepResult) -> str:
     ax.set_ylabel("units")
     ax.set_title(f"Step {step.ordinal}: {step.jobs} jobs")
     if len(step.histograms) > 1:
-        ax.legend()
+        _legend(ax)
     return _svg(fig)
 
 
@@ -127,7 +138,7 @@ def measured_vs_model(doc: dict, label: str) -> str:
     ax.set_ylabel(label)
     ax.set_ylim(bottom=0)
     ax.set_title("Throughput: measured vs model")
-    ax.legend()
+    _legend(ax)
     return _svg(fig)
 
 
@@ -149,7 +160,7 @@ def model_response_vs_jobs(doc: dict) -> str:
     ax.set_ylabel("response time (ms)")
     ax.set_ylim(bottom=0)
     ax.set_title("Response time: measured vs model")
-    ax.legend()
+    _legend(ax)
     return _svg(fig)
 
 
@@ -172,7 +183,7 @@ def utilization_vs_throughput(doc: dict) -> str:
     ax.set_ylabel("busy %")
     ax.set_ylim(0, 105)
     ax.set_title("Utilization vs throughput (points measured)")
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     return _svg(fig)
 
 
@@ -191,7 +202,7 @@ def anticipation(doc: dict) -> str:
     ax.set_ylabel("response time (ms)")
     ax.set_ylim(bottom=0)
     ax.set_title("Quick anticipation R = S / (1 - (S λ / M)^M)")
-    ax.legend()
+    _legend(ax)
     return _svg(fig)
 
 
@@ -226,7 +237,7 @@ def memory_over_time(step: StepResult) -> str:
                 label=role)
     ax.set_xlabel("minute of the window")
     ax.set_ylabel("RSS (MB)")
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     if step.series_units:
         twin = ax.twinx()
         per_min = max(1, len(step.series_units) // 60) if len(step.series_units) >= 120 else 1

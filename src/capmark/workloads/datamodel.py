@@ -13,11 +13,13 @@ from collections.abc import Callable
 import psycopg
 
 from capmark.engines.postgres import check_privileges
+from capmark.errors import CapmarkError
 from capmark.workloads.base import DataSize
 
 ROWS_PER_SCALE = 100_000
 MODEL_VERSION = 3
 RING_JOBS = 32  # jobs beyond this share WAL ring slots (job % RING_JOBS)
+SEQUENCES = ("dl_row_seq", "stress_seq")
 
 
 def size_for(scale: int) -> DataSize:
@@ -32,7 +34,9 @@ def _tables(size: DataSize) -> dict[str, tuple[str, str | None, list[str]]]:
         "item": (
             "create table capmark.item (id int primary key, grp int not null, qty int not null, "
             "price numeric(10,2) not null, name text not null, pad text not null)",
-            f"insert into capmark.item select g, g % 1000, (g * 7919) % 100, ((g * 31) % 10000) / 100.0, "
+            # bigint products: g * 7919 overflows int from g = 271,197 (scale 3)
+            f"insert into capmark.item select g, g % 1000, (g::bigint * 7919) % 100, "
+            f"((g::bigint * 31) % 10000) / 100.0, "
             f"'item ' || g, repeat('x', 80) from generate_series(1, {size.items}) g",
             ["create index item_grp_idx on capmark.item (grp)"]),
         "account": (
@@ -111,25 +115,91 @@ def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] =
     todo = plan(conn, size)
     if not todo:
         return 0.0
+    tables = _tables(size)
+    refuse_if_others_depend(conn, ["meta", *tables], list(SEQUENCES))
     say("capmark will create in schema capmark: " + "; ".join(todo) + ".")
     started = time.monotonic()
-    tables = _tables(size)
-    with conn.transaction():
-        conn.execute("create schema if not exists capmark")
-        conn.execute("drop table if exists capmark.meta")
-        conn.execute("create table capmark.meta (model_version int, items int)")
-        conn.execute("drop sequence if exists capmark.dl_row_seq, capmark.stress_seq")
-        for table, (ddl, fill, indexes) in tables.items():
-            conn.execute(f"drop table if exists capmark.{table} cascade")
-            conn.execute(ddl)
-            if fill:
-                conn.execute(fill)
-            for idx in indexes:
-                conn.execute(idx)
-        conn.execute("insert into capmark.meta values (%s, %s)", (MODEL_VERSION, size.items))
+    try:
+        with conn.transaction():
+            _ensure_schema(conn)
+            _drop(conn, "table", "meta")
+            conn.execute("create table capmark.meta (model_version int, items int)")
+            for sequence in SEQUENCES:
+                _drop(conn, "sequence", sequence)
+            for table, (ddl, fill, indexes) in tables.items():
+                _drop(conn, "table", table)
+                conn.execute(ddl)
+                if fill:
+                    conn.execute(fill)
+                for idx in indexes:
+                    conn.execute(idx)
+            conn.execute("insert into capmark.meta values (%s, %s)", (MODEL_VERSION, size.items))
+    except psycopg.errors.InsufficientPrivilege as err:
+        user = conn.execute("select current_user").fetchone()[0]
+        raise CapmarkError(f"The role '{user}' may not rebuild capmark's data model ({_first_line(err)}); connect "
+                           "as the owner of the tables in schema capmark, or ask their owner to drop them.") from None
     for table in tables:
         conn.execute(f"vacuum analyze capmark.{table}")
     return time.monotonic() - started
+
+
+def _ensure_schema(conn: psycopg.Connection) -> None:
+    """CREATE SCHEMA only when it is missing: even with IF NOT EXISTS it needs CREATE on the database, which a
+    role working in a schema its DBA created for it need not have (check_privileges vouched for the rest)."""
+    if not conn.execute("select count(*) from pg_namespace where nspname = 'capmark'").fetchone()[0]:
+        conn.execute("create schema capmark")
+
+
+def _drop(conn: psycopg.Connection, kind: str, name: str) -> None:
+    """Drop one of capmark's objects without CASCADE, so that PostgreSQL itself refuses to take anything that
+    depends on it along (refuse_if_others_depend names such objects beforehand)."""
+    try:
+        with conn.transaction():
+            conn.execute(f"drop {kind} if exists capmark.{name}")
+    except psycopg.errors.DependentObjectsStillExist as err:
+        detail = (err.diag.message_detail or "").replace("\n", "; ")
+        raise CapmarkError(f"capmark cannot rebuild its {kind} capmark.{name} because other objects depend on "
+                           f"it ({detail}); drop or change them, then run again.") from None
+
+
+# Objects that depend on capmark's tables or sequences but are not part of them: views and rules, foreign keys,
+# columns of their row type, defaults using a sequence, SQL functions; and sequences owned by one of the tables'
+# columns, which DROP TABLE removes even without CASCADE.
+_DEPENDENTS_SQL = """
+with ours as (
+    select c.oid, c.reltype from pg_class c join pg_namespace n on n.oid = c.relnamespace
+    where n.nspname = 'capmark' and c.relname = any(%s))
+select distinct o.type || ' ' || o.identity as what
+from pg_depend d
+cross join lateral (select case when d.classid = 'pg_rewrite'::regclass  -- a view's rule: name the view
+                                then 'pg_class'::regclass else d.classid end as classid,
+                           coalesce((select r.ev_class from pg_rewrite r
+                                     where d.classid = 'pg_rewrite'::regclass and r.oid = d.objid), d.objid) as objid
+                   ) dependent
+cross join lateral pg_identify_object(dependent.classid, dependent.objid, 0) o
+where ((d.refclassid = 'pg_class'::regclass and d.refobjid in (select oid from ours))
+       or (d.refclassid = 'pg_type'::regclass and d.refobjid in (select reltype from ours)))
+  and (d.deptype = 'n'
+       or (d.deptype = 'a' and d.classid = 'pg_class'::regclass
+           and (select relkind from pg_class s where s.oid = d.objid) = 'S'))
+  and not (d.classid = 'pg_class'::regclass and d.objid in (select oid from ours))
+order by what
+"""
+
+
+def refuse_if_others_depend(conn: psycopg.Connection, tables: list[str], sequences: list[str]) -> None:
+    """Before rebuilding: refuse when an object capmark did not make depends on its tables or sequences (a
+    user's view on capmark.item, say), naming it, instead of dropping it with them."""
+    rows = conn.execute(_DEPENDENTS_SQL, ([*tables, *sequences],)).fetchall()
+    if rows:
+        names = ", ".join(row[0] for row in rows)
+        raise CapmarkError(f"capmark must rebuild its tables in schema capmark, but {names} "
+                           f"depend{'s' if len(rows) == 1 else ''} on them; drop or move "
+                           f"{'it' if len(rows) == 1 else 'them'} (capmark drops nothing of yours), then run again.")
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def install_procedures(conn: psycopg.Connection, ddl: list[str]) -> None:

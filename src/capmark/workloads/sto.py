@@ -9,6 +9,10 @@ report says so and estimates the share of reads the OS cache served (database re
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
+
 from capmark.workloads.base import Workload, kpms, percent, procedure_sql
 
 STO_KPMS = kpms("db_read_iops", "db_read_ms", "device_iops", "device_mb_per_s", "device_read_ms",
@@ -23,6 +27,15 @@ begin
 exception when undefined_function or insufficient_privilege or invalid_schema_name then
   return false;
 end $$;"""
+
+# Without eviction a step still reads from storage when the table is large enough for shared buffers not to
+# hold it: a sequential scan of a table over a quarter of shared buffers goes through a small ring of buffers
+# (PostgreSQL's bulk-read strategy), so nearly every block is read again; a random read misses with
+# probability 1 - buffers / table, so a table 4 x shared buffers sends three reads in four to storage.
+SCAN_RING_FRACTION = 0.25
+RANDOM_MISS_FACTOR = 4.0
+SCANS = ("sto-read", "da-storage")  # workloads whose units scan the whole block table
+BLOCK_TABLE = "capmark.sto_block"
 
 _N = "n_sto int := (p_params->>'sto_rows')::int;"
 EVICT_BLOCKS = "evicted := capmark.sto_evict('capmark.sto_block');"
@@ -77,3 +90,43 @@ STO_SCATTER = Workload(
     writes=True, helpers_sql=(EVICT_SQL,))
 
 WORKLOADS = (STO_READ, STO_RANDOM, STO_SCATTER)
+
+
+def evicts(workload: Workload) -> bool:
+    """Does this workload evict the block table from shared buffers to read it from storage?"""
+    return EVICT_SQL in workload.helpers_sql
+
+
+def eviction_status(conn: psycopg.Connection, workload: Workload) -> dict[str, Any]:
+    """Try the eviction the workload relies on, once, before the step; when the server cannot evict, say why
+    and whether the step still reads from storage (the table far larger than shared buffers) or not."""
+    evicted = bool(conn.execute("select capmark.sto_evict(%s::regclass)", (BLOCK_TABLE,)).fetchone()[0])
+    table, buffers = conn.execute(
+        "select pg_relation_size(%s::regclass), (select setting::bigint * 8192 from pg_settings "
+        "where name = 'shared_buffers')", (BLOCK_TABLE,)).fetchone()
+    if evicted:
+        return {"evicted": True, "reason": "", "table_bytes": table, "shared_buffers_bytes": buffers,
+                "measures_storage": True, "note": ""}
+    reason = _why_not_evicted(conn)
+    big_enough = table > (SCAN_RING_FRACTION if workload.name in SCANS else RANDOM_MISS_FACTOR) * buffers
+    sizes = f"the table ({table / 2**20:.0f} MB) and shared buffers ({buffers / 2**20:.0f} MB)"
+    if big_enough:
+        note = (f"Shared buffers were not evicted before the units ({reason}); {sizes} are such that most reads "
+                "still reach storage, but some are served from shared buffers.")
+    else:
+        note = (f"Shared buffers were not evicted before the units ({reason}): with {sizes}, this step measures "
+                "shared buffers, not storage. Use PostgreSQL 18 with pg_buffercache in schema capmark, or grow "
+                "--scale until the table is far larger than shared buffers.")
+    return {"evicted": False, "reason": reason, "table_bytes": table, "shared_buffers_bytes": buffers,
+            "measures_storage": big_enough, "note": note}
+
+
+def _why_not_evicted(conn: psycopg.Connection) -> str:
+    version = int(conn.execute("select current_setting('server_version_num')").fetchone()[0])
+    if version < 180000:
+        return f"pg_buffercache_evict_relation exists from PostgreSQL 18; this server runs {version // 10000}"
+    installed = conn.execute(
+        "select to_regprocedure('capmark.pg_buffercache_evict_relation(regclass)') is not null").fetchone()[0]
+    if not installed:
+        return "the extension pg_buffercache is not installed in schema capmark"
+    return "capmark's role may not run pg_buffercache_evict_relation (it needs a superuser)"

@@ -1,0 +1,112 @@
+"""Let the server settle before a test, so that its first step does not pay for what came before.
+
+Without this, the dirty buffers of the data setup (hundreds of MB in a fresh run) or of the previous test
+are written by the checkpointer and the OS during the next measured window, and autovacuum cleans up
+after the previous test while this one runs. Quiescing requests a CHECKPOINT (which writes and syncs
+every dirty buffer now), then waits until the data device has stopped writing and no vacuum is working on
+capmark's tables, for at most QUIESCE_LIMIT_S.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import psycopg
+
+from capmark.collect import os as oscollect
+
+# After the CHECKPOINT the server has nothing left to write, so a device still busy after half a minute is busy
+# with another program's writes, which waiting longer does not cure; the note then says so.
+QUIESCE_LIMIT_S = 30.0
+IDLE_WINDOW_S = 1.0  # the device counts as idle after this long without a write burst
+# Writes below this rate do not count as activity: a shared host always trickles some (journals, other
+# programs' logs), while a checkpoint or the OS flushing the setup writes tens to hundreds of MB a second.
+IDLE_WRITE_BYTES_PER_S = 1 << 20
+SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+POLL_S = 0.1
+
+# Vacuums and analyzes (autovacuum's or anyone's) at work on a table of schema capmark in this database.
+_BUSY_TABLES_SQL = """
+select distinct p.command || ' of capmark.' || c.relname
+from (select 'vacuum' as command, relid, datid from pg_stat_progress_vacuum
+      union all select 'analyze', relid, datid from pg_stat_progress_analyze) p
+join pg_class c on c.oid = p.relid
+join pg_namespace n on n.oid = c.relnamespace
+where n.nspname = 'capmark' and p.datid = (select oid from pg_database where datname = current_database())
+order by 1
+"""
+
+
+@dataclass
+class Quiesced:
+    """How settling went: stored with the test, and a note when it did not fully succeed."""
+
+    seconds: float
+    checkpoint_done: bool
+    limit_hit: bool
+    still_busy: list[str] = field(default_factory=list)  # what was still going on when the limit was hit
+
+    def note(self) -> str:
+        """A sentence for the first step's notes; empty when the server settled."""
+        parts = []
+        if self.limit_hit:
+            parts.append(f"The server had not settled after {self.seconds:.0f} s before this test "
+                         f"({', '.join(self.still_busy)}); the first step may include that activity.")
+        if not self.checkpoint_done:
+            parts.append("The role may not run CHECKPOINT (it needs pg_checkpoint or superuser), so earlier "
+                         "writes may still be flushed during the first step.")
+        return " ".join(parts)
+
+
+class _DeviceWatch:
+    """Bytes written to the data devices over the last IDLE_WINDOW_S, from /proc/diskstats."""
+
+    def __init__(self, devices: list[str]) -> None:
+        self.devices = devices
+        self.samples: deque[tuple[float, int]] = deque()
+
+    def _written_sectors(self) -> int:
+        return sum(d["sectors_written"] for d in oscollect.read_diskstats(self.devices).values())
+
+    def idle(self) -> bool:
+        now = time.monotonic()
+        self.samples.append((now, self._written_sectors()))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= IDLE_WINDOW_S:
+            self.samples.popleft()  # keep the newest sample that is at least a window old
+        oldest_t, oldest_sectors = self.samples[0]
+        span = now - oldest_t
+        if span < IDLE_WINDOW_S:
+            return False
+        written = (self.samples[-1][1] - oldest_sectors) * SECTOR_BYTES
+        return written < IDLE_WRITE_BYTES_PER_S * span
+
+
+def checkpoint(conn: psycopg.Connection) -> bool:
+    """Request an immediate checkpoint; False when the role may not."""
+    try:
+        conn.execute("checkpoint")
+        return True
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+
+
+def busy_capmark_tables(conn: psycopg.Connection) -> list[str]:
+    return [row[0] for row in conn.execute(_BUSY_TABLES_SQL).fetchall()]
+
+
+def quiesce(conn: psycopg.Connection, devices: list[str], limit_s: float = QUIESCE_LIMIT_S) -> Quiesced:
+    """CHECKPOINT, then wait until the data devices (when this host sees them) are idle and no vacuum works
+    on capmark's tables; at most limit_s. conn must be in autocommit mode."""
+    started = time.monotonic()
+    checkpoint_done = checkpoint(conn)
+    watch = _DeviceWatch(devices) if devices else None
+    while True:
+        busy = busy_capmark_tables(conn)
+        if watch is not None and not watch.idle():
+            busy.insert(0, f"the data device {', '.join(devices)} was writing")
+        elapsed = time.monotonic() - started
+        if not busy or elapsed >= limit_s:
+            return Quiesced(elapsed, checkpoint_done, bool(busy), busy)
+        time.sleep(POLL_S)

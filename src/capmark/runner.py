@@ -1,0 +1,381 @@
+"""Measure a planned run: start or reach the target, set up, run every test's steps, store each step as it
+ends, and end the run with a status that says how it ended (complete, failed with the reason, interrupted)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import signal
+import sqlite3
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from capmark import suite
+from capmark.collect import os as oscollect
+from capmark.collect.environment import fingerprint
+from capmark.collect.pgstats import statements_rule
+from capmark.config import RunSpec, default_jobs, env_dsn, redact_dsn
+from capmark.driver.quiesce import quiesce
+from capmark.driver.step import StepContext, StepFailed, StepPlan, run_step
+from capmark.engines import embedded
+from capmark.engines.postgres import connect, describe
+from capmark.errors import CapmarkError, RunFailed, RunInterrupted
+from capmark.measure import kpm
+from capmark.results import RunResult, StepResult, TestResult
+from capmark.store import DB_NAME, RunStore, load_run, new_run_id
+from capmark.suite import TestPlan
+from capmark.workloads import datamodel
+
+# While a statement of the control session runs, the server checks this often whether capmark is still there
+# (PostgreSQL 14+ on Linux), so that a SIGKILL-ed capmark does not leave a minutes-long data setup running.
+CONTROL_CLIENT_CHECK = "2s"
+# Enough for a local or LAN server to accept a connection; used only to tell why a run failed.
+SERVER_PROBE_TIMEOUT_S = 3
+
+
+class RunObserver:
+    """Hooks a front end implements to show progress; the defaults do nothing."""
+
+    def say(self, message: str) -> None: ...
+
+    def test_started(self, test: TestResult, plan: list[int]) -> None: ...
+
+    def step_progress(self, test: TestResult, jobs: int, phase: str, seconds_left: float) -> None: ...
+
+    def step_done(self, test: TestResult, step: StepResult) -> None: ...
+
+    def test_done(self, test: TestResult) -> None: ...
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C wherever it arrives: the same cleanup (cancel the server's statements, keep
+    completed steps) and the same exit code, 130."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _resolve_target(spec: RunSpec, observer: RunObserver) -> tuple[str, bool]:
+    dsn = spec.dsn or env_dsn()
+    if dsn:
+        return dsn, False
+    observer.say(f"Starting the embedded PostgreSQL in {spec.data_dir or embedded.default_data_dir()} ...")
+    return embedded.start(spec.data_dir, say=observer.say), True
+
+
+def plan_tests(spec: RunSpec) -> list[TestPlan]:
+    """Every test the run will measure, validated before anything touches a database."""
+    spec.validate()
+    jobs = spec.jobs or default_jobs(os.cpu_count() or 1)
+    if spec.soak_s is not None:
+        plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, spec.jobs or [os.cpu_count() or 1],
+                                        spec.warmup_s, spec.soak_s, spec.think_s, spec.rate)
+        if len(plans) != 1:
+            raise CapmarkError(f"A soak runs one workload; '{spec.workloads[0]}' is a suite of {len(plans)}. Name one "
+                               "workload, e.g. tp-light.")
+        return plans
+    if spec.suite_file:
+        return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
+                               spec.rate)
+    return suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s, spec.duration_s,
+                                   spec.think_s, spec.rate)
+
+
+def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
+    """Measure the planned tests at every step of their plans and store everything."""
+    observer = observer or RunObserver()
+    plans = plan_tests(spec)
+    store = RunStore.create(spec.results_dir, new_run_id())
+    try:
+        with sigterm_as_interrupt(), _embedded_run_lock(spec, store.folder.name):
+            return _run(spec, plans, store, observer)
+    except KeyboardInterrupt:  # before the run record, or a second interrupt during the first one's cleanup
+        if store.has_run():
+            with contextlib.suppress(sqlite3.Error):
+                store.set_status(store.folder.name, "interrupted", "interrupted", only_if_running=True)
+            raise RunInterrupted(f"Interrupted; the completed steps are stored in {store.folder}.") from None
+        raise RunInterrupted("Interrupted before anything was measured; nothing was stored.") from None
+    finally:
+        if not store.has_run():  # stopped before anything was measured: leave no empty run folder behind
+            store.discard()
+        store.close()
+
+
+def _embedded_run_lock(spec: RunSpec, run_id: str) -> AbstractContextManager:
+    """One run at a time on the embedded server; a server named by DSN is the user's to share."""
+    return nullcontext() if spec.dsn or env_dsn() else embedded.exclusive_run(spec.data_dir, run_id)
+
+
+def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver) -> RunResult:
+    dsn, is_embedded = _resolve_target(spec, observer)
+    control = connect(dsn, application_name="capmark control")
+    try:
+        _end_statements_with_client(control)
+        info = describe(control, dsn, embedded=is_embedded)
+        _check_connections(control, max(max(p.jobs) for p in plans))
+        size = datamodel.size_for(spec.scale)
+        notes: list[str] = []
+        setup_s = datamodel.setup(control, size, say=lambda m: (notes.append(m), observer.say(m)))
+        if setup_s:
+            notes.append(f"data model set up in {setup_s:.1f} s (not part of any measurement)")
+        workloads = list({p.workload.name: p.workload for p in plans}.values())
+        datamodel.install_procedures(control, [sql for w in workloads for sql in (*w.helpers_sql, w.procedure_sql)])
+        devices, device_note = _devices(info)
+        for name, cap in info.capabilities.items():
+            if not cap.available:
+                notes.append(f"n/a: {name}: {cap.reason}")
+        if device_note:
+            notes.append(f"n/a: disk counters: {device_note}")
+        if info.has("pg_stat_statements"):
+            notes.append(statements_rule(spec.all_statements))
+        steps = sum(len(p.jobs) for p in plans)
+        expected = sum(p.expected_s for p in plans)
+        observer.say(f"Measuring {len(plans)} test(s) in {steps} step(s): about {expected / 60:.1f} minutes.")
+        spec_stored = {**asdict(spec), "dsn": redact_dsn(dsn) if spec.dsn or env_dsn() else None,
+                       "jobs": sorted({j for p in plans for j in p.jobs}),
+                       "data_dir": str(spec.data_dir) if spec.data_dir else None,
+                       "results_dir": str(spec.results_dir),
+                       "suite_file": str(spec.suite_file) if spec.suite_file else None,
+                       "expected_s": expected}
+        run_result = RunResult(
+            run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            folder=str(store.folder), status="running", spec=spec_stored, environment=fingerprint(info),
+            target={**asdict(info), "devices": devices, "started_at": _server_started(control)}, setup_notes=notes,
+            setup_s=setup_s)
+        store.save_run(run_result)
+        ctx = StepContext(dsn=dsn, info=info, control=control, devices=devices, device_note=device_note)
+        return _measure(ctx, store, run_result, plans, size, spec, observer)
+    finally:
+        with contextlib.suppress(Exception):  # the connection may be gone with the server
+            control.close()
+
+
+class _TestAborted(Exception):
+    """The server, the connection or the results store gave way in a test; the reason is in words for the user."""
+
+
+def _measure(ctx: StepContext, store: RunStore, run_result: RunResult, plans: list[TestPlan],
+             size: datamodel.DataSize, spec: RunSpec, observer: RunObserver) -> RunResult:
+    """Every test in turn. However the run ends, its record ends with a status, a reason and a report."""
+    try:
+        for ordinal, plan in enumerate(plans, start=1):
+            _run_test(ctx, store, run_result, ordinal, plan, size, spec, observer)
+    except KeyboardInterrupt:
+        where = run_result.tests[-1].reason if run_result.tests else "interrupted"
+        problem = _finish(store, run_result, "interrupted", where)
+        raise RunInterrupted(f"{where[0].upper()}{where[1:]}; the completed steps are stored in {store.folder}"
+                             f"{'; ' + problem if problem else ''}.") from None
+    except _TestAborted as aborted:
+        problem = _finish(store, run_result, "failed", str(aborted))
+        raise RunFailed(f"The run failed: {aborted}. The completed steps are stored in {store.folder}"
+                        f"{'; ' + problem if problem else ''}.") from aborted.__cause__
+    failed = [t for t in run_result.tests if t.status == "failed"]
+    reason = "; ".join(f"{t.workload}: {t.reason}" for t in failed)
+    problem = _finish(store, run_result, "failed" if failed else "complete", reason)
+    if problem:
+        observer.say(f"The run is stored in {store.folder}, but {problem}.")
+    return load_run(store.folder)
+
+
+def _finish(store: RunStore, run_result: RunResult, status: str, reason: str) -> str:
+    """Store the final status and write the report; returns what could not be done ('' when all was)."""
+    run_result.status, run_result.reason = status, reason
+    try:
+        store.set_status(run_result.run_id, status, reason)
+    except sqlite3.Error as err:
+        return f"its final status could not be stored ({err}), so it will show as crashed"
+    try:
+        write_run_report(store.folder)
+    except Exception as err:  # a full disk, or a rendering failure: never hide the run's own outcome behind it
+        return f"report.html could not be written ({_first_line(err)})"
+    return ""
+
+
+def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal: int, plan: TestPlan,
+              size: datamodel.DataSize, spec: RunSpec, observer: RunObserver) -> TestResult:
+    workload, params = plan.workload, plan.params
+    test = TestResult(ordinal=ordinal, workload=workload.name, family=workload.family,
+                      description=workload.description, unit=workload.unit,
+                      throughput_label=workload.throughput_label, mode=plan.mode, params=params,
+                      kpms=list(workload.kpms) + (["lag_p99_ms", "lag_max_ms"] if plan.rate else []),
+                      per_unit=workload.per_unit(params, size) if workload.per_unit else {}, status="running")
+    run_result.tests.append(test)
+    where = f"while preparing {workload.name}"
+    try:
+        store.save_test(run_result.run_id, test)
+        for statement in workload.prepare_sql:
+            ctx.control.execute(statement)
+        if workload.warm:
+            datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say)
+        settings = workload.session(params) if workload.session else {}
+        if spec.nested_statements:
+            if ctx.info.has("pg_stat_statements") and _is_superuser(ctx.control):
+                settings = {**settings, "pg_stat_statements.track": "all"}
+            else:
+                observer.say("Nested statements are not tracked: needs pg_stat_statements and a superuser.")
+        quiesced = quiesce(ctx.control, ctx.devices)
+        test.quiesce_s = quiesced.seconds
+        if quiesced.note():
+            observer.say(quiesced.note())
+        observer.test_started(test, plan.jobs)
+        for step_no, jobs in enumerate(plan.jobs, start=1):
+            where = f"during step {step_no} ({_jobs(jobs)}) of {workload.name}"
+            store.heartbeat(run_result.run_id)
+            step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors,
+                                 settings, plan.think_s, plan.rate, memory_every_s=_memory_period(spec),
+                                 all_statements=spec.all_statements)
+            try:
+                step = run_step(ctx, workload, params, size, step_plan,
+                                lambda phase, left, j=jobs: observer.step_progress(test, j, phase, left))
+            except StepFailed as err:
+                ctx.control.execute("select 1")  # the server or the connection gone: the run cannot go on
+                test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) failed: {err}"
+                store.save_test(run_result.run_id, test)
+                observer.say(f"{workload.name} step {step_no} ({_jobs(jobs)}) failed: {err}; skipping the rest of "
+                             "this test.")
+                break
+            if workload.family == "STO" and "data" not in ctx.info.settings.get("debug_io_direct", ""):
+                step.notes.append("The OS page cache is not bypassed on this server (debug_io_direct is not "
+                                  "'data'): 'OS cache served' estimates how many database reads never reached the "
+                                  "device.")
+            if step_no == 1 and quiesced.note():
+                step.notes.append(quiesced.note())
+            values, reasons = kpm.compute(step, test.per_unit)
+            step.kpm = {**values, "na_reasons": reasons}
+            test.steps.append(step)
+            where = f"while storing step {step_no} ({_jobs(jobs)}) of {workload.name}"
+            store.save_step(run_result.run_id, test, step)
+            if step.status != "ok" and test.status == "running":
+                test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) failed: {'; '.join(step.notes)}"
+            observer.step_done(test, step)
+        where = f"while storing {workload.name}"
+        if test.status == "running":
+            test.status = "ok"
+        store.save_test(run_result.run_id, test)
+        if test.steps:
+            from capmark.report.demands import test_document
+
+            store.save_derived(run_result.run_id, test.ordinal, "demands", test_document(test))
+    except KeyboardInterrupt:
+        _stop_test(store, run_result, test, "interrupted", f"interrupted {where}", observer)
+        raise
+    except Exception as err:
+        reason = _what_happened(err, ctx.dsn, where, run_result.target.get("started_at"), store.folder)
+        _stop_test(store, run_result, test, "failed", reason, observer)
+        raise _TestAborted(reason) from err
+    observer.test_done(test)
+    return test
+
+
+def _stop_test(store: RunStore, run_result: RunResult, test: TestResult, status: str, reason: str,
+               observer: RunObserver) -> None:
+    """Mark the test that was running when the run stopped (the store may be the very thing that failed), and
+    let the front end close its progress display and show what the test measured."""
+    test.status, test.reason = status, reason
+    with contextlib.suppress(sqlite3.Error):
+        store.save_test(run_result.run_id, test)
+    with contextlib.suppress(Exception):  # the display must not hide why the run stopped
+        observer.test_done(test)
+
+
+def _what_happened(err: Exception, dsn: str, where: str, started_at: str | None, folder: Path) -> str:
+    """What stopped the run, in the user's words: the results disk, the server, a connection, or a bug."""
+    if isinstance(err, sqlite3.Error):
+        return f"the results file {folder / DB_NAME} could not be written {where} ({err})"
+    if isinstance(err, psycopg.Error | CapmarkError):  # CapmarkError: a job connection was refused
+        return _what_the_server_did(err, dsn, where, started_at)
+    return f"unexpected {type(err).__name__} {where}: {_first_line(err)}"
+
+
+def _what_the_server_did(err: Exception, dsn: str, where: str, started_at: str | None) -> str:
+    """Tell a stopped server from a restarted one, from a connection another session terminated, and from a
+    connection the server refused (e.g. every slot taken by other clients)."""
+    line = _first_line(err).rstrip(".")
+    now_started = _probe_server(dsn)
+    if now_started is None:
+        return f"the server stopped {where} ({line})"
+    if started_at and now_started != started_at:
+        return f"the server restarted {where} ({line})"
+    if isinstance(err, psycopg.errors.AdminShutdown):
+        return f"another session terminated capmark's connection to the server {where} ({line})"
+    if isinstance(err, CapmarkError):
+        return f"a connection failed {where}: {line[:1].lower()}{line[1:]}"
+    return f"the server reported an error {where}: {line}"
+
+
+def _probe_server(dsn: str) -> str | None:
+    """The server's start time when it answers a fresh connection now, else None."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=SERVER_PROBE_TIMEOUT_S, application_name="capmark probe") as conn:
+            return _server_started(conn)
+    except psycopg.Error:
+        return None
+
+
+def _server_started(conn: Any) -> str:
+    return str(conn.execute("select pg_postmaster_start_time()").fetchone()[0])
+
+
+def _end_statements_with_client(control: Any) -> None:
+    """If capmark is killed (SIGKILL) inside a long statement such as the data setup, the server notices the
+    closed socket and cancels the statement instead of finishing it for nobody."""
+    control.execute("select set_config('client_connection_check_interval', %s, false)", (CONTROL_CLIENT_CHECK,))
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _is_superuser(control: Any) -> bool:
+    return control.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()[0]
+
+
+def _check_connections(control: Any, jobs: int) -> None:
+    max_conn = int(control.execute("select current_setting('max_connections')").fetchone()[0])
+    used = int(control.execute("select count(*) from pg_stat_activity where backend_type = 'client backend'"
+                               ).fetchone()[0])
+    if jobs + used + 2 > max_conn:
+        raise CapmarkError(f"The plan needs {jobs} job connections but the server allows {max_conn} with {used} in "
+                           "use; lower --jobs or raise max_connections.")
+
+
+def _devices(info: Any) -> tuple[list[str], str]:
+    if not info.has("os"):
+        return [], info.why_not("os")
+    if not info.data_directory:
+        return [], "the role may not read data_directory, so the data device is unknown"
+    dev, why = oscollect.device_for_path(info.data_directory)
+    return ([dev], "") if dev else ([], why)
+
+
+def write_run_report(folder: Path) -> Path:
+    from capmark.report.html import write_report
+
+    return write_report(load_run(folder))
+
+
+def _memory_period(spec: RunSpec) -> float:
+    """Every minute; a soak shorter than 20 minutes samples every twentieth of it (at least each second), so
+    that even a short soak has a memory curve. Ordinary steps keep the per-second sampling path light."""
+    return min(60.0, max(1.0, spec.soak_s / 20)) if spec.soak_s else 60.0

@@ -1,0 +1,584 @@
+"""Every bad input gets one sentence and exit code 2, and creates nothing.
+
+A table of malformed inputs across every command, option and file kind capmark reads, each run through the
+real command-line entry point (capmark.cli.main, in this process). For each one: exit code 2, stderr is one
+line that ends a sentence (no traceback, no "unexpected" error), nothing on stdout, no new file in the results
+folder, and for run inputs no connection to the target database (its session counter stays at zero), so
+nothing can have been created there. The analysis commands read one small real run stored once per module.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import psycopg.conninfo
+import pytest
+
+from capmark import api, cli
+from capmark.config import RunSpec
+
+pytestmark = pytest.mark.db
+
+# A stored run for the analysis commands, kept between test sessions: the data model's setup (~10-20 s)
+# is paid once per machine, the run itself takes a few seconds.
+FIXTURE_DB = "capmark_test_bad_inputs"
+LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+SUITE_OK = '[[test]]\nworkload = "tp-light"\n'
+CLOSED = {"kind": "closed", "model": {"population": 3, "think_time": 1.0,
+                                      "stations": [{"name": "cpu", "demand": 0.1}]}}
+USL = {"kind": "usl-fit", "model": {"concurrency": [1, 2, 4, 8], "throughput": [100, 190, 350, 600]}}
+MULTI = {"kind": "closed-multiclass", "model": {"classes": ["a", "b"], "population": [1, 1],
+                                                "stations": [{"name": "s", "demand": [1.0, 2.0]}]}}
+
+
+def lqn(**changes) -> dict:
+    """A valid two-layer model (users -> server -> cpu) with changes to its tasks or processors."""
+    model = {"processors": [{"name": "cpu", "multiplicity": 1}],
+             "tasks": [{"name": "users", "reference": True, "population": 5, "think_time": 1.0,
+                        "entries": [{"name": "request", "calls": {"server": 1}}]},
+                       {"name": "server", "multiplicity": 2,
+                        "entries": [{"name": "server", "phase1": {"cpu": 0.01}}]}]}
+    model.update(changes)
+    return {"kind": "lqn", "model": model}
+
+
+def server_task(**changes) -> dict:
+    return {"name": "server", "multiplicity": 2, "entries": [{"name": "server", "phase1": {"cpu": 0.01}}], **changes}
+
+
+USERS = {"name": "users", "reference": True, "population": 5, "think_time": 1.0,
+         "entries": [{"name": "request", "calls": {"server": 1}}]}
+
+
+def closed(**model) -> dict:
+    return {"kind": "closed", "model": {**CLOSED["model"], **model}}
+
+
+def as_json(doc) -> bytes:
+    return json.dumps(doc).encode()
+
+
+# name -> bytes of the files the cases read ({FILE:name} in a case's arguments)
+FILES: dict[str, bytes] = {
+    "latin1.toml": '[[test]]\nworkload = "tp-light"  # caf\u00e9\n'.encode("latin-1"),
+    "broken.toml": b"[[test]\nworkload = 'x'\n",
+    "params-string.toml": b'[[test]]\nworkload = "tp-light"\nparams = "update_pct=20"\n',
+    "defaults-string.toml": b'defaults = "fast"\n' + SUITE_OK.encode(),
+    "duration-short.toml": b'[defaults]\nduration = "0.5s"\n' + SUITE_OK.encode(),
+    "duration-inf.toml": b"[defaults]\nduration = inf\n" + SUITE_OK.encode(),
+    "duration-nan.toml": b'[[test]]\nworkload = "tp-light"\nduration = nan\n',
+    "warmup-negative.toml": b'[[test]]\nworkload = "tp-light"\nwarmup = -1\n',
+    "warmup-true.toml": b'[[test]]\nworkload = "tp-light"\nwarmup = true\n',
+    "jobs-repeated.toml": b'[[test]]\nworkload = "tp-light"\njobs = [1, 1]\n',
+    "jobs-bool.toml": b'[[test]]\nworkload = "tp-light"\njobs = [true]\n',
+    "jobs-float.toml": b'[[test]]\nworkload = "tp-light"\njobs = [1, 2.0]\n',
+    "test-numbers.toml": b"test = [1, 2]\n",
+    "mode-number.toml": b'[[test]]\nworkload = "tp-light"\nmode = 5\n',
+    "rate-nan.toml": b'[[test]]\nworkload = "tp-light"\nmode = "client"\nrate = nan\n',
+    "rate-zero.toml": b'[[test]]\nworkload = "tp-light"\nmode = "client"\nrate = 0\n',
+    "workload-number.toml": b"[[test]]\nworkload = 5\n",
+    "unknown-key.toml": b'[[test]]\nworkload = "tp-light"\nspeed = 3\n',
+    "top-level-key.toml": b'title = "mine"\n' + SUITE_OK.encode(),
+    "param-list.toml": b'[[test]]\nworkload = "tp-light"\nparams = { update_pct = [10] }\n',
+    "param-range.toml": b'[[test]]\nworkload = "tp-light"\nparams = { update_pct = 500 }\n',
+    "defaults-workload.toml": b'[defaults]\nworkload = "tp-light"\n' + SUITE_OK.encode(),
+    "no-tests.toml": b"[defaults]\njobs = [1]\n",
+    "scenario-string.toml": b'scenario = "faster"\n',
+    "scenario-nan.toml": b'[[scenario]]\nname = "fast"\ncpu_speed = nan\n',
+    "scenario-inf-disk.toml": b'[[scenario]]\nname = "fast"\ndisk_speed = inf\n',
+    "scenario-bool-jobs.toml": b'[[scenario]]\nname = "more"\njobs = true\n',
+    "scenario-unknown.toml": b'[[scenario]]\nname = "x"\ncolour = 1\n',
+    "scenario-name-number.toml": b"[[scenario]]\nname = 5\ncpus = 4\n",
+    "scenario-growth-number.toml": b"[[scenario]]\nname = 'g'\ngrowth = 20\n",
+    "scenario-think-negative.toml": b"[[scenario]]\nname = 'z'\nthink = -1\n",
+    "scenario-numbers.toml": b"scenario = [1, 2]\n",
+    "scenario-latin1.toml": "[[scenario]]\nname = 'caf\u00e9'\ncpus = 4\n".encode("latin-1"),
+    "cases-latin1.json": '{"kind": "closed", "id": "caf\u00e9"}'.encode("latin-1"),
+    "cases-broken.json": b'{"kind": "closed",',
+    "cases-garbage.json": as_json([1, "x", None]),
+    "cases-empty.json": as_json([]),
+    "cases-string.json": as_json("closed"),
+    "stations-object.json": as_json(closed(stations={"cpu": {"demand": 0.1}})),
+    "stations-strings.json": as_json(closed(stations=["cpu", "disk"])),
+    "population-missing.json": as_json({"kind": "closed", "model": {"stations": [{"name": "cpu", "demand": 1}]}}),
+    "population-huge.json": as_json(closed(population=10**16)),
+    "population-fraction.json": as_json(closed(population=2.5)),
+    "demand-text.json": as_json(closed(stations=[{"name": "cpu", "demand": "fast"}])),
+    "demand-nan.json": b'{"kind": "closed", "model": {"population": 2, "stations": [{"name": "cpu", "demand": NaN}]}}',
+    "demand-infinity.json": b'{"kind": "closed", "model": {"population": 2, "stations": [{"name": "c", "demand": '
+                            b'Infinity}]}}',
+    "demand-huge-int.json": b'{"kind": "closed", "model": {"population": 2, "stations": [{"name": "c", "demand": 1'
+                            + b"0" * 400 + b"}]}}",
+    "demand-negative.json": as_json(closed(stations=[{"name": "cpu", "demand": -0.1}])),
+    "demand-missing.json": as_json(closed(stations=[{"name": "cpu"}])),
+    "demand-zero.json": as_json(closed(think_time=0, stations=[{"name": "cpu", "demand": 0}])),
+    "think-negative.json": as_json(closed(think_time=-1)),
+    "servers-bool.json": as_json(closed(stations=[{"name": "cpu", "demand": 0.1, "servers": True}])),
+    "method-unknown.json": as_json({**CLOSED, "method": "magic"}),
+    "kind-unknown.json": as_json({"kind": "petri-net", "model": {}}),
+    "model-missing.json": as_json({"kind": "closed"}),
+    "usl-lengths.json": as_json({"kind": "usl-fit", "model": {"concurrency": [1, 2, 4, 8],
+                                                              "throughput": [100, 190, 350]}}),
+    "usl-negative.json": as_json({"kind": "usl-fit", "model": {**USL["model"], "throughput": [100, -190, 350, 600]}}),
+    "usl-zero.json": as_json({"kind": "usl-fit", "model": {**USL["model"], "throughput": [0, 0, 0, 0]}}),
+    "usl-three.json": as_json({"kind": "usl-fit", "model": {"concurrency": [1, 2, 4], "throughput": [1, 2, 3]}}),
+    "usl-string.json": as_json({"kind": "usl-fit", "model": {"concurrency": "1,2,4,8", "throughput": [1, 2, 3, 4]}}),
+    "lqn-processors-string.json": as_json(lqn(processors="x")),
+    "lqn-cycle.json": as_json(lqn(tasks=[USERS, server_task(entries=[{"name": "server", "calls": {"db": 1}}]),
+                                         {"name": "db", "entries": [{"name": "db", "calls": {"server": 1},
+                                                                     "phase1": {"cpu": 0.01}}]}])),
+    "lqn-self-call.json": as_json(lqn(tasks=[USERS, server_task(entries=[{"name": "server",
+                                                                          "calls": {"server": 1}}])])),
+    "lqn-entries-missing.json": as_json(lqn(tasks=[USERS, {"name": "server"}])),
+    "lqn-multiplicity-text.json": as_json(lqn(tasks=[USERS, server_task(multiplicity="many")])),
+    "lqn-think-text.json": as_json(lqn(tasks=[{**USERS, "think_time": "1s"}, server_task()])),
+    "lqn-negative-demand.json": as_json(lqn(tasks=[USERS, server_task(entries=[{"name": "server",
+                                                                                "phase1": {"cpu": -0.01}}])])),
+    "lqn-demand-text.json": as_json(lqn(tasks=[USERS, server_task(entries=[{"name": "server",
+                                                                            "phase1": {"cpu": "x"}}])])),
+    "lqn-population-huge.json": as_json(lqn(tasks=[{**USERS, "population": 10**16}, server_task()])),
+    "lqn-no-reference.json": as_json(lqn(tasks=[server_task()])),
+    "lqn-unknown-callee.json": as_json(lqn(tasks=[{**USERS, "entries": [{"name": "request",
+                                                                         "calls": {"nobody": 1}}]}, server_task()])),
+    "multi-fewer-populations.json": as_json({**MULTI, "model": {**MULTI["model"], "population": [2],
+                                                                "stations": [{"name": "s", "demand": [1.0]}]}}),
+    "multi-demand-scalar.json": as_json({**MULTI, "model": {**MULTI["model"], "stations": [{"name": "s",
+                                                                                          "demand": 1.0}]}}),
+    "multi-think-length.json": as_json({**MULTI, "model": {**MULTI["model"], "think_time": [1.0]}}),
+    "multi-demand-missing.json": as_json({**MULTI, "model": {**MULTI["model"], "stations": [{"name": "s"}]}}),
+    "multi-population-huge.json": as_json({**MULTI, "model": {**MULTI["model"], "population": [1, 10**16]}}),
+    "open-zero-rate.json": as_json({"kind": "open", "model": {"arrival_rate": 0, "service_rate": 10}}),
+    "open-unstable.json": as_json({"kind": "open", "model": {"arrival_rate": 20, "service_rate": 10}}),
+    "quick-zero-servers.json": as_json({"kind": "quick-formula", "model": {"service_time": 0.01,
+                                                                         "arrival_rate": 10, "servers": 0}}),
+}
+
+
+def run_case(*args: str, word: str) -> pytest.param:
+    return pytest.param("run", list(args), word, id="run " + " ".join(args))
+
+
+def stored(command: str, *args: str, word: str) -> pytest.param:
+    return pytest.param("stored", [command, *args], word, id=" ".join([command, *args]))
+
+
+def other(*args: str, word: str) -> pytest.param:
+    return pytest.param("other", list(args), word, id=" ".join(args))
+
+
+def solve(name: str, word: str) -> pytest.param:
+    return pytest.param("other", ["solve", f"{{FILE:{name}}}"], word, id=f"solve {name}")
+
+
+CASES = [
+    # --- capmark run: options -------------------------------------------------------------------------
+    run_case("tp-light", "--mode", "client", "--rate", "nan", word="rate"),
+    run_case("tp-light", "--mode", "client", "--rate", "inf", word="rate"),
+    run_case("tp-light", "--mode", "client", "--rate", "0", word="closed loop"),
+    run_case("tp-light", "--mode", "client", "--rate", "-5", word="rate"),
+    run_case("tp-light", "--mode", "client", "--rate", "fast", word="arrivals per second"),
+    run_case("tp-light", "--mode", "client", "--rate", "1e9", word="above the limit"),
+    run_case("srv-query1", "--jobs", "1,,2", word="job list"),
+    run_case("srv-query1", "--jobs", "", word="job list"),
+    run_case("srv-query1", "--jobs", "0", word="at least 1 job"),
+    run_case("srv-query1", "--jobs=-1", word="job list"),
+    run_case("srv-query1", "--jobs", "4,2", word="strictly increasing"),
+    run_case("srv-query1", "--jobs", "1.5", word="job list"),
+    run_case("srv-query1", "--jobs", "1000", word="512"),
+    run_case("srv-query1", "--jobs", "\u0661,\u0662", word="job list"),  # Arabic-Indic digits pass str.isdigit
+    run_case("tp-light", "--param", "update_pct=20", "--param", "update_pct=30", word="given twice"),
+    run_case("tp-light", "--param", "update_pct=500", word="between 0 and 100"),
+    run_case("tp-light", "--param", "update_pct=lots", word="integer"),
+    run_case("srv-query1", "--param", "colour=blue", word="Unknown parameter"),
+    run_case("tp-light", "--param", "=5", word="name=value"),
+    run_case("tp-light", "--param", "update_pct", word="name=value"),
+    run_case("srv-query1", "--duration", "0.5s", word="at least 1 second"),
+    run_case("srv-query1", "--duration", "inf", word="not a duration"),
+    run_case("srv-query1", "--duration", "1e3", word="not a duration"),
+    run_case("srv-query1", "--duration", "-5s", word="not a duration"),
+    run_case("srv-query1", "--duration", "5 parsecs", word="not a duration"),
+    run_case("srv-query1", "--duration", "10h", word="soak"),
+    run_case("srv-query1", "--duration", "9" * 40 + "h", word="one hour"),
+    run_case("srv-query1", "--warmup", "inf", word="not a duration"),
+    run_case("srv-query1", "--warmup", "2h", word="one hour"),
+    run_case("tp-light", "--mode", "client", "--think", "nan", word="not a duration"),
+    run_case("tp-light", "--mode", "client", "--think", "5m", word="think time"),
+    run_case("tp-light", "--think", "10ms", word="--mode client"),
+    run_case("tp-light", "--mode", "client", "--think", "10ms", "--rate", "50", word="not both"),
+    run_case("srv-query1", "--scale", "1000000000", word="10^9 rows"),
+    run_case("srv-query1", "--scale", "0", word="positive whole number"),
+    run_case("srv-query1", "--scale", "lots", word="--scale"),
+    run_case("srv-query1", "--mode", "bogus", word="mode"),
+    run_case("srv-scan", "--mode", "client", word="server-side only"),
+    run_case("no-such-workload", word="Unknown workload"),
+    run_case("srv-query1", "--dsn", "mysql://root@localhost/db", word="not PostgreSQL"),
+    run_case("srv-query1", "--dsn", "just some words", word="neither"),
+    run_case("srv-query1", "--dsn", "host=localhost colour=blue", word="not a valid PostgreSQL connection"),
+    run_case("srv-query1", "--dsn", "", word="empty"),
+    run_case("srv-query1", "--data-dir", "{FILE:latin1.toml}", word="is a file"),
+    run_case("srv-query1", "--data-dir", "{FILE:latin1.toml}/pg", word="is a file"),
+    run_case("srv-query1", "--soak", "5s", word="between 10 seconds and 7 days"),
+    run_case("srv-query1", "--soak", "200h", word="7 days"),
+    run_case("srv-query1", "--soak", "1m", "--jobs", "1,2", word="one job count"),
+    run_case("srv-query1", "tp-light", "--soak", "1m", word="one workload"),
+    run_case("srv-query1", "--results-dir", "{FILE:latin1.toml}/results", word="Cannot write results"),
+    run_case("srv-query1", "--format", "yaml", word="--format"),
+    run_case("srv-query1", "--colour", word="No such option"),
+    # --- capmark run --suite FILE ------------------------------------------------------------------------
+    run_case("--suite", "{DIR}/missing.toml", word="Cannot read"),
+    run_case("--suite", "{FILE:latin1.toml}", word="not UTF-8"),
+    run_case("--suite", "{FILE:broken.toml}", word="not valid TOML"),
+    run_case("--suite", "{FILE:params-string.toml}", word="not a table"),
+    run_case("--suite", "{FILE:defaults-string.toml}", word="not a table"),
+    run_case("--suite", "{FILE:duration-short.toml}", word="at least 1 second"),
+    run_case("--suite", "{FILE:duration-inf.toml}", word="finite"),
+    run_case("--suite", "{FILE:duration-nan.toml}", word="finite"),
+    run_case("--suite", "{FILE:warmup-negative.toml}", word="negative"),
+    run_case("--suite", "{FILE:warmup-true.toml}", word="must be a duration"),
+    run_case("--suite", "{FILE:jobs-repeated.toml}", word="strictly increasing"),
+    run_case("--suite", "{FILE:jobs-bool.toml}", word="whole numbers"),
+    run_case("--suite", "{FILE:jobs-float.toml}", word="whole numbers"),
+    run_case("--suite", "{FILE:test-numbers.toml}", word="not a table"),
+    run_case("--suite", "{FILE:mode-number.toml}", word="mode"),
+    run_case("--suite", "{FILE:rate-nan.toml}", word="rate"),
+    run_case("--suite", "{FILE:rate-zero.toml}", word="rate"),
+    run_case("--suite", "{FILE:workload-number.toml}", word="string"),
+    run_case("--suite", "{FILE:unknown-key.toml}", word="unknown key"),
+    run_case("--suite", "{FILE:top-level-key.toml}", word="unknown top-level key"),
+    run_case("--suite", "{FILE:param-list.toml}", word="number or a string"),
+    run_case("--suite", "{FILE:param-range.toml}", word="between 0 and 100"),
+    run_case("--suite", "{FILE:defaults-workload.toml}", word="may not set workload"),
+    run_case("--suite", "{FILE:no-tests.toml}", word="names no tests"),
+    run_case("tp-light", "--suite", "{FILE:param-range.toml}", word="drop --suite"),
+    run_case("--param", "update_pct=20", "--suite", "{FILE:param-range.toml}", word="drop --suite"),
+    # --- commands on a stored run ----------------------------------------------------------------------------
+    stored("report", "no-such-run", word="No capmark run"),
+    stored("report", "{FILE:latin1.toml}", word="No capmark run"),
+    stored("report", "{RUN}", "extra", word="Too many arguments"),
+    stored("demands", "{RUN}:no-such-test", word="has no test"),
+    stored("diagnose", "{RUN}:99", word="has no test"),
+    stored("calibrate", "--up-to", "0", word="--up-to"),
+    stored("calibrate", "--up-to", "-3", word="--up-to"),
+    stored("calibrate", "--up-to", "many", word="--up-to"),
+    stored("calibrate", "--from-steps", "", word="job list"),
+    stored("calibrate", "--from-steps", "1,,2", word="job list"),
+    stored("calibrate", "--from-steps", "64", word="valid step"),
+    stored("calibrate", "--format", "xml", word="--format"),
+    stored("whatif", "--cpu-speed", "nan", word="--cpu-speed"),
+    stored("whatif", "--cpu-speed", "0", word="--cpu-speed"),
+    stored("whatif", "--disk-speed", "inf", word="--disk-speed"),
+    stored("whatif", "--cpus", "0", word="--cpus"),
+    stored("whatif", "--disks", "-1", word="--disks"),
+    stored("whatif", "--jobs", "0", word="--jobs"),
+    stored("whatif", "--at", "0", "--cpus", "4", word="--at"),
+    stored("whatif", "--think", "nan", word="not a duration"),
+    stored("whatif", "--growth", "lots", word="growth"),
+    stored("whatif", "--growth", "20%x0", word="periods"),
+    stored("whatif", word="at least one change"),
+    stored("whatif", "--scenarios", "{DIR}/missing.toml", word="Cannot read"),
+    stored("whatif", "--scenarios", "{FILE:scenario-latin1.toml}", word="not UTF-8"),
+    stored("whatif", "--scenarios", "{FILE:scenario-string.toml}", word="no [[scenario]] tables"),
+    stored("whatif", "--scenarios", "{FILE:scenario-numbers.toml}", word="not a table"),
+    stored("whatif", "--scenarios", "{FILE:scenario-nan.toml}", word="cpu speed"),
+    stored("whatif", "--scenarios", "{FILE:scenario-inf-disk.toml}", word="disk speed"),
+    stored("whatif", "--scenarios", "{FILE:scenario-bool-jobs.toml}", word="number of jobs"),
+    stored("whatif", "--scenarios", "{FILE:scenario-unknown.toml}", word="Unknown scenario setting"),
+    stored("whatif", "--scenarios", "{FILE:scenario-name-number.toml}", word="name"),
+    stored("whatif", "--scenarios", "{FILE:scenario-growth-number.toml}", word="growth"),
+    stored("whatif", "--scenarios", "{FILE:scenario-think-negative.toml}", word="negative"),
+    stored("size", "--sla", "fast", word="SLA"),
+    stored("size", "--sla", "p50<5ms", word="p50"),
+    stored("size", "--sla", "p95<0ms", word="positive"),
+    stored("size", "--target-tps", "nan", word="--target-tps"),
+    stored("size", "--target-tps", "inf", word="--target-tps"),
+    stored("size", "--target-tps", "-5", word="--target-tps"),
+    stored("anticipate", "--servers", "-1", word="--servers"),
+    stored("anticipate", "--servers", "0", word="--servers"),
+    stored("anticipate", "--rate", "nan", word="--rate"),
+    stored("anticipate", "--service", "inf", word="--service"),
+    stored("anticipate", "--at", "0", word="--at"),
+    # --- capmark solve FILE ----------------------------------------------------------------------------------
+    other("solve", "{DIR}/missing.json", word="Cannot read"),
+    other("solve", word="Missing argument"),
+    solve("cases-latin1.json", "not UTF-8"),
+    solve("cases-broken.json", "not valid JSON"),
+    solve("cases-garbage.json", "Case 1"),
+    solve("cases-empty.json", "neither a case nor a list"),
+    solve("cases-string.json", "neither a case nor a list"),
+    solve("stations-object.json", "stations"),
+    solve("stations-strings.json", "Station 1"),
+    solve("population-missing.json", "population"),
+    solve("population-huge.json", "limit"),
+    solve("population-fraction.json", "whole number"),
+    solve("demand-text.json", "must be a number"),
+    solve("demand-nan.json", "NaN"),
+    solve("demand-infinity.json", "Infinity"),
+    solve("demand-huge-int.json", "finite"),
+    solve("demand-negative.json", "zero or more"),
+    solve("demand-missing.json", "needs a demand"),
+    solve("demand-zero.json", "takes no time"),
+    solve("think-negative.json", "think time"),
+    solve("servers-bool.json", "servers"),
+    solve("method-unknown.json", "Unknown method"),
+    solve("kind-unknown.json", "Unknown case kind"),
+    solve("model-missing.json", "model"),
+    solve("usl-lengths.json", "one throughput per concurrency"),
+    solve("usl-negative.json", "positive"),
+    solve("usl-zero.json", "positive"),
+    solve("usl-three.json", "at least 4"),
+    solve("usl-string.json", "concurrency"),
+    solve("lqn-processors-string.json", "processors"),
+    solve("lqn-cycle.json", "cycle"),
+    solve("lqn-self-call.json", "calls itself"),
+    solve("lqn-entries-missing.json", "entries"),
+    solve("lqn-multiplicity-text.json", "multiplicity"),
+    solve("lqn-think-text.json", "think time"),
+    solve("lqn-negative-demand.json", "zero or more"),
+    solve("lqn-demand-text.json", "must be a number"),
+    solve("lqn-population-huge.json", "limit"),
+    solve("lqn-no-reference.json", "reference task"),
+    solve("lqn-unknown-callee.json", "nobody"),
+    solve("multi-fewer-populations.json", "one population per class"),
+    solve("multi-demand-scalar.json", "one number per class"),
+    solve("multi-think-length.json", "one per class"),
+    solve("multi-demand-missing.json", "no demand"),
+    solve("multi-population-huge.json", "limit"),
+    solve("open-zero-rate.json", "positive"),
+    solve("open-unstable.json", "unstable"),
+    solve("quick-zero-servers.json", "servers"),
+    # --- the rest of the command line --------------------------------------------------------------------------
+    other("no-such-command", word="No such command"),
+    other("list", "--format", "yaml", word="--format"),
+    other("db", "start", "--data-dir", "{FILE:latin1.toml}", word="is a file"),
+    other("db", "url", "--data-dir", "{DIR}/no-server", word="not running"),
+]
+
+
+@pytest.fixture(scope="module")
+def admin_dsn(request: pytest.FixtureRequest) -> str:
+    """The machine's PostgreSQL when it answers (fastest: a kept database), else the embedded one."""
+    try:
+        psycopg.connect(LOCAL_PG, connect_timeout=3).close()
+        return LOCAL_PG
+    except psycopg.Error:
+        return request.getfixturevalue("embedded_dsn")
+
+
+def _with_db(dsn: str, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+@pytest.fixture(scope="module")
+def stored_run(admin_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One small real run (srv-query1, one job, one second) in a results folder of its own."""
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        if not admin.execute("select 1 from pg_database where datname = %s", (FIXTURE_DB,)).fetchone():
+            admin.execute(f"create database {FIXTURE_DB}")
+    results = tmp_path_factory.mktemp("stored")
+    run = api.run(RunSpec(workloads=["srv-query1"], jobs=[1], warmup_s=0.0, duration_s=1.0,
+                          dsn=_with_db(admin_dsn, FIXTURE_DB), results_dir=results))
+    return results, run.run_id
+
+
+@pytest.fixture(scope="module")
+def throwaway_db(admin_dsn: str):
+    """A fresh, empty database the run cases point --dsn at; dropped afterwards."""
+    name = f"capmark_bad_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(f"create database {name}")
+    yield name
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute(f"drop database if exists {name} with (force)")
+
+
+def sessions(admin_dsn: str, dbname: str) -> int:
+    """Sessions ever opened on a database (pg_stat_database.sessions, PostgreSQL 14+)."""
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute("select pg_stat_clear_snapshot()")
+        row = admin.execute("select coalesce(sessions, 0) from pg_stat_database where datname = %s",
+                            (dbname,)).fetchone()
+    return row[0] if row else 0
+
+
+def tree(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("inputs")
+    for name, data in FILES.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def invoke(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    """capmark.cli.main as the console script runs it; its exit code, stdout and stderr."""
+    monkeypatch.setattr(sys, "argv", ["capmark", *args])
+    capsys.readouterr()
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_sentence(code: int, out: str, err: str, word: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, (code, out, err)
+    assert len(lines) == 1, err
+    line = lines[0].strip()
+    assert line.startswith("capmark: ") and line.endswith("."), line
+    assert "Traceback" not in err and "unexpected" not in line, line
+    assert not re.search(r"[a-z)]\. [A-Z]", line), f"more than one sentence: {line}"
+    assert word.lower() in line.lower(), f"{word!r} not in: {line}"
+    assert out == "", out
+
+
+@pytest.mark.parametrize("kind,args,word", CASES)
+def test_bad_input(kind, args, word, files, tmp_path, capsys, monkeypatch, request):
+    monkeypatch.delenv("CAPMARK_DSN", raising=False)
+    monkeypatch.delenv("CAPMARK_DATA_DIR", raising=False)
+    empty = tmp_path / "results"
+    empty.mkdir()
+    values = {"DIR": str(files), **{f"FILE:{name}": str(files / name) for name in FILES}}
+    target = None
+    if kind == "stored":
+        results, run_id = request.getfixturevalue("stored_run")
+        values["RUN"] = run_id
+        args = [*args, "--results-dir", str(results)]
+        watched = results
+    elif kind == "run":
+        admin, target = request.getfixturevalue("admin_dsn"), request.getfixturevalue("throwaway_db")
+        if "--dsn" not in args and "--data-dir" not in args:
+            args = [*args, "--dsn", _with_db(admin, target)]
+        if "--results-dir" not in args:
+            args = [*args, "--results-dir", str(empty)]
+        args = ["run", *args]
+        watched = empty
+    else:
+        watched = empty
+    args = [re.sub(r"\{([^}]+)\}", lambda m: values[m.group(1)], a) for a in args]
+    before = tree(watched)
+    sessions_before = sessions(request.getfixturevalue("admin_dsn"), target) if target else 0
+    started = time.monotonic()
+    code, out, err = invoke(args, capsys, monkeypatch)
+    assert_one_sentence(code, out, err, word)
+    assert tree(watched) == before, "a bad input created files"
+    assert time.monotonic() - started < 5, "a bad input must be refused at once"
+    if target:
+        assert sessions(request.getfixturevalue("admin_dsn"), target) == sessions_before, \
+            "capmark connected to the target before refusing the input"
+
+
+def test_throwaway_database_has_no_capmark_schema(admin_dsn, throwaway_db):
+    """After every run case: the target database never got schema capmark (runs last in this module)."""
+    with psycopg.connect(_with_db(admin_dsn, throwaway_db)) as conn:
+        assert conn.execute("select count(*) from pg_namespace where nspname = 'capmark'").fetchone()[0] == 0
+
+
+def test_the_table_covers_at_least_80_inputs():
+    assert len(CASES) >= 80
+    assert {c.values[0] for c in CASES} == {"run", "stored", "other"}
+
+
+def _strict_json(text: str):
+    def refuse(token: str):
+        raise AssertionError(f"{token} in JSON output")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_report_json_of_a_run_stored_with_a_non_finite_rate_is_valid_json(stored_run, tmp_path, capsys, monkeypatch):
+    """Runs stored before the rate was checked hold NaN in their spec: the JSON output says null, not bare NaN."""
+    results, run_id = stored_run
+    copy = tmp_path / run_id
+    shutil.copytree(results / run_id, copy)
+    db = sqlite3.connect(copy / "results.sqlite")
+    spec = json.loads(db.execute("select spec from run").fetchone()[0])
+    db.execute("update run set spec = ?", (json.dumps({**spec, "rate": float("nan"), "think_s": float("inf")}),))
+    db.commit()
+    db.close()
+    code, out, err = invoke(["report", str(copy), "--format", "json"], capsys, monkeypatch)
+    assert code == 0, err
+    doc = _strict_json(out)
+    assert doc["run"]["spec"]["rate"] is None and doc["run"]["spec"]["think_s"] is None
+    assert doc["run"]["id"] == run_id
+
+
+def test_solve_prints_an_undefined_figure_as_null(tmp_path, capsys, monkeypatch):
+    """Equal throughputs at every concurrency (a fully serialized system) fit sigma = 1, but leave R^2 (and the
+    standard errors) undefined: they print as null, and the rest as numbers."""
+    case = tmp_path / "serial.json"
+    case.write_text(json.dumps({"kind": "usl-fit", "model": {"concurrency": [1, 2, 4, 8],
+                                                             "throughput": [100, 100, 100, 100]}}))
+    code, out, err = invoke(["solve", str(case)], capsys, monkeypatch)
+    assert code == 0, err
+    doc = _strict_json(out)
+    assert doc["r_squared"] is None
+    assert doc["sigma"] == pytest.approx(1.0, abs=1e-6) and doc["lambda"] == pytest.approx(100.0, rel=1e-6)
+
+
+def test_report_of_a_run_in_a_folder_named_like_markup(stored_run, tmp_path, capsys, monkeypatch):
+    """User text (here the folder path) is printed as text: '[/x]' is not a closing markup tag."""
+    results, run_id = stored_run
+    folder = tmp_path / "[" / "x]" / run_id  # the path reads .../[/x]/<run>
+    shutil.copytree(results / run_id, folder)
+    code, out, err = invoke(["report", str(folder)], capsys, monkeypatch)
+    assert code == 0, err
+    assert f"[/x]/{run_id}" in out.replace("\n", "")
+
+
+def test_report_writes_nothing_to_stderr(stored_run, tmp_path):
+    """The charts of a report add no matplotlib warning to stderr, even where its cache folder is not writable."""
+    results, run_id = stored_run
+    env = {**os.environ, "MPLCONFIGDIR": "/proc/capmark-no-such-folder",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-m", "capmark.cli", "report", run_id, "--results-dir", str(results)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+
+
+def test_help_shows_percent_signs_once(capsys, monkeypatch):
+    code, out, _ = invoke(["whatif", "--help"], capsys, monkeypatch)
+    assert code == 0
+    assert "%%" not in out and "50 % faster" in " ".join(out.split())
+
+
+def test_scenario_names_are_printed_as_text():
+    """A scenario named '[/x]' (or '[bold]') shows as written in the what-if table."""
+    from rich.console import Console
+
+    from capmark.report.planning import print_whatif
+
+    prediction = {"saturated": False, "throughput": 100.0, "response_time_s": 0.01, "p95_s": 0.02, "stretch": 1.0,
+                  "headroom": 0.5, "bottleneck": "CPU", "utilizations": {"CPU": 0.5}, "model": "closed MVA"}
+    doc = {"workload": "srv-query1", "unit": "query", "model": [1], "baseline": {"jobs": 1, "throughput": 100.0},
+           "scenarios": [{"name": name, "prediction": prediction, "change_vs_baseline_pct": {}}
+                         for name in ("Baseline", "[/x]", "[bold]loud")]}
+    console = Console(file=io.StringIO(), width=200)
+    print_whatif(doc, console)
+    text = console.file.getvalue()
+    assert "[/x]" in text and "[bold]loud" in text
+
+
+def test_knee_phrase():
+    from capmark.report.planning import knee_phrase
+
+    rule = "response time >= 2 x its one-job value"
+    assert knee_phrase({"knee_jobs": None, "knee_rule": rule}) == f"knee ({rule}) not reached"
+    assert knee_phrase({"knee_jobs": 8, "knee_rule": rule}) == f"knee ({rule}) at 8 jobs"
