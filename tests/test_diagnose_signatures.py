@@ -98,7 +98,7 @@ def test_retrograde_names_the_peak():
 
 
 def test_time_slicing_at_twice_the_cores_is_not_retrograde():
-    """The default plan on 2 cores ends at 4 jobs, where CPU-bound lookups lose 9-20 % to time-slicing (measured
+    """The default plan on 2 cores ends at 4 jobs, where CPU-bound work loses 9-27 % to time-slicing (measured
     here). With the CPUs saturated at the peak that is oversubscription, reported for information; the same
     drop from a peak with idle CPUs, or a larger one, stays retrograde."""
     saturated = view(step(1, 180, cpu_busy_pct=54.0), step(2, 430, cpu_busy_pct=99.7), step(4, 345, cpu_busy_pct=99.8))

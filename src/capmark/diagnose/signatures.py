@@ -89,11 +89,13 @@ def retrograde(t: TestView) -> Finding | None:
                                cpu_per_unit_us=[(s.cpu_per_unit_s or 0) * 1e6 for s in steps]))
 
 
-# Time-slicing more runnable jobs than cores costs CPU per unit (context switches, caches refilled): measured
-# on a 2-core VM, CPU-bound PL/pgSQL lookups lose 9-20 % from 2 to 4 jobs. A drop within that, with the CPUs
-# already saturated at the peak and no more than the default plan's 2 x cores, is oversubscription, not poor SMP
-# scalability; beyond it, or with idle CPUs at the peak (jobs waiting on each other), it is retrograde.
-TIME_SLICING_DROP = 0.25
+# Time-slicing more runnable jobs than cores costs CPU per unit (context switches, caches refilled by the other
+# job on the core): measured on a 2-core VM from 2 to 4 jobs, CPU-bound PL/pgSQL lookups lose 9-20 % and the
+# cache-hungry report queries 22-27 % (CPU per unit up 37 %). A drop within that, with the CPUs already saturated
+# at the peak and no more than the default plan's 2 x cores, is oversubscription, not poor SMP scalability; the
+# bound leaves 8 points above the largest drop measured. Beyond it, or with idle CPUs at the peak (jobs waiting
+# on each other), it is retrograde.
+TIME_SLICING_DROP = 0.35
 SATURATED_BUSY_PCT = 95.0
 
 
