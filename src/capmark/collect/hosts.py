@@ -1,0 +1,400 @@
+"""Where the database host's OS counters come from: this machine's /proc, the database host's /proc read
+through the database connection (pg_read_binary_file), a Prometheus node_exporter, or nowhere.
+
+Every source answers the same questions in the same dataclasses, so the step, the sampler and the analysis do
+not care which one was used; the run records which it was and what that source cannot see.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import psycopg
+
+from capmark.collect import procfs
+from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
+from capmark.errors import CapmarkError
+
+SOURCES = ("auto", "local", "sql", "node-exporter", "none")
+HOST_METRICS_APPLICATION = "capmark host metrics"  # the SQL source's own session: capmark's cost, not the workload
+# Large enough for /proc/stat on a 512-CPU host and /proc/diskstats with thousands of partitions; a read is
+# capped so that a surprise (a huge mountinfo in a container host) cannot fill the connection.
+MAX_PROC_FILE_BYTES = 4 << 20
+READ_FUNCTION = "pg_read_binary_file(text, bigint, bigint, boolean)"
+
+
+def grant_sentence(role: str) -> str:
+    """What a database administrator runs so that capmark can read the host's /proc through SQL."""
+    return (f"GRANT pg_read_server_files, pg_monitor TO {role}; GRANT EXECUTE ON FUNCTION {READ_FUNCTION} TO "
+            f"{role}; (and optionally GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO {role}, to see the host's other "
+            "programs)")
+
+
+class HostSource(Protocol):
+    """One way to read the database host's counters. Methods return None where the source cannot see."""
+
+    name: str
+    facts: procfs.HostFacts
+    driver_on_host: bool  # capmark's own process runs on the database host (its CPU is then host CPU)
+
+    def stat(self) -> procfs.ProcStat | None: ...
+
+    def diskstats(self, devices: list[str]) -> dict[str, dict[str, int]]: ...
+
+    def meminfo(self) -> dict[str, int]: ...
+
+    def pressure(self) -> dict[str, procfs.Pressure]: ...
+
+    def instance(self) -> ProcessSample | None: ...
+
+    def process_cpu_s(self, pid: int) -> float | None: ...
+
+    def host_processes(self) -> HostProcesses | None: ...
+
+    def data_device(self, data_directory: str | None) -> tuple[str | None, str]: ...
+
+    def own_pids(self) -> list[int]: ...
+
+    def transactions(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class ProcReader(Protocol):
+    """Text of /proc files on the database host."""
+
+    def read(self, paths: list[str]) -> dict[str, str | None]: ...
+
+    def list_pids(self) -> list[int] | None: ...
+
+
+class LocalReader:
+    def read(self, paths: list[str]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for path in paths:
+            try:
+                with open(path, "rb") as fh:
+                    out[path] = fh.read(MAX_PROC_FILE_BYTES).decode("utf-8", "replace")
+            except OSError:
+                out[path] = None
+        return out
+
+    def list_pids(self) -> list[int] | None:
+        return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+class SqlReader:
+    """Reads the database host's /proc through PostgreSQL's file functions, on a session of its own.
+
+    One statement per reading, whatever the number of files; a lock lets the sampler thread and the step share
+    it. Each statement is a transaction on the server, counted so that the workload's commits stay exact.
+    """
+
+    READ_SQL = (f"select p, pg_read_binary_file(p, 0, {MAX_PROC_FILE_BYTES}, true) from unnest(%s::text[]) p")
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.statements = 0
+        self.can_list: bool | None = None
+        self.list_reason = ""
+
+    def read(self, paths: list[str]) -> dict[str, str | None]:
+        with self.lock:
+            rows = self.conn.execute(self.READ_SQL, (paths,), prepare=True).fetchall()
+            self.statements += 1
+        return {p: bytes(b).decode("utf-8", "replace") if b is not None else None for p, b in rows}
+
+    def list_pids(self) -> list[int] | None:
+        if self.can_list is False:
+            return None
+        with self.lock:
+            try:
+                rows = self.conn.execute("select d from pg_ls_dir('/proc') d where d ~ '^[0-9]+$'").fetchall()
+                self.can_list = True
+            except psycopg.errors.InsufficientPrivilege:
+                self.can_list = False
+                self.list_reason = ("the role may not list the database host's processes (pg_ls_dir), so the CPU "
+                                    "of its other programs is not measured")
+                return None
+            finally:
+                self.statements += 1
+        return [int(r[0]) for r in rows]
+
+
+@dataclass
+class ProcHost:
+    """A host whose /proc capmark can read, here or through SQL: the same parsers for both."""
+
+    name: str
+    reader: ProcReader
+    postmaster_pid: int | None
+    facts: procfs.HostFacts
+    driver_on_host: bool
+    session_pids: list[int] = field(default_factory=list)  # the SQL source's own backend
+    listing_note: str = ""
+
+    def stat(self) -> procfs.ProcStat | None:
+        text = self.reader.read(["/proc/stat"])["/proc/stat"]
+        return procfs.parse_stat(text) if text else None
+
+    def diskstats(self, devices: list[str]) -> dict[str, dict[str, int]]:
+        text = self.reader.read(["/proc/diskstats"])["/proc/diskstats"]
+        return procfs.parse_diskstats(text, devices) if text else {}
+
+    def meminfo(self) -> dict[str, int]:
+        text = self.reader.read(["/proc/meminfo"])["/proc/meminfo"]
+        return procfs.parse_meminfo(text) if text else {}
+
+    def counters(self, devices: list[str]) -> tuple[procfs.ProcStat | None, dict[str, dict[str, int]],
+                                                  dict[str, int], dict[str, procfs.Pressure]]:
+        """/proc/stat, the devices, memory and pressure in one reading (one statement through SQL)."""
+        kinds = ("cpu", "io", "memory")
+        paths = ["/proc/stat", "/proc/diskstats", "/proc/meminfo", *(f"/proc/pressure/{k}" for k in kinds)]
+        texts = self.reader.read(paths)
+        stat = procfs.parse_stat(texts["/proc/stat"]) if texts["/proc/stat"] else None
+        disks = procfs.parse_diskstats(texts["/proc/diskstats"], devices) if texts["/proc/diskstats"] else {}
+        mem = procfs.parse_meminfo(texts["/proc/meminfo"]) if texts["/proc/meminfo"] else {}
+        pressure = {}
+        for kind in kinds:
+            text = texts[f"/proc/pressure/{kind}"]
+            parsed = procfs.parse_pressure(text) if text else None
+            if parsed is not None:
+                pressure[kind] = parsed
+        return stat, disks, mem, pressure
+
+    def pressure(self) -> dict[str, procfs.Pressure]:
+        return self.counters([])[3]
+
+    def _pid_files(self, pids: Iterable[int], names: tuple[str, ...]) -> dict[str, str | None]:
+        return self.reader.read([f"/proc/{pid}/{name}" for pid in pids for name in names])
+
+    def instance(self) -> ProcessSample | None:
+        """CPU and memory of the postmaster and every child of it, and the CPU of its reaped children."""
+        sample = ProcessSample()
+        if self.postmaster_pid is None:
+            return None
+        pids = self._instance_pids()
+        texts = self._pid_files(pids, ("stat", "status", "cmdline"))
+        for pid in pids:
+            st = procfs.parse_pid_stat(texts.get(f"/proc/{pid}/stat") or "")
+            if st is None:
+                continue
+            if pid == self.postmaster_pid:
+                sample.reaped_user_s, sample.reaped_sys_s = st.children_user_s, st.children_sys_s
+            elif st.ppid != self.postmaster_pid:
+                continue  # the pid was reused by a process outside the instance
+            mem = procfs.parse_pid_status(texts.get(f"/proc/{pid}/status") or "")
+            cmdline = (texts.get(f"/proc/{pid}/cmdline") or st.comm).replace("\0", " ").split()
+            sample.procs[pid] = (role_of(cmdline, pid == self.postmaster_pid), st.user_s, st.sys_s, mem.rss,
+                                 mem.shared)
+        return sample
+
+    def _instance_pids(self) -> list[int]:
+        """The postmaster's children: from the whole process list where the source may list it, else from the
+        server's own list of its processes (pg_stat_activity: backends and background workers)."""
+        assert self.postmaster_pid is not None
+        listed = self.reader.list_pids()
+        if listed is not None:
+            texts = self._pid_files(listed, ("stat",))
+            children = [pid for pid in listed
+                        if (st := procfs.parse_pid_stat(texts.get(f"/proc/{pid}/stat") or "")) is not None
+                        and st.ppid == self.postmaster_pid]
+            return [self.postmaster_pid, *children]
+        if isinstance(self.reader, SqlReader):
+            with self.reader.lock:
+                rows = self.reader.conn.execute("select pid from pg_stat_activity").fetchall()
+                self.reader.statements += 1
+            return [self.postmaster_pid, *(r[0] for r in rows)]
+        return [self.postmaster_pid]
+
+    def process_cpu_s(self, pid: int) -> float | None:
+        st = procfs.parse_pid_stat(self.reader.read([f"/proc/{pid}/stat"])[f"/proc/{pid}/stat"] or "")
+        return st.user_s + st.sys_s if st else None
+
+    def host_processes(self) -> HostProcesses | None:
+        """Every process's CPU so far, by name (never its command line: arguments can hold passwords)."""
+        listed = self.reader.list_pids()
+        if listed is None:
+            return None
+        boot = self._boot_time()
+        out = HostProcesses(taken_at=_now())
+        texts = self._pid_files(listed, ("stat",))
+        for pid in listed:
+            st = procfs.parse_pid_stat(texts.get(f"/proc/{pid}/stat") or "")
+            if st is None:
+                continue
+            cpu = st.user_s + st.sys_s
+            if st.ppid == KERNEL_THREADS_PARENT or pid == KERNEL_THREADS_PARENT:
+                out.kernel_threads_s += cpu
+                continue
+            out.procs[pid] = (st.comm, cpu, boot + st.start_ticks / procfs.USER_HZ)
+        return out
+
+    def _boot_time(self) -> float:
+        text = self.reader.read(["/proc/stat"])["/proc/stat"] or ""
+        for line in text.splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+        return 0.0
+
+    def data_device(self, data_directory: str | None) -> tuple[str | None, str]:
+        """The block device of the data directory, from the mount table of the postmaster (its view of the
+        file systems) and the device numbers in /proc/diskstats."""
+        if not data_directory:
+            return None, "the role may not read data_directory, so the data device is unknown"
+        who = self.postmaster_pid or "self"
+        texts = self.reader.read([f"/proc/{who}/mountinfo", "/proc/diskstats"])
+        mountinfo, diskstats = texts[f"/proc/{who}/mountinfo"], texts["/proc/diskstats"]
+        if not mountinfo or not diskstats:
+            return None, "the database host's mount table or /proc/diskstats could not be read"
+        mount = procfs.mount_of(mountinfo, data_directory)
+        if mount is None:
+            return None, f"no mount in the database host's mount table holds {data_directory}"
+        major, minor, point = mount
+        dev = procfs.device_by_number(diskstats, major, minor)
+        if dev is None:
+            return None, (f"the file system of {data_directory} (mounted at {point}, {major}:{minor}) is not on a "
+                          "block device listed in /proc/diskstats")
+        return dev, ""
+
+    def own_pids(self) -> list[int]:
+        return list(self.session_pids)
+
+    def transactions(self) -> int:
+        return self.reader.statements if isinstance(self.reader, SqlReader) else 0
+
+    def close(self) -> None:
+        if isinstance(self.reader, SqlReader):
+            self.reader.conn.close()
+
+
+@dataclass
+class NoHost:
+    """No source: every host figure is n/a, with the reason."""
+
+    reason: str
+    name: str = "none"
+    driver_on_host: bool = False
+    facts: procfs.HostFacts = field(default_factory=lambda: procfs.HostFacts("none"))
+
+    def stat(self) -> procfs.ProcStat | None:
+        return None
+
+    def diskstats(self, devices: list[str]) -> dict[str, dict[str, int]]:
+        return {}
+
+    def meminfo(self) -> dict[str, int]:
+        return {}
+
+    def pressure(self) -> dict[str, procfs.Pressure]:
+        return {}
+
+    def counters(self, devices: list[str]) -> tuple[None, dict, dict, dict]:
+        return None, {}, {}, {}
+
+    def instance(self) -> ProcessSample | None:
+        return None
+
+    def process_cpu_s(self, pid: int) -> float | None:
+        return None
+
+    def host_processes(self) -> HostProcesses | None:
+        return None
+
+    def data_device(self, data_directory: str | None) -> tuple[str | None, str]:
+        return None, self.reason
+
+    def own_pids(self) -> list[int]:
+        return []
+
+    def transactions(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def _local_boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _facts(source: str, reader: ProcReader, kernel: str | None) -> procfs.HostFacts:
+    texts = reader.read(["/proc/stat", "/proc/cpuinfo", "/proc/meminfo", "/proc/sys/kernel/random/boot_id",
+                         "/proc/sys/kernel/osrelease"])
+    stat = procfs.parse_stat(texts["/proc/stat"] or "")
+    mem = procfs.parse_meminfo(texts["/proc/meminfo"] or "")
+    return procfs.HostFacts(
+        source=source, cores=len(stat.per_cpu) or None, cpu_model=procfs.parse_cpu_model(texts["/proc/cpuinfo"] or ""),
+        memory_bytes=mem.get("MemTotal"), kernel=(texts["/proc/sys/kernel/osrelease"] or "").strip() or kernel,
+        boot_id=(texts["/proc/sys/kernel/random/boot_id"] or "").strip() or None)
+
+
+def local_backend_parent(backend_pid: int) -> int | None:
+    """The postmaster of a backend running on this machine (its parent), or None if the pid is not visible here
+    or is not a PostgreSQL process (another PID namespace, or another host)."""
+    texts = LocalReader().read([f"/proc/{backend_pid}/stat", f"/proc/{backend_pid}/cmdline"])
+    st = procfs.parse_pid_stat(texts[f"/proc/{backend_pid}/stat"] or "")
+    cmdline = (texts[f"/proc/{backend_pid}/cmdline"] or "").replace("\0", " ").lower()
+    if st is None or not ("postgres" in cmdline or "postgres" in st.comm.lower()):
+        return None
+    return st.ppid
+
+
+def local_source(postmaster_pid: int) -> ProcHost:
+    return ProcHost("local", LocalReader(), postmaster_pid, _facts("local", LocalReader(), platform.release()),
+                    driver_on_host=True)
+
+
+def sql_source(dsn: str, connect: object) -> ProcHost:
+    """The database host's /proc through a session of its own; CapmarkError with the GRANT when not allowed."""
+    conn = connect(dsn, application_name=HOST_METRICS_APPLICATION)  # type: ignore[operator]
+    reader = SqlReader(conn)
+    try:
+        backend = conn.info.backend_pid
+        texts = reader.read(["/proc/stat", f"/proc/{backend}/stat"])
+    except psycopg.errors.InsufficientPrivilege:
+        role = conn.execute("select current_user").fetchone()[0]
+        conn.close()
+        raise CapmarkError(f"The role '{role}' may not read the database host's /proc through SQL (it needs "
+                           f"superuser, or: {grant_sentence(role)}); or use --host-metrics node-exporter or "
+                           "none.") from None
+    except psycopg.Error as err:
+        conn.close()
+        raise CapmarkError(f"The database host's /proc could not be read through SQL "
+                           f"({str(err).strip().splitlines()[0]}); use --host-metrics node-exporter or none.") from None
+    if not texts["/proc/stat"]:
+        conn.close()
+        raise CapmarkError("The database host has no /proc/stat (it is not Linux), so capmark cannot read its "
+                           "counters through SQL; use --host-metrics node-exporter or none.")
+    own = procfs.parse_pid_stat(texts[f"/proc/{backend}/stat"] or "")
+    facts = _facts("sql", reader, None)
+    host = ProcHost("sql", reader, own.ppid if own else None, facts,
+                    driver_on_host=facts.boot_id is not None and facts.boot_id == _local_boot_id(),
+                    session_pids=[backend])
+    if reader.list_pids() is None:
+        facts.cannot_see.append(reader.list_reason)
+    return host
+
+
+def cannot_see_without_processes() -> list[str]:
+    return ["CPU by process (the node_exporter has none): the database's CPU is the host's busy time"]
+
+
+def dsn_is_local(host: str) -> bool:
+    return host.startswith("/") or host in ("", "localhost", "127.0.0.1", "::1")
