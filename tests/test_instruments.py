@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from capmark import api
+from capmark.collect import hosts
 from capmark.config import RunSpec
 from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepFailed, StepPlan, run_step
@@ -42,7 +43,9 @@ def ctx(embedded_dsn: str) -> Iterator[StepContext]:
     datamodel.setup(control, SIZE, say=lambda m: None)
     used = [registry.WORKLOADS[n] for n in ("srv-query1", "tp-light", "sto-random")]
     datamodel.install_procedures(control, [sql for w in used for sql in (*w.helpers_sql, w.procedure_sql)])
-    yield StepContext(dsn=embedded_dsn, info=info, control=control)
+    host = hosts.choose("local", embedded_dsn, control, info.data_directory, connect)
+    info.postmaster_pid = host.postmaster_pid
+    yield StepContext(dsn=embedded_dsn, info=info, control=control, host=host)
     control.close()
 
 
@@ -154,7 +157,7 @@ def test_commits_per_unit_exclude_the_sampler(ctx):
 def test_commits_are_the_same_with_and_without_collectors(ctx):
     """srv-query1 commits only at the end of each 1 s slice: 2 per 2 s window, whatever capmark samples.
     Earlier tests' updates are vacuumed first: autovacuum's commits count in the database's too."""
-    quiesce(ctx.control, [])
+    quiesce(ctx.control, [], ctx.host)
     on = measure(ctx, "srv-query1", collectors=True)
     off = measure(ctx, "srv-query1", collectors=False)
     assert kpm.workload_commits(on) == kpm.workload_commits(off) == 2

@@ -5,9 +5,15 @@ import psutil
 import pytest
 
 from capmark.collect import os as oscollect
+from capmark.collect import procfs
 from capmark.collect.pgstats import delta, total
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")  # /proc/stat counts in ticks: each delta is off by under one tick
+
+
+def _stat() -> procfs.ProcStat:
+    with open("/proc/stat") as fh:
+        return procfs.parse_stat(fh.read())
 
 
 def _burn_cpu(seconds: float) -> None:
@@ -21,14 +27,14 @@ def test_cpu_states_account_for_every_core_over_the_wall_clock():
     missed or misparsed, a wrong tick size, or per-core lines read as the total would not. The host was busy
     at least for the CPU this process burned meanwhile (its own counter, /proc/self/stat)."""
     wall0, own0 = time.monotonic(), psutil.Process().cpu_times()
-    a = oscollect.read_proc_stat()
+    a = _stat()
     _burn_cpu(0.3)
-    b = oscollect.read_proc_stat()
+    b = _stat()
     wall1, own1 = time.monotonic(), psutil.Process().cpu_times()
     cores = len(b.per_cpu)
     assert cores == os.cpu_count()
     seconds = oscollect.cpu_seconds(a.cpu, b.cpu)
-    resolution = len(oscollect.CPU_FIELDS) * TICK_S
+    resolution = len(procfs.CPU_FIELDS) * TICK_S
     assert sum(seconds.values()) == pytest.approx(cores * (wall1 - wall0), abs=resolution + 0.01 * cores)
     busy = sum(seconds.values()) - seconds["idle"] - seconds["iowait"]
     own = own1.user + own1.system - own0.user - own0.system

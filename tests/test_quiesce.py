@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from capmark.collect import os as oscollect
+from capmark.collect import hosts
 from capmark.driver.quiesce import IDLE_WINDOW_S, quiesce
 
 pytestmark = pytest.mark.db
@@ -31,8 +31,13 @@ def fresh_db(embedded_dsn: str) -> Iterator[str]:
         admin.execute(f"drop database {name} with (force)")
 
 
+def _local(conn: psycopg.Connection) -> hosts.HostSource:
+    """This machine's /proc, where the embedded server runs."""
+    return hosts.choose("local", "", conn, None, None)
+
+
 def _data_devices(conn: psycopg.Connection) -> list[str]:
-    device, _ = oscollect.device_for_path(conn.execute("show data_directory").fetchone()[0])
+    device, _ = _local(conn).data_device(conn.execute("show data_directory").fetchone()[0])
     return [device] if device else []
 
 
@@ -59,7 +64,7 @@ def test_quiesce_checkpoints_the_dirty_buffers_and_waits_a_full_idle_window(embe
         requested = _requested_checkpoints(admin)
         devices = _data_devices(conn)
 
-        result = quiesce(conn, devices, limit_s=30)
+        result = quiesce(conn, devices, _local(conn), limit_s=30)
 
         assert result.checkpoint_done
         assert _dirty_buffers(admin, dbname, filenode) == 0
@@ -99,7 +104,7 @@ def test_a_vacuum_on_capmark_tables_holds_the_wait_until_the_limit(fresh_db: str
             while not conn.execute("select count(*) from pg_stat_progress_vacuum where pid = %s",
                                    (vacuum_pid,)).fetchone()[0] and time.monotonic() < deadline:
                 time.sleep(0.05)
-            result = quiesce(conn, [], limit_s=1.5)
+            result = quiesce(conn, [], _local(conn), limit_s=1.5)
             assert result.limit_hit
             assert result.seconds >= 1.5
             assert "vacuum of capmark.churn" in result.still_busy

@@ -14,8 +14,8 @@ from psycopg.conninfo import make_conninfo
 from scipy.stats import poisson
 
 from capmark import api
-from capmark.collect.os import CPU_FIELDS
 from capmark.collect.pgstats import total
+from capmark.collect.procfs import CPU_FIELDS
 from capmark.config import RunSpec
 from capmark.measure import kpm
 

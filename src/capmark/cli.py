@@ -152,6 +152,13 @@ def run(
                                              "(e.g. 2h), with every process's memory sampled each minute.")] = None,
     all_statements: Annotated[bool, typer.Option("--all-statements", help="Store every role's statements in the "
                                                  "top statements, not only capmark's own.")] = False,
+    host_metrics: Annotated[str, typer.Option("--host-metrics", help="Where the database host's CPU, disk and "
+                                              "memory counters come from: auto (default), local (this machine), "
+                                              "sql (the host's /proc through the database connection), "
+                                              "node-exporter, none.")] = "auto",
+    node_exporter: Annotated[str | None, typer.Option("--node-exporter", help="A Prometheus node_exporter on "
+                                                      "the database host, e.g. http://dbhost:9100/metrics."
+                                                      )] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
@@ -161,7 +168,8 @@ def run(
                    results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file,
                    think_s=parse_duration(think, "think time") if think is not None else 0.0,
                    rate=parse_rate(rate), nested_statements=nested_statements,
-                   soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements)
+                   soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements,
+                   host_metrics=host_metrics, node_exporter=node_exporter)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

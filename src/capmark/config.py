@@ -173,6 +173,8 @@ class RunSpec:
     nested_statements: bool = False  # pg_stat_statements tracks statements inside the slice procedures
     soak_s: float | None = None  # one long step of one workload at one job count
     all_statements: bool = False  # store every role's statements, not only capmark's (privacy: opt in)
+    host_metrics: str = "auto"  # where the database host's OS counters come from (collect/hosts.py)
+    node_exporter: str | None = None  # a node_exporter on the database host: http://host:9100/metrics
 
     def validate(self) -> RunSpec:
         """Every setting checked before anything is created or any server is contacted."""
@@ -191,6 +193,7 @@ class RunSpec:
             check_data_dir(self.data_dir)
         if self.soak_s is not None:
             self._validate_soak()
+        check_host_metrics(self.host_metrics, self.node_exporter)
         return self
 
     def _validate_soak(self) -> None:
@@ -203,6 +206,26 @@ class RunSpec:
             raise CapmarkError(f"A soak must last between {MIN_SOAK_S:g} seconds and 7 days (one throughput point "
                                f"per second is kept); got {self.soak_s:g} s, e.g. --soak 30m.")
         check_times(self.warmup_s, MIN_STEP_S, self.think_s)
+
+
+HOST_METRIC_SOURCES = ("auto", "local", "sql", "node-exporter", "none")
+
+
+def check_host_metrics(source: str, node_exporter: str | None) -> None:
+    """--host-metrics and --node-exporter, checked before any server is contacted."""
+    if source not in HOST_METRIC_SOURCES:
+        raise CapmarkError(f"--host-metrics '{source}' is unknown; use one of {', '.join(HOST_METRIC_SOURCES)}.")
+    if node_exporter is not None:
+        parsed = urlsplit(node_exporter)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise CapmarkError(f"--node-exporter '{node_exporter}' is not an http(s) address; write it as "
+                               "http://DBHOST:9100/metrics.")
+        if source not in ("auto", "node-exporter"):
+            raise CapmarkError(f"--node-exporter names a node_exporter, but --host-metrics is '{source}'; drop one "
+                               "of them.")
+    elif source == "node-exporter":
+        raise CapmarkError("--host-metrics node-exporter needs the exporter's address: add --node-exporter "
+                           "http://DBHOST:9100/metrics.")
 
 
 def check_scale(scale: int) -> None:

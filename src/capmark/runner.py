@@ -17,13 +17,14 @@ from typing import Any
 import psycopg
 
 from capmark import suite
-from capmark.collect import os as oscollect
+from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
 from capmark.collect.pgstats import statements_rule
 from capmark.config import RunSpec, default_jobs, env_dsn, redact_dsn
 from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepFailed, StepPlan, run_step
 from capmark.engines import embedded
+from capmark.engines.base import Capability, TargetInfo
 from capmark.engines.postgres import connect, describe
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
 from capmark.measure import kpm
@@ -79,12 +80,14 @@ def _resolve_target(spec: RunSpec, observer: RunObserver) -> tuple[str, bool]:
     return embedded.start(spec.data_dir, say=observer.say), True
 
 
-def plan_tests(spec: RunSpec) -> list[TestPlan]:
-    """Every test the run will measure, validated before anything touches a database."""
+def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
+    """Every test the run will measure, validated before anything touches a database. Without --jobs the plan
+    follows the database host's cores (this machine's until the database host's are known)."""
     spec.validate()
-    jobs = spec.jobs or default_jobs(os.cpu_count() or 1)
+    cores = cores or os.cpu_count() or 1
+    jobs = spec.jobs or default_jobs(cores)
     if spec.soak_s is not None:
-        plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, spec.jobs or [os.cpu_count() or 1],
+        plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, spec.jobs or [cores],
                                         spec.warmup_s, spec.soak_s, spec.think_s, spec.rate)
         if len(plans) != 1:
             raise CapmarkError(f"A soak runs one workload; '{spec.workloads[0]}' is a suite of {len(plans)}. Name one "
@@ -125,9 +128,16 @@ def _embedded_run_lock(spec: RunSpec, run_id: str) -> AbstractContextManager:
 def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver) -> RunResult:
     dsn, is_embedded = _resolve_target(spec, observer)
     control = connect(dsn, application_name="capmark control")
+    host: hosts.HostSource | None = None
     try:
         _end_statements_with_client(control)
         info = describe(control, dsn, embedded=is_embedded)
+        host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, connect, spec.node_exporter)
+        _describe_host(info, host)
+        if not spec.jobs and host.facts.cores and host.facts.cores != (os.cpu_count() or 1):
+            plans = plan_tests(spec, host.facts.cores)
+            observer.say(f"The database host has {host.facts.cores} cores: the default plan runs up to "
+                         f"{max(max(p.jobs) for p in plans)} jobs.")
         _check_connections(control, max(max(p.jobs) for p in plans))
         size = datamodel.size_for(spec.scale)
         notes: list[str] = []
@@ -136,12 +146,14 @@ def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObs
             notes.append(f"data model set up in {setup_s:.1f} s (not part of any measurement)")
         workloads = list({p.workload.name: p.workload for p in plans}.values())
         datamodel.install_procedures(control, [sql for w in workloads for sql in (*w.helpers_sql, w.procedure_sql)])
-        devices, device_note = _devices(info)
+        devices, device_note = host.data_device(info.data_directory)
+        devices = [devices] if devices else []
         for name, cap in info.capabilities.items():
             if not cap.available:
                 notes.append(f"n/a: {name}: {cap.reason}")
         if device_note:
             notes.append(f"n/a: disk counters: {device_note}")
+        notes.extend(f"n/a on the database host: {what}" for what in host.facts.cannot_see)
         if info.has("pg_stat_statements"):
             notes.append(statements_rule(spec.all_statements))
         steps = sum(len(p.jobs) for p in plans)
@@ -155,15 +167,28 @@ def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObs
                        "expected_s": expected}
         run_result = RunResult(
             run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            folder=str(store.folder), status="running", spec=spec_stored, environment=fingerprint(info),
+            folder=str(store.folder), status="running", spec=spec_stored, environment=fingerprint(info, host),
             target={**asdict(info), "devices": devices, "started_at": _server_started(control)}, setup_notes=notes,
             setup_s=setup_s)
         store.save_run(run_result)
-        ctx = StepContext(dsn=dsn, info=info, control=control, devices=devices, device_note=device_note)
+        ctx = StepContext(dsn=dsn, info=info, control=control, host=host, devices=devices, device_note=device_note)
         return _measure(ctx, store, run_result, plans, size, spec, observer)
     finally:
         with contextlib.suppress(Exception):  # the connection may be gone with the server
             control.close()
+        if host is not None:
+            with contextlib.suppress(Exception):
+                host.close()
+
+
+def _describe_host(info: TargetInfo, host: hosts.HostSource) -> None:
+    """Record in the target which source measured the database host, and what it cannot see."""
+    info.host_metrics = host.name
+    if isinstance(host, hosts.NoHost):
+        info.capabilities["os"] = Capability(False, host.reason)
+    else:
+        info.capabilities["os"] = Capability(True)
+        info.postmaster_pid = getattr(host, "postmaster_pid", None)
 
 
 class _TestAborted(Exception):
@@ -229,7 +254,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                 settings = {**settings, "pg_stat_statements.track": "all"}
             else:
                 observer.say("Nested statements are not tracked: needs pg_stat_statements and a superuser.")
-        quiesced = quiesce(ctx.control, ctx.devices)
+        quiesced = quiesce(ctx.control, ctx.devices, ctx.host)
         test.quiesce_s = quiesced.seconds
         if quiesced.note():
             observer.say(quiesced.note())
@@ -358,15 +383,6 @@ def _check_connections(control: Any, jobs: int) -> None:
     if jobs + used + 2 > max_conn:
         raise CapmarkError(f"The plan needs {jobs} job connections but the server allows {max_conn} with {used} in "
                            "use; lower --jobs or raise max_connections.")
-
-
-def _devices(info: Any) -> tuple[list[str], str]:
-    if not info.has("os"):
-        return [], info.why_not("os")
-    if not info.data_directory:
-        return [], "the role may not read data_directory, so the data device is unknown"
-    dev, why = oscollect.device_for_path(info.data_directory)
-    return ([dev], "") if dev else ([], why)
 
 
 def write_run_report(folder: Path) -> Path:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import psutil
 
 from capmark import __version__
+from capmark.collect.hosts import HostSource
 from capmark.engines.base import TargetInfo
 
 
@@ -24,9 +26,13 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def fingerprint(info: TargetInfo) -> dict[str, Any]:
+def fingerprint(info: TargetInfo, host: HostSource) -> dict[str, Any]:
+    """The load host (this machine, where capmark runs) and the database host (as its source sees it): the
+    model, what-if and sizing use the database host's, never the analysing machine's."""
     return {
-        "host": {
+        "database_host": {**asdict(host.facts), "driver_on_host": host.driver_on_host,
+                          "reason": getattr(host, "reason", "")},
+        "load_host": {
             "cpu_model": _cpu_model(),
             "logical_cores": os.cpu_count(),
             "physical_cores": psutil.cpu_count(logical=False),

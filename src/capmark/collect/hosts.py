@@ -18,13 +18,30 @@ import psycopg
 
 from capmark.collect import procfs
 from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
+from capmark.collect.pgstats import flush_own_stats
+from capmark.config import check_host_metrics
+from capmark.engines.base import TargetInfo
 from capmark.errors import CapmarkError
 
-SOURCES = ("auto", "local", "sql", "node-exporter", "none")
 HOST_METRICS_APPLICATION = "capmark host metrics"  # the SQL source's own session: capmark's cost, not the workload
-# Large enough for /proc/stat on a 512-CPU host and /proc/diskstats with thousands of partitions; a read is
-# capped so that a surprise (a huge mountinfo in a container host) cannot fill the connection.
-MAX_PROC_FILE_BYTES = 4 << 20
+# The server allocates the whole length asked for before it reads, and a /proc/sys file refuses a read much
+# larger than itself (ENOMEM), so each kind of file is asked for what it can hold: a host-wide file such as
+# /proc/stat on a 512-CPU host or /proc/diskstats with thousands of partitions fits in 1 MiB; a process's stat,
+# status or command line in 16 KiB (a longer command line is cut, which only shortens the process title);
+# a kernel setting in 4 KiB.
+HOST_FILE_BYTES = 1 << 20
+PROCESS_FILE_BYTES = 16 << 10
+SETTING_FILE_BYTES = 4 << 10
+MAX_PROC_FILE_BYTES = HOST_FILE_BYTES
+
+
+def read_limit(path: str) -> int:
+    """How many bytes to ask for when reading a /proc file (see the constants above)."""
+    if path.startswith("/proc/sys/"):
+        return SETTING_FILE_BYTES
+    if path[len("/proc/"):].split("/", 1)[0].isdigit():
+        return PROCESS_FILE_BYTES
+    return HOST_FILE_BYTES
 READ_FUNCTION = "pg_read_binary_file(text, bigint, bigint, boolean)"
 
 
@@ -62,6 +79,8 @@ class HostSource(Protocol):
 
     def transactions(self) -> int: ...
 
+    def publish_statistics(self, info: TargetInfo) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -95,7 +114,7 @@ class SqlReader:
     it. Each statement is a transaction on the server, counted so that the workload's commits stay exact.
     """
 
-    READ_SQL = (f"select p, pg_read_binary_file(p, 0, {MAX_PROC_FILE_BYTES}, true) from unnest(%s::text[]) p")
+    READ_SQL = "select p, pg_read_binary_file(p, 0, n, true) from unnest(%s::text[], %s::bigint[]) as f(p, n)"
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
@@ -106,7 +125,7 @@ class SqlReader:
 
     def read(self, paths: list[str]) -> dict[str, str | None]:
         with self.lock:
-            rows = self.conn.execute(self.READ_SQL, (paths,), prepare=True).fetchall()
+            rows = self.conn.execute(self.READ_SQL, (paths, [read_limit(p) for p in paths]), prepare=True).fetchall()
             self.statements += 1
         return {p: bytes(b).decode("utf-8", "replace") if b is not None else None for p, b in rows}
 
@@ -269,6 +288,14 @@ class ProcHost:
     def transactions(self) -> int:
         return self.reader.statements if isinstance(self.reader, SqlReader) else 0
 
+    def publish_statistics(self, info: TargetInfo) -> None:
+        """The SQL source's session publishes its statistics at most once a second: make it publish now, so
+        that its transactions land in the window they were made in (capmark takes them out of the workload's)."""
+        if isinstance(self.reader, SqlReader) and info.has("force_flush"):
+            with self.reader.lock:
+                flush_own_stats(self.reader.conn, info)
+                self.reader.statements += 1
+
     def close(self) -> None:
         if isinstance(self.reader, SqlReader):
             self.reader.conn.close()
@@ -315,6 +342,9 @@ class NoHost:
 
     def transactions(self) -> int:
         return 0
+
+    def publish_statistics(self, info: TargetInfo) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -398,3 +428,38 @@ def cannot_see_without_processes() -> list[str]:
 
 def dsn_is_local(host: str) -> bool:
     return host.startswith("/") or host in ("", "localhost", "127.0.0.1", "::1")
+
+
+def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str | None, connect: object,
+           node_exporter: str | None = None) -> HostSource:
+    """The source for --host-metrics: the one asked for (or one clear sentence why it cannot serve), or with
+    auto the best available: this machine's /proc when the server runs here, a node_exporter when one is named,
+    the database host's /proc through SQL when the role may read it, else none with the reason."""
+    check_host_metrics(mode, node_exporter)
+    if mode == "none":
+        return NoHost("host metrics are off (--host-metrics none)")
+    postmaster = _visible_postmaster(control)
+    if mode == "local" or (mode == "auto" and postmaster is not None and not node_exporter):
+        if postmaster is None:
+            raise CapmarkError(f"The server at {control.info.host or 'its socket'} does not run on this machine (its "
+                               "processes are not visible here), so --host-metrics local cannot see it; use "
+                               "--host-metrics sql or --node-exporter URL.")
+        return local_source(postmaster)
+    if node_exporter:
+        from capmark.collect.node_exporter import node_exporter_source
+
+        return node_exporter_source(node_exporter, data_directory)
+    if mode == "sql":
+        return sql_source(dsn, connect)
+    try:
+        return sql_source(dsn, connect)
+    except CapmarkError as err:
+        return NoHost(f"the database host's counters are not visible: {err}")
+
+
+def _visible_postmaster(control: psycopg.Connection) -> int | None:
+    """The postmaster's pid when the server runs on this machine, in this machine's process namespace."""
+    host = control.info.host or ""
+    if not dsn_is_local(host):
+        return None
+    return local_backend_parent(control.info.backend_pid)

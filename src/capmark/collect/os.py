@@ -1,56 +1,21 @@
-"""OS counters of the local database host from /proc: CPU, run queue, disks, memory, processes by role."""
+"""Arithmetic over OS counter samples of the database host (whichever source read them): CPU shares, CPU by
+process role, other programs; and capmark's own process."""
 
 from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
 
-CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-DISK_FIELDS = ("reads", "reads_merged", "sectors_read", "read_ms", "writes", "writes_merged", "sectors_written",
-               "write_ms", "in_flight", "io_ms", "weighted_io_ms", "discards", "discards_merged",
-               "sectors_discarded", "discard_ms", "flushes", "flush_ms")
+from capmark.collect.procfs import CPU_FIELDS, USER_HZ
+
 ROLES = ("client backends", "capmark sampler", "walwriter", "checkpointer", "background writer", "autovacuum",
          "io workers", "postmaster", "other", "exited processes")
 SAMPLER_ROLE = "capmark sampler"  # the server backend of capmark's own sampling session: capmark's cost, not work
 KERNEL_THREADS_PARENT = 2  # kthreadd: kernel threads are OS overhead, not programs
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class ProcStat:
-    """System-wide counters from /proc/stat: jiffies per CPU state, context switches, run queue."""
-
-    cpu: dict[str, int]
-    per_cpu: list[dict[str, int]]
-    ctxt: int
-    procs_running: int
-    procs_blocked: int
-
-
-def read_proc_stat(root: str = "/proc") -> ProcStat:
-    cpu: dict[str, int] = {}
-    per_cpu: list[dict[str, int]] = []
-    ctxt = running = blocked = 0
-    with open(f"{root}/stat") as fh:
-        for line in fh:
-            parts = line.split()
-            if parts[0] == "cpu":
-                cpu = dict(zip(CPU_FIELDS, map(int, parts[1:9]), strict=False))
-            elif parts[0].startswith("cpu"):
-                per_cpu.append(dict(zip(CPU_FIELDS, map(int, parts[1:9]), strict=False)))
-            elif parts[0] == "ctxt":
-                ctxt = int(parts[1])
-            elif parts[0] == "procs_running":
-                running = int(parts[1])
-            elif parts[0] == "procs_blocked":
-                blocked = int(parts[1])
-    return ProcStat(cpu, per_cpu, ctxt, running, blocked)
 
 
 def cpu_percentages(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
@@ -65,44 +30,7 @@ def cpu_percentages(before: dict[str, int], after: dict[str, int]) -> dict[str, 
 
 
 def cpu_seconds(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
-    return {k: (after.get(k, 0) - before.get(k, 0)) / _TICK for k in CPU_FIELDS}
-
-
-def read_diskstats(devices: list[str], root: str = "/proc") -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    with open(f"{root}/diskstats") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) > 3 and parts[2] in devices:
-                out[parts[2]] = dict(zip(DISK_FIELDS, map(int, parts[3:]), strict=False))
-    return out
-
-
-def device_for_path(path: str | Path) -> tuple[str | None, str]:
-    """The block device (as named in /proc/diskstats) that holds path, or None and the reason."""
-    try:
-        st_dev = os.stat(path).st_dev
-    except OSError as err:
-        return None, f"cannot stat {path} ({err.strerror})"
-    major, minor = os.major(st_dev), os.minor(st_dev)
-    with open("/proc/diskstats") as fh:
-        for line in fh:
-            parts = line.split()
-            if int(parts[0]) == major and int(parts[1]) == minor:
-                return parts[2], ""
-    return None, f"the file system of {path} is not on a block device listed in /proc/diskstats ({major}:{minor})"
-
-
-def read_meminfo(root: str = "/proc") -> dict[str, int]:
-    """Bytes for the memory lines capmark reports."""
-    wanted = {"MemTotal", "MemFree", "MemAvailable", "Cached", "Dirty", "Writeback", "Shmem"}
-    out: dict[str, int] = {}
-    with open(f"{root}/meminfo") as fh:
-        for line in fh:
-            key, _, rest = line.partition(":")
-            if key in wanted:
-                out[key] = int(rest.split()[0]) * 1024
-    return out
+    return {k: (after.get(k, 0) - before.get(k, 0)) / USER_HZ for k in CPU_FIELDS}
 
 
 _CLUSTER_PREFIX = re.compile(r"^\d+/[\w.-]+:\s*")
@@ -133,27 +61,6 @@ class ProcessSample:
     procs: dict[int, tuple[str, float, float, int, int]] = field(default_factory=dict)
     reaped_user_s: float = 0.0
     reaped_sys_s: float = 0.0
-
-
-def sample_instance(postmaster_pid: int) -> ProcessSample:
-    sample = ProcessSample()
-    try:
-        master = psutil.Process(postmaster_pid)
-        times = master.cpu_times()
-        sample.reaped_user_s, sample.reaped_sys_s = times.children_user, times.children_system
-        members = [master, *master.children()]
-    except psutil.Error:
-        return sample
-    for proc in members:
-        try:
-            with proc.oneshot():
-                t = proc.cpu_times()
-                mem = proc.memory_info()
-                role = role_of(proc.cmdline(), proc.pid == postmaster_pid)
-            sample.procs[proc.pid] = (role, t.user, t.system, mem.rss, getattr(mem, "shared", 0))
-        except psutil.Error:
-            continue
-    return sample
 
 
 def cpu_by_role(before: ProcessSample, after: ProcessSample) -> dict[str, dict[str, float]]:
@@ -191,22 +98,6 @@ class HostProcesses:
     procs: dict[int, tuple[str, float, float]] = field(default_factory=dict)
     kernel_threads_s: float = 0.0
     taken_at: float = 0.0
-
-
-def sample_host_processes() -> HostProcesses:
-    """Every process's CPU so far (its name, never its command line: arguments can hold passwords)."""
-    out = HostProcesses(taken_at=time.time())
-    for proc in psutil.process_iter(["name", "cpu_times", "ppid", "create_time"]):
-        info = proc.info
-        times = info.get("cpu_times")
-        if times is None:
-            continue
-        cpu = times.user + times.system
-        if info.get("ppid") == KERNEL_THREADS_PARENT or proc.pid == KERNEL_THREADS_PARENT:
-            out.kernel_threads_s += cpu
-            continue
-        out.procs[proc.pid] = (info.get("name") or "?", cpu, info.get("create_time") or 0.0)
-    return out
 
 
 def other_processes_cpu(before: HostProcesses, after: HostProcesses, exclude: set[int],

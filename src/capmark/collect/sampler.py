@@ -15,8 +15,11 @@ from typing import Any
 import psycopg
 
 from capmark.collect import os as oscollect
+from capmark.collect.hosts import HostSource
 from capmark.collect.pgstats import flush_own_stats
+from capmark.collect.procfs import ProcStat
 from capmark.engines.base import TargetInfo
+from capmark.errors import CapmarkError
 
 CAPMARK_APPLICATION = "capmark"  # every capmark connection's application_name starts with this
 
@@ -85,16 +88,14 @@ class Sampler(threading.Thread):
 
     WAIT_HZ = 10.0
 
-    def __init__(self, conn: psycopg.Connection | None, backend_pids: list[int], os_local: bool,
-                 postmaster_pid: int | None = None, memory_every_s: float = 60.0,
-                 own_pids: list[int] | None = None) -> None:
+    def __init__(self, conn: psycopg.Connection | None, backend_pids: list[int], host: HostSource | None,
+                 memory_every_s: float = 60.0, own_pids: list[int] | None = None) -> None:
         super().__init__(name="capmark-sampler", daemon=True)
         self.conn = conn
         self.pids = backend_pids
         # this run's other sessions (its control connection): neither workload nor interference
         self.own_pids = [*backend_pids, *(own_pids or [])]
-        self.os_local = os_local
-        self.postmaster_pid = postmaster_pid if os_local else None
+        self.host = host  # None: no OS series (no source, or collectors off)
         self.memory_every_s = memory_every_s
         self.samples = Samples()
         self._halt = threading.Event()
@@ -122,31 +123,49 @@ class Sampler(threading.Thread):
         start = self._start = time.monotonic()
         next_os = start + 1.0
         next_memory = start
-        last_os = oscollect.read_proc_stat() if self.os_local else None
+        last_os = self._read_stat()
         tick = 0
         while not self._halt.is_set():
             tick += 1
             if self.conn is not None:
                 self._sample_waits()
             now = time.monotonic()
-            if self.postmaster_pid and now >= next_memory:
+            if self.host is not None and now >= next_memory:
                 self._sample_memory(now - start)
                 next_memory += self.memory_every_s
             if last_os is not None and now >= next_os:
-                current = oscollect.read_proc_stat()
-                pct = oscollect.cpu_percentages(last_os.cpu, current.cpu)
-                self.samples.os_series.append({
-                    "t": round(now - start, 3), **{f"cpu_{k}_pct": round(v, 2) for k, v in pct.items()},
-                    "procs_running": current.procs_running, "procs_blocked": current.procs_blocked,
-                    "ctxt": current.ctxt - last_os.ctxt,
-                })
+                current = self._read_stat()
+                if current is not None:
+                    pct = oscollect.cpu_percentages(last_os.cpu, current.cpu)
+                    self.samples.os_series.append({
+                        "t": round(now - start, 3), **{f"cpu_{k}_pct": round(v, 2) for k, v in pct.items()},
+                        "procs_running": current.procs_running, "procs_blocked": current.procs_blocked,
+                        "ctxt": current.ctxt - last_os.ctxt,
+                    })
                 last_os = current
                 next_os += 1.0
             self._halt.wait(max(0.0, start + tick * period - time.monotonic()))
 
+    def _read_stat(self) -> ProcStat | None:
+        if self.host is None:
+            return None
+        try:
+            return self.host.stat()
+        except (OSError, psycopg.Error, CapmarkError) as err:  # the source went away: the series stops, the step not
+            self.samples.errors.append(f"the host's CPU series stopped: {str(err).strip().splitlines()[0]}")
+            self.host = None
+            return None
+
     def _sample_memory(self, t: float) -> None:
         """RSS and private memory (RSS less shared pages: shared buffers touched count in RSS but are no leak)."""
-        procs = oscollect.sample_instance(self.postmaster_pid).procs if self.postmaster_pid else {}
+        try:
+            sample = self.host.instance() if self.host is not None else None
+        except (OSError, psycopg.Error, CapmarkError) as err:
+            self.samples.errors.append(f"the memory series stopped: {str(err).strip().splitlines()[0]}")
+            return
+        procs = sample.procs if sample is not None else {}
+        if not procs:
+            return
         self.samples.memory_series.append({"t": round(t, 1), "rss": {
             str(pid): [role, rss, max(0, rss - shared)] for pid, (role, _u, _s, rss, shared) in procs.items()}})
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from capmark.collect import os as oscollect
+from capmark.collect.hosts import HostSource
 
 # After the CHECKPOINT the server has nothing left to write, so a device still busy after half a minute is busy
 # with another program's writes, which waiting longer does not cure; the note then says so.
@@ -63,12 +63,13 @@ class Quiesced:
 class _DeviceWatch:
     """Bytes written to the data devices over the last IDLE_WINDOW_S, from /proc/diskstats."""
 
-    def __init__(self, devices: list[str]) -> None:
+    def __init__(self, devices: list[str], host: HostSource) -> None:
         self.devices = devices
+        self.host = host
         self.samples: deque[tuple[float, int]] = deque()
 
     def _written_sectors(self) -> int:
-        return sum(d["sectors_written"] for d in oscollect.read_diskstats(self.devices).values())
+        return sum(d["sectors_written"] for d in self.host.diskstats(self.devices).values())
 
     def idle(self) -> bool:
         now = time.monotonic()
@@ -96,12 +97,13 @@ def busy_capmark_tables(conn: psycopg.Connection) -> list[str]:
     return [row[0] for row in conn.execute(_BUSY_TABLES_SQL).fetchall()]
 
 
-def quiesce(conn: psycopg.Connection, devices: list[str], limit_s: float = QUIESCE_LIMIT_S) -> Quiesced:
+def quiesce(conn: psycopg.Connection, devices: list[str], host: HostSource,
+            limit_s: float = QUIESCE_LIMIT_S) -> Quiesced:
     """CHECKPOINT, then wait until the data devices (when this host sees them) are idle and no vacuum works
     on capmark's tables; at most limit_s. conn must be in autocommit mode."""
     started = time.monotonic()
     checkpoint_done = checkpoint(conn)
-    watch = _DeviceWatch(devices) if devices else None
+    watch = _DeviceWatch(devices, host) if devices else None
     while True:
         busy = busy_capmark_tables(conn)
         if watch is not None and not watch.idle():

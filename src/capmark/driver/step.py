@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import psutil
 import psycopg
 
+from capmark.collect import hosts, pgstats
 from capmark.collect import os as oscollect
-from capmark.collect import pgstats
+from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
 from capmark.driver.histogram import merge_all
 from capmark.driver.jobs import Job, Pacing, Schedule
@@ -34,6 +34,7 @@ class StepContext:
     dsn: str
     info: TargetInfo
     control: psycopg.Connection
+    host: HostSource  # where the database host's OS counters come from
     devices: list[str] = field(default_factory=list)
     device_note: str = ""
 
@@ -53,13 +54,14 @@ class StepPlan:
     all_statements: bool = False  # keep every role's statements in the top statements, not only capmark's
 
 
-def _os_reading(ctx: StepContext) -> dict:
-    stat = oscollect.read_proc_stat()
-    return {"stat": stat, "disks": oscollect.read_diskstats(ctx.devices), "mem": oscollect.read_meminfo(),
-            "procs": oscollect.sample_instance(ctx.info.postmaster_pid) if ctx.info.postmaster_pid else None}
+def _os_reading(ctx: StepContext) -> dict | None:
+    stat, disks, mem, pressure = ctx.host.counters(ctx.devices)
+    if stat is None:
+        return None
+    return {"stat": stat, "disks": disks, "mem": mem, "pressure": pressure, "procs": ctx.host.instance()}
 
 
-def _os_summary(before: dict, after: dict) -> dict:
+def _os_summary(before: dict, after: dict, elapsed_s: float, host: HostSource) -> dict:
     b, a = before["stat"], after["stat"]
     disks = {}
     for dev, fields in after["disks"].items():
@@ -76,7 +78,16 @@ def _os_summary(before: dict, after: dict) -> dict:
         "disks": disks,
         "memory_end": after["mem"],
         "memory_start": before["mem"],
+        "pressure": _stall_shares(before["pressure"], after["pressure"], elapsed_s),
+        "source": host.name,
+        "driver_on_host": host.driver_on_host,
     }
+
+
+def _stall_shares(before: dict, after: dict, elapsed_s: float) -> dict[str, float]:
+    """Share of the window in which some task stalled on CPU, IO or memory (Linux pressure stall information)."""
+    return {kind: min(1.0, max(0.0, (after[kind].total_us - before[kind].total_us) / 1e6 / elapsed_s))
+            for kind in after if kind in before and elapsed_s > 0}
 
 
 def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size: DataSize, plan: StepPlan,
@@ -115,18 +126,21 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
 
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)  # PostgreSQL 14: the collector publishes every 500 ms
-        os_local = ctx.info.has("os")
+        os_local = not isinstance(ctx.host, hosts.NoHost)  # some source sees the database host
         pgstats.flush_own_stats(ctx.control, ctx.info)  # the control session's earlier work stays out of the window
+        ctx.host.publish_statistics(ctx.info)  # and so does the host source's (quiescing, the previous step)
         db_before = pgstats.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
-        host_before = oscollect.sample_host_processes() if os_local else None
+        host_statements0 = ctx.host.transactions()
+        host_before = ctx.host.host_processes() if os_local else None
         os_before = _os_reading(ctx) if os_local else None
         drv_before = oscollect.own_cpu_seconds()
         delay_before = oscollect.own_run_delay()
         sampler_conn = connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
         sampler_pid = sampler_conn.info.backend_pid if sampler_conn is not None else None
-        sampler = Sampler(sampler_conn, pids, os_local and plan.collectors, ctx.info.postmaster_pid,
-                          memory_every_s=plan.memory_every_s, own_pids=[ctx.control.info.backend_pid])
-        sampler_cpu0 = _backend_cpu(sampler_conn) if os_local else None
+        sampler = Sampler(sampler_conn, pids, ctx.host if os_local and plan.collectors else None,
+                          memory_every_s=plan.memory_every_s,
+                          own_pids=[ctx.control.info.backend_pid, *ctx.host.own_pids()])
+        sampler_cpu0 = _backend_cpu(ctx.host, sampler_conn) if os_local else None
         schedule.measure_start = time.time()
         schedule.measure_end = schedule.measure_start + plan.duration_s
         sampler.start()
@@ -135,14 +149,16 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         _wait(barrier, jobs)  # jobs done and flushed
         elapsed = time.time() - schedule.measure_start
         samples = sampler.stop()
-        sampler_cpu = (_backend_cpu(sampler_conn) or 0.0) - sampler_cpu0 if sampler_cpu0 is not None else None
+        sampler_cpu = (_backend_cpu(ctx.host, sampler_conn) or 0.0) - sampler_cpu0 if sampler_cpu0 is not None else None
         sampler.publish_statistics(ctx.info)
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)
         drv_after = oscollect.own_cpu_seconds()
         delay_after = oscollect.own_run_delay()
         os_after = _os_reading(ctx) if os_local else None
-        host_after = oscollect.sample_host_processes() if os_local else None
+        host_after = ctx.host.host_processes() if os_local else None
+        ctx.host.publish_statistics(ctx.info)
+        host_statements = ctx.host.transactions() - host_statements0
         db_after = pgstats.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
     except BaseException:
         stop.set()
@@ -183,7 +199,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         schedule_lag=merge_all([j.tally.lag for j in jobs]) if plan.rate else None,
         background_series=samples.background_series(), memory_series=samples.memory_series,
         interference={"sessions": samples.others.to_dict() if sampler_conn is not None else None},
-        instruments={"capmark_transactions": _capmark_transactions(ctx, plan, samples, sampler_conn is not None),
+        instruments={"capmark_transactions": {**_capmark_transactions(ctx, plan, samples, sampler_conn is not None),
+                                              "host_metrics": host_statements},
                      "statements": pgstats.statements_rule(plan.all_statements)},
     )
     if eviction is not None:
@@ -191,9 +208,10 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         if eviction["note"]:
             result.notes.append(eviction["note"])
     if os_before and os_after:
-        result.os = _os_summary(os_before, os_after)
+        result.os = _os_summary(os_before, os_after, elapsed, ctx.host)
         if os_before["procs"] and os_after["procs"]:
-            oscollect.relabel(os_after["procs"], sampler_pid, oscollect.SAMPLER_ROLE)
+            for pid in (sampler_pid, *ctx.host.own_pids()):  # capmark's own backends: its cost, not the workload's
+                oscollect.relabel(os_after["procs"], pid, oscollect.SAMPLER_ROLE)
             result.process_cpu = oscollect.cpu_by_role(os_before["procs"], os_after["procs"])
             result.os["rss_by_role_end"] = _rss_by_role(os_after["procs"])
     if host_before is not None and host_after is not None:
@@ -229,15 +247,9 @@ def _per_second(per_job: list[dict[int, int]], seconds: int) -> list[int]:
     return out
 
 
-def _backend_cpu(conn: psycopg.Connection | None) -> float | None:
+def _backend_cpu(host: HostSource, conn: psycopg.Connection | None) -> float | None:
     """CPU seconds used so far by the server process behind conn (the sampler's own cost)."""
-    if conn is None:
-        return None
-    try:
-        t = psutil.Process(conn.info.backend_pid).cpu_times()
-    except psutil.Error:
-        return None
-    return t.user + t.system
+    return host.process_cpu_s(conn.info.backend_pid) if conn is not None else None
 
 
 def _rss_by_role(sample: oscollect.ProcessSample) -> dict[str, int]:

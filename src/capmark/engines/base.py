@@ -31,6 +31,7 @@ class TargetInfo:
     capabilities: dict[str, Capability] = field(default_factory=dict)
     # pg_stat_statements qualified by the schema its extension lives in (capmark's own on the embedded server)
     statements_view: str = "pg_stat_statements"
+    host_metrics: str = ""  # which source measured the database host: local, sql, node-exporter or none
 
     def has(self, name: str) -> bool:
         cap = self.capabilities.get(name)
