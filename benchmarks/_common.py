@@ -8,6 +8,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from capmark.collect import hosts
 from capmark.config import default_jobs
 from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines import embedded
@@ -19,16 +20,19 @@ from capmark.workloads import datamodel, registry
 PGBIN = None
 
 
-def target(dsn: str | None) -> StepContext:
+def target(dsn: str | None, host_metrics: str = "auto") -> StepContext:
     """Connect (starting the embedded server when no DSN is given) and install what the workloads need."""
     is_embedded = dsn is None
     dsn = dsn or embedded.start(None)
     control = connect(dsn, application_name="capmark benchmark")
     info = describe(control, dsn, embedded=is_embedded)
+    host = hosts.choose(host_metrics, dsn, control, info.data_directory, connect)
+    info.postmaster_pid = getattr(host, "postmaster_pid", None)
     datamodel.setup(control, datamodel.size_for(1), say=lambda m: print(m, file=sys.stderr))
     datamodel.install_procedures(control, [w.procedure_sql for w in registry.WORKLOADS.values()])
     datamodel.warm_cache(control, ["item", "account"], say=lambda m: print(m, file=sys.stderr))
-    return StepContext(dsn=dsn, info=info, control=control)
+    device, _ = host.data_device(info.data_directory)
+    return StepContext(dsn=dsn, info=info, control=control, host=host, devices=[device] if device else [])
 
 
 def run(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: str = "server",

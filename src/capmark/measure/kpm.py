@@ -116,7 +116,8 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
             values[key] = cpu[state] + (cpu["nice"] if state == "user" else 0.0)
         else:
             values[key] = None
-            reasons[key] = "the database host is not local, so its CPU counters are not visible"
+            reasons[key] = ("the database host's CPU counters were not measured (no host-metrics source; the run's "
+                            "notes say why)")
 
     units = step.units
     values["throughput"] = units / el
@@ -202,7 +203,7 @@ def _storage_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, s
     if not disks:
         for key in ("device_iops", "device_mb_per_s", "device_read_ms", "os_cache_read_pct"):
             values[key] = None
-            reasons[key] = "no device counters: the database host is remote or its data device is unknown"
+            reasons[key] = "no device counters: the database host was not measured or its data device is unknown"
         return
     dev_reads = sum(d.get("reads", 0) for d in disks.values())
     dev_ops = dev_reads + sum(d.get("writes", 0) for d in disks.values())
