@@ -30,6 +30,10 @@ class StepResult:
     wait_samples: int = 0
     os_series: list[dict[str, Any]] = field(default_factory=list)
     round_trips: int = 0
+    # the job connections' traffic in the window, summed (collect/netinfo.py): transport, connections and
+    # bytes_sent, bytes_received, segments_out, segments_in, retransmits, or the reason they are n/a;
+    # empty in runs stored before it was measured
+    network: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     kpm: dict[str, Any] = field(default_factory=dict)
     pacing: dict[str, float] = field(default_factory=dict)  # client side: think_s, rate (0 = closed loop)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from capmark.collect import hosts, pgstats
+from capmark.collect import hosts, netinfo, pgstats
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
@@ -133,6 +133,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         host_statements0 = ctx.host.transactions()
         host_before = ctx.host.host_processes() if os_local else None
         os_before = _os_reading(ctx) if os_local else None
+        net_before = netinfo.read_all(conns)  # the jobs wait at the barrier: their sockets are quiet
         drv_before = oscollect.own_cpu_seconds()
         delay_before = oscollect.own_run_delay()
         sampler_conn = connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
@@ -154,6 +155,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)
         drv_after = oscollect.own_cpu_seconds()
+        net_after = netinfo.read_all(conns)
         delay_after = oscollect.own_run_delay()
         os_after = _os_reading(ctx) if os_local else None
         host_after = ctx.host.host_processes() if os_local else None
@@ -195,6 +197,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                     "sampler_backend_s": sampler_cpu},
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(j.tally.round_trips for j in jobs), notes=notes + samples.errors,
+        network=netinfo.summed_delta(net_before, net_after).to_dict(),
         pacing={"think_s": plan.think_s, "rate": plan.rate},
         schedule_lag=merge_all([j.tally.lag for j in jobs]) if plan.rate else None,
         background_series=samples.background_series(), memory_series=samples.memory_series,

@@ -10,6 +10,7 @@ is per unit; keys name their unit when it is not seconds or bytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +28,11 @@ WRITERS = {"client backend": "backends", "checkpointer": "checkpointer", "backgr
 class Component:
     key: str
     label: str
-    group: str  # cpu | disk | dbio | wal | client | os
+    group: str  # cpu | disk | dbio | wal | network | os
     unit: str  # display unit of the per-unit value
     scale: float = 1.0  # stored value x scale = displayed value
     time: bool = False  # a time demand (seconds): shares within its group add up
+    reason: str = ""  # why the component could not be measured ("n/a: ..."); its values are then None
 
 
 def host_busy_s(step: StepResult) -> float | None:
@@ -139,10 +141,37 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
     written = wal_written_bytes(step)
     put("wal_written_bytes", written, "WAL written to disk", "wal", "kB", 1 / 1024)
 
-    # client tier
+    # network tier: the job connections' traffic (round trips are counted by the client-side driver)
     if step.round_trips:
-        put("client_round_trips", step.round_trips, "round trips", "client", "trips")
+        put("client_round_trips", step.round_trips, "round trips", "network", "trips")
+    _network(step, put, comps)
     return out, comps
+
+
+# The job connections' counters as StepResult.network stores them, with their component key, label and unit.
+NETWORK_COUNTERS = (
+    ("bytes_sent", "net_bytes_sent", "network bytes sent by the client", "B"),
+    ("bytes_received", "net_bytes_received", "network bytes received by the client", "B"),
+    ("segments_out", "net_segments_out", "TCP segments sent by the client", "segments"),
+    ("segments_in", "net_segments_in", "TCP segments received by the client", "segments"),
+    ("retransmits", "net_retransmits", "TCP segments retransmitted by the client", "segments"),
+)
+NETWORK_NA_KEY = "net_traffic"
+NETWORK_NA_LABEL = "network bytes, segments and retransmits"
+
+
+def _network(step: StepResult, put: Callable[..., None], comps: dict[str, Component]) -> None:
+    """Bytes and segments per unit over the job connections' sockets; where the step could not read them (a Unix
+    socket, an old kernel) one row says why. Runs stored before the network was measured have neither."""
+    net = step.network or {}
+    if not net:
+        return
+    if "reason" in net:
+        put(NETWORK_NA_KEY, None, NETWORK_NA_LABEL, "network", "")
+        comps[NETWORK_NA_KEY] = Component(NETWORK_NA_KEY, NETWORK_NA_LABEL, "network", "", reason=net["reason"])
+        return
+    for field, key, label, unit in NETWORK_COUNTERS:
+        put(key, net.get(field), label, "network", unit)
 
 
 def devices(step: StepResult) -> dict[str, dict[str, float | None]]:
@@ -267,7 +296,7 @@ def _floor(comp: Component) -> float:
     """Below this per-unit value a component is noise: 1 us of time, 0.05 operations, 100 bytes."""
     if comp.time:
         return 1e-6
-    if comp.unit == "kB":
+    if comp.unit in ("kB", "B"):
         return 100.0
     return 0.05
 
@@ -283,13 +312,14 @@ def demands_of_test(test: TestResult) -> dict[str, Any]:
     for key, comp in comps.items():
         values = [d.get(key) for d, _ in per_step]
         present = [v for v in values if v is not None]
-        if not present:
+        if not present and not comp.reason:
             continue
-        mean = sum(present) / len(present)
-        std = math.sqrt(sum((v - mean) ** 2 for v in present) / len(present))
+        mean = sum(present) / len(present) if present else None
+        std = math.sqrt(sum((v - mean) ** 2 for v in present) / len(present)) if mean is not None else None
         rows.append({"key": key, "label": comp.label, "group": comp.group, "unit": comp.unit, "scale": comp.scale,
                      "time": comp.time, "values": values, "mean": mean, "std": std,
-                     "trend": trend(jobs, values, comp.label, floor=_floor(comp)).__dict__})
+                     "trend": trend(jobs, values, comp.label, floor=_floor(comp)).__dict__,
+                     **({"reason": comp.reason} if comp.reason else {})})
     for group in {r["group"] for r in rows}:
         group_total = sum(r["mean"] for r in rows if r["group"] == group and r["time"])
         for r in rows:

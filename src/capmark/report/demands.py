@@ -33,6 +33,11 @@ def sampler_line(cost: dict[str, Any]) -> str:
             "client backends' CPU and the commits")
 
 
+def component_label(row: dict[str, Any]) -> str:
+    """A component's name, with the reason beside it when it could not be measured."""
+    return f"{row['label']} ({row['reason']})" if row.get("reason") else row["label"]
+
+
 def print_demands(doc: dict[str, Any], console: Console) -> None:
     jobs = doc["jobs"]
     table = Table(title=escape(f"{doc['workload']}: service demand per {doc['unit']}"), title_justify="left",
@@ -44,7 +49,7 @@ def print_demands(doc: dict[str, Any], console: Console) -> None:
     for col in ("mean", "std", "share %"):
         table.add_column(col, justify="right")
     for r in doc["components"]:
-        table.add_row(escape(r["label"]), r["unit"], *(fmt_scaled(v, r["scale"]) for v in r["values"]),
+        table.add_row(escape(component_label(r)), r["unit"], *(fmt_scaled(v, r["scale"]) for v in r["values"]),
                       fmt_scaled(r["mean"], r["scale"]), fmt_scaled(r["std"], r["scale"]),
                       fmt(r.get("share_pct"), 1) if r.get("share_pct") is not None else "")
     console.print(table)
