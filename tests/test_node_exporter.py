@@ -1,0 +1,333 @@
+"""The node_exporter source against a real prometheus-node-exporter on this machine, checked against this
+machine's /proc read by the local source: a wrong unit, mode or device shows as a mismatch."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capmark.collect import hosts, node_exporter, procfs
+from capmark.collect.os import cpu_percentages
+from capmark.errors import CapmarkError
+
+EXPORTER = "/usr/bin/prometheus-node-exporter"
+INSTALL = "apt-get update && apt-get install -y prometheus-node-exporter"
+READY_TIMEOUT_S = 15.0
+LOAD_SECONDS = 3.0  # long enough that the few ms between the two sources' readings are noise
+LOAD_BYTES = 48 << 20  # written and fsynced in the window: far above the machine's background writes
+BUSY_TOLERANCE_POINTS = 2.0
+WRITTEN_TOLERANCE = 0.05
+# idle and iowait are estimated by the kernel at each read of /proc/stat and may step back by a tick or two
+NON_MONOTONIC_SLACK_TICKS = 3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _install_exporter() -> str | None:
+    """None once the exporter is installed, else why not."""
+    if os.path.exists(EXPORTER):
+        return None
+    done = subprocess.run(["sh", "-c", INSTALL], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 or not os.path.exists(EXPORTER):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"prometheus-node-exporter is not installed and '{INSTALL}' failed: {tail[0]}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """A node_exporter on a free port of 127.0.0.1: its address and pid."""
+    problem = _install_exporter()
+    if problem:
+        pytest.skip(problem)
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("node-exporter") / "log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--collector.cpu.info"],
+                                stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"node_exporter did not start: {log_path.read_text()[-2000:]}")
+                time.sleep(0.1)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture()
+def local() -> hosts.ProcHost:
+    return hosts.local_source(os.getpid())
+
+
+def test_facts_match_proc(exporter: tuple[str, int], local: hosts.ProcHost) -> None:
+    host = node_exporter.node_exporter_source(exporter[0], None)
+    assert host.name == "node-exporter" and host.facts.source == "node-exporter"
+    assert host.facts.cores == local.facts.cores == os.cpu_count()
+    assert host.facts.memory_bytes == local.facts.memory_bytes
+    assert host.facts.kernel == local.facts.kernel
+    assert host.facts.cpu_model == local.facts.cpu_model
+    assert host.facts.boot_id is None
+    assert host.driver_on_host  # the same kernel and host name as this test
+    assert any("CPU by process" in s for s in host.facts.cannot_see)
+    assert host.instance() is None and host.process_cpu_s(os.getpid()) is None and host.host_processes() is None
+    assert host.own_pids() == [] and host.transactions() == 0
+
+
+def test_counters_lie_between_two_proc_readings(exporter: tuple[str, int], local: hosts.ProcHost) -> None:
+    """Every counter the exporter gives, converted back, lies between /proc read just before and just after:
+    an error of unit (seconds, bytes, microseconds) or a swapped mode or field cannot."""
+    host = node_exporter.node_exporter_source(exporter[0], None)
+    device, why = local.data_device(str(Path(__file__).parent))
+    devices = [device] if device else []
+    before = local.counters(devices)
+    got = host.counters(devices)
+    after = local.counters(devices)
+    stat, stat0, stat1 = got[0], before[0], after[0]
+    assert stat is not None and stat0 is not None and stat1 is not None
+    assert len(stat.per_cpu) == len(stat0.per_cpu)
+    # /proc/stat's "cpu" line rounds the CPUs' summed time once, the exporter's total sums each CPU's rounded
+    # ticks: up to one tick per CPU apart; each CPU's own line is exact
+    cores = len(stat.per_cpu)
+    for mine, lo, hi, rounding in [(stat.cpu, stat0.cpu, stat1.cpu, cores),
+                                   *((*row, 0) for row in zip(stat.per_cpu, stat0.per_cpu, stat1.per_cpu, strict=True))]:
+        for mode in procfs.CPU_FIELDS:
+            slack = rounding + (NON_MONOTONIC_SLACK_TICKS if mode in ("idle", "iowait") else 0)
+            assert lo[mode] - slack <= mine[mode] <= hi[mode] + slack, (mode, lo, mine, hi)
+    assert stat0.ctxt <= stat.ctxt <= stat1.ctxt
+    if device:
+        lo_d, mine_d, hi_d = before[1][device], got[1][device], after[1][device]
+        assert set(mine_d) == set(lo_d)
+        for key in set(procfs.DISK_FIELDS) - {"in_flight"}:
+            assert lo_d[key] <= mine_d[key] <= hi_d[key], (key, lo_d[key], mine_d[key], hi_d[key])
+    assert got[2]["MemTotal"] == before[2]["MemTotal"]
+    assert set(got[2]) == set(before[2])
+    for kind, pressure in before[3].items():
+        assert kind in got[3]
+        assert pressure.total_us <= got[3][kind].total_us <= after[3][kind].total_us
+        assert 0.0 <= got[3][kind].some_avg10 <= 100.0
+
+
+LOAD_SCRIPT = """
+import os, sys, time
+path, size, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+end = time.monotonic() + seconds
+chunk = os.urandom(1 << 20)
+with open(path, "wb") as fh:
+    for _ in range(size >> 20):
+        fh.write(chunk)
+    fh.flush()
+    os.fsync(fh.fileno())
+while time.monotonic() < end:
+    pass
+"""
+
+
+def test_window_under_load_matches_proc(exporter: tuple[str, int], local: hosts.ProcHost, tmp_path: Path) -> None:
+    """Busy CPU and bytes written to the data device over one window, with a CPU burner and an fsynced file."""
+    host = node_exporter.node_exporter_source(exporter[0], str(tmp_path))
+    expected, why = local.data_device(str(tmp_path))
+    assert expected, f"this machine's /proc gives no device for {tmp_path}: {why}"
+    device, reason = host.data_device(None)  # the data directory given at the start
+    assert (device, reason) == (expected, "")
+    ne0, proc0 = host.counters([device]), local.counters([device])
+    subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(tmp_path / "load"), str(LOAD_BYTES), str(LOAD_SECONDS)],
+                   check=True, timeout=60)
+    ne1, proc1 = host.counters([device]), local.counters([device])
+    (tmp_path / "load").unlink()
+
+    pct_ne, pct_proc = cpu_percentages(ne0[0].cpu, ne1[0].cpu), cpu_percentages(proc0[0].cpu, proc1[0].cpu)
+    busy_ne, busy_proc = pct_ne["busy"], pct_proc["busy"]
+    written_ne = (ne1[1][device]["sectors_written"] - ne0[1][device]["sectors_written"]) * 512
+    written_proc = (proc1[1][device]["sectors_written"] - proc0[1][device]["sectors_written"]) * 512
+    print(f"\nbusy: node_exporter {busy_ne:.2f} %, /proc {busy_proc:.2f} %; written to {device}: node_exporter "
+          f"{written_ne / 1e6:.2f} MB, /proc {written_proc / 1e6:.2f} MB; parse {host.cost.parse_ms_per_fetch():.1f} "
+          f"ms CPU per fetch, fetch {1000 * host.cost.fetch_s / host.cost.fetches:.1f} ms")
+    assert busy_proc >= 100.0 / os.cpu_count() * 0.8  # the burner held one CPU
+    for mode in (*procfs.CPU_FIELDS, "busy"):  # each state too: a mode read as another would show here
+        assert abs(pct_ne[mode] - pct_proc[mode]) <= BUSY_TOLERANCE_POINTS, (mode, pct_ne, pct_proc)
+    assert written_ne >= LOAD_BYTES
+    assert abs(written_ne - written_proc) <= WRITTEN_TOLERANCE * written_proc
+    assert ne1[2]["MemTotal"] == proc1[2]["MemTotal"]
+
+
+def test_each_reading_method_agrees_with_counters(exporter: tuple[str, int], local: hosts.ProcHost) -> None:
+    host = node_exporter.node_exporter_source(exporter[0], None)
+    stat = host.stat()
+    assert stat is not None and len(stat.per_cpu) == host.facts.cores
+    assert host.meminfo()["MemTotal"] == host.facts.memory_bytes
+    disks = host.diskstats(["no-such-disk"])
+    assert disks == {}
+    assert set(host.pressure()) == set(local.pressure())
+
+
+# --- what the user is told when the address is wrong ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["localhost:9100", "ftp://db.example/metrics", "http://", "http://db:port/metrics",
+                                 "db.example"])
+def test_bad_address_says_how_to_write_it(url: str) -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(url, None)
+    assert str(err.value) == (f"'{url}' is not the address of a node_exporter; give it as "
+                              "http://HOST:9100/metrics.")
+
+
+def test_nothing_listening_is_unreachable() -> None:
+    port = _free_port()
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(f"http://127.0.0.1:{port}", None)
+    assert str(err.value) == (f"No node_exporter answered at http://127.0.0.1:{port}/metrics (connection refused); "
+                              "check that it runs on the database host and that this machine may reach that address "
+                              "and port.")
+
+
+def test_silent_server_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node_exporter, "FETCH_TIMEOUT_S", 0.3)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the connection is queued, never answered
+        port = silent.getsockname()[1]
+        with pytest.raises(CapmarkError, match=r"\(no answer within 0.3 s\); check that it runs"):
+            node_exporter.node_exporter_source(f"http://127.0.0.1:{port}/metrics", None)
+
+
+def test_reading_later_names_the_address_given() -> None:
+    """A reading that fails mid-run names the exporter as the user gave it, not the filtered address."""
+    url = f"http://127.0.0.1:{_free_port()}/metrics"
+    host = node_exporter.NodeExporterHost(url, procfs.HostFacts("node-exporter"), False, frozenset({"cpu", "stat"}))
+    with pytest.raises(CapmarkError) as err:
+        host.counters([])
+    assert str(err.value).startswith(f"No node_exporter answered at {url} (connection refused); ")
+    assert host.pressure() == {}  # the exporter runs no pressure collector: nothing is asked for
+
+
+def test_another_service_on_the_port_is_not_http() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            conn, _addr = server.accept()
+            conn.recv(4096)
+            conn.sendall(b"-ERR unknown command 'GET'\r\n")
+            conn.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        with pytest.raises(CapmarkError) as err:
+            node_exporter.node_exporter_source(f"http://127.0.0.1:{port}", None)
+    assert str(err.value) == (f"http://127.0.0.1:{port}/metrics does not answer in HTTP, so it is not a node_exporter "
+                              "(is the port another service's?); give the address of the node_exporter, e.g. "
+                              "http://HOST:9100/metrics.")
+
+
+PAGES = {"/metrics": b"# TYPE http_requests_total counter\nhttp_requests_total 7\n",
+         "/index.html": b"<html><body>hello</body></html>\n"}
+
+
+@pytest.fixture(scope="module")
+def other_server() -> Iterator[str]:
+    """An HTTP server that is not a node_exporter."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            body = PAGES.get(self.path.split("?")[0])
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write(body or b"not found")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_other_exporter_is_not_a_node_exporter(other_server: str) -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(other_server, None)
+    assert str(err.value) == (f"{other_server}/metrics answers but reports no node_cpu_seconds_total, so it is not a "
+                              "node_exporter (or its cpu collector is off); give the address of the node_exporter on "
+                              "the database host, e.g. http://HOST:9100/metrics.")
+
+
+def test_web_page_is_not_the_text_format(other_server: str) -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(f"{other_server}/index.html", None)
+    assert str(err.value) == (f"{other_server}/index.html does not answer in the Prometheus text format; give the "
+                              "address of the node_exporter's counters, e.g. http://HOST:9100/metrics.")
+
+
+def test_wrong_path_names_the_right_one(other_server: str) -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(f"{other_server}/prometheus", None)
+    assert str(err.value).startswith(f"The node_exporter address {other_server}/prometheus answered HTTP 404 ")
+    assert str(err.value).endswith("node_exporter serves its counters at /metrics, e.g. http://HOST:9100/metrics.")
+
+
+# --- the data device from the exporter's file systems (pages as node_exporter writes them) -------------------
+
+FILESYSTEMS = """\
+node_filesystem_size_bytes{device="/dev/sda2",fstype="ext4",mountpoint="/"} 1e+11
+node_filesystem_size_bytes{device="/dev/sdb1",fstype="xfs",mountpoint="/srv/pg"} 1e+12
+node_filesystem_size_bytes{device="/dev/mapper/vg-wal",fstype="xfs",mountpoint="/srv/pg/wal"} 1e+11
+node_filesystem_size_bytes{device="/dev/nvme0n1p1",fstype="ext4",mountpoint="/data"} 1e+12
+node_disk_io_time_seconds_total{device="sda"} 1
+node_disk_io_time_seconds_total{device="sdb1"} 1
+node_disk_io_time_seconds_total{device="dm-3"} 1
+node_disk_io_time_seconds_total{device="nvme0n1"} 1
+node_disk_device_mapper_info{device="dm-3",lv_layer="",lv_name="wal",name="vg-wal",uuid="x",vg_name="vg"} 1
+"""
+
+
+@pytest.mark.parametrize(("path", "device"), [("/srv/pg/18/main", "sdb1"), ("/srv/pg", "sdb1"),
+                                              ("/srv/pg/wal/x", "dm-3"), ("/srv/pgdata", None), ("/data/pg", None)])
+def test_device_is_the_longest_mount_prefix(path: str, device: str | None) -> None:
+    got, reason = node_exporter.device_of(node_exporter.parse(FILESYSTEMS), path)
+    assert got == device
+    if path == "/srv/pgdata":  # not under /srv/pg: on / from sda2, a partition node_exporter leaves out
+        assert "mounted at / from /dev/sda2" in reason
+    if path == "/data/pg":
+        assert "--collector.diskstats.device-exclude" in reason
+
+
+def test_every_diskstats_field_has_its_series() -> None:
+    assert tuple(node_exporter.DISK_SERIES) == procfs.DISK_FIELDS
+
+
+def test_cpus_keep_their_numeric_order() -> None:
+    """cpu="10" comes after cpu="9", as cpu10 follows cpu9 in /proc/stat."""
+    page = "".join(f'node_cpu_seconds_total{{cpu="{n}",mode="user"}} {n}.5\n' for n in range(12))
+    stat = node_exporter.stat_from(node_exporter.parse(page))
+    assert stat is not None
+    assert [cpu["user"] for cpu in stat.per_cpu] == [n * 100 + 50 for n in range(12)]
+    assert stat.cpu["user"] == sum(n * 100 + 50 for n in range(12))
