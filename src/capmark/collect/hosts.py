@@ -422,9 +422,6 @@ def sql_source(dsn: str, connect: object) -> ProcHost:
     return host
 
 
-def cannot_see_without_processes() -> list[str]:
-    return ["CPU by process (the node_exporter has none): the database's CPU is the host's busy time"]
-
 
 def dsn_is_local(host: str) -> bool:
     return host.startswith("/") or host in ("", "localhost", "127.0.0.1", "::1")

@@ -331,6 +331,9 @@ class NodeExporterHost:
     def transactions(self) -> int:
         return 0
 
+    def publish_statistics(self, info: object) -> None:
+        """Nothing to publish: the exporter is not a session of the database."""
+
     def close(self) -> None:
         pass
 
