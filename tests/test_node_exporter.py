@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from capmark import api
 from capmark.collect import hosts, node_exporter, procfs
 from capmark.collect.os import cpu_percentages
+from capmark.config import RunSpec
 from capmark.errors import CapmarkError
 
 EXPORTER = "/usr/bin/prometheus-node-exporter"
@@ -331,3 +333,24 @@ def test_cpus_keep_their_numeric_order() -> None:
     assert stat is not None
     assert [cpu["user"] for cpu in stat.per_cpu] == [n * 100 + 50 for n in range(12)]
     assert stat.cpu["user"] == sum(n * 100 + 50 for n in range(12))
+
+
+# --- a whole run measured through the exporter ------------------------------------------------------------
+
+@pytest.mark.db
+def test_a_run_measured_through_the_exporter(exporter: tuple[str, int], embedded_dsn: str, tmp_path: Path) -> None:
+    """The exporter named on the command line serves the whole run, though the server runs here: its CPU series,
+    device and facts, and no per-process CPU (the exporter has none)."""
+    cores = os.cpu_count() or 1
+    plan = [1, cores]
+    run = api.run(RunSpec(workloads=["srv-query1"], jobs=plan, warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                          results_dir=tmp_path, node_exporter=exporter[0]))
+    assert run.status == "complete"
+    env = run.environment["database_host"]
+    assert env["source"] == "node-exporter" and env["cores"] == cores and env["driver_on_host"]
+    assert any("CPU by process" in s for s in env["cannot_see"])
+    for step in run.tests[0].steps:
+        assert step.os["source"] == "node-exporter" and step.process_cpu == {}
+        # srv-query1 keeps one core busy per job: the exporter's busy share sees them
+        assert step.os["cpu_pct"]["busy"] >= 80 * min(step.jobs, cores) / cores
+        assert len(step.os_series) >= 1 and step.os_series[0]["cpu_busy_pct"] > 0
