@@ -126,26 +126,53 @@ def _check_jobs_bound(jobs: int | None, option: str) -> None:
                            f"throughput no longer changes); got {jobs}.")
 
 
+def _check_cores(cores: int | None) -> None:
+    from capmark.plan.dbmodel import MAX_CORES
+
+    if cores is not None and not 1 <= cores <= MAX_CORES:
+        raise CapmarkError(f"--cores must be between 1 and {MAX_CORES:,} (the largest hosts sold); got {cores}.")
+
+
+def _database_host(ref: str | None, results_dir: Path, cores: int | None) -> tuple[RunResult, list[TestResult], Any]:
+    """The run, its chosen tests and its database host as stored (with the cores the user stated); refused in one
+    sentence where the database host's CPU was never measured and no cores were stated."""
+    from capmark.plan.dbhost import database_host, require_host_cpu
+
+    _check_cores(cores)
+    run_result, tests = tests_of(ref, results_dir)
+    host = database_host(run_result, cores)
+    require_host_cpu(run_result, tests, host)
+    return run_result, tests, host
+
+
 def calibrate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR,
-              from_jobs: list[int] | None = None, up_to: int | None = None, progress: Progress | None = None) -> dict:
+              from_jobs: list[int] | None = None, up_to: int | None = None, progress: Progress | None = None,
+              cores: int | None = None) -> dict:
     """Calibrate a queueing model per test of a stored run, validate it against every step and predict the
     curve beyond the measured range (default: up to twice the most jobs measured). A test that cannot be
-    calibrated gets {"answered": false, "reason": ...}."""
+    calibrated gets {"answered": false, "reason": ...}. `cores` states the database host's cores (--cores)."""
     from capmark.plan.calibrate import validate
 
     _check_jobs_bound(up_to, "--up-to")
-    run_result, tests = tests_of(ref, results_dir)
-    docs = _answers(run_result, tests, "calibrate a model", lambda t: validate(t, from_jobs, up_to, progress))
+    run_result, tests, host = _database_host(ref, results_dir, cores)
+    docs = _answers(run_result, tests, "calibrate a model", lambda t: validate(t, from_jobs, up_to, progress, host))
     return {"schema": "capmark.calibrate/2", "run": run_result.run_id, "tests": [d for _, d in docs]}
 
 
 def _planned(ref: str | None, results_dir: Path, from_jobs: list[int] | None, what: str,
-             plan: Callable[[TestResult, Any], dict]) -> tuple[RunResult, list[tuple[TestResult, dict]]]:
+             plan: Callable[[TestResult, Any], dict], cores: int | None = None
+             ) -> tuple[RunResult, list[tuple[TestResult, dict]]]:
     """Calibrate each test's model and answer `plan(test, model)` with it, per test (see _answers)."""
     from capmark.plan.calibrate import calibrate as calibrate_test
 
-    run_result, tests = tests_of(ref, results_dir)
-    return run_result, _answers(run_result, tests, what, lambda t: plan(t, calibrate_test(t, from_jobs)))
+    run_result, tests, host = _database_host(ref, results_dir, cores)
+    return run_result, _answers(run_result, tests, what, lambda t: plan(t, calibrate_test(t, from_jobs, host)))
+
+
+def _platform(model: Any) -> dict:
+    """The platform a plan was solved for, and how each part of it is known: measured, recorded, stated or
+    estimated, with the model's notes (an estimated CPU says so wherever it is used)."""
+    return {"cores": model.cores, "cores_from": model.cores_from, "cpu_from": model.cpu_from, "notes": model.notes}
 
 
 def _base_jobs(model: Any, at_jobs: int | None) -> int:
@@ -167,8 +194,9 @@ def _save(run_result: RunResult, kind: str, docs: list[tuple[int, dict]]) -> Non
 
 def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from_jobs: list[int] | None = None,
            at_jobs: int | None = None, changes: dict[str, Any] | None = None, scenario_file: Path | None = None,
-           save: bool = False, progress: Progress | None = None) -> dict:
-    """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report."""
+           save: bool = False, progress: Progress | None = None, cores: int | None = None) -> dict:
+    """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report.
+    `cores` states the database host's cores (--cores)."""
     from capmark.plan.whatif import evaluate, expand, load_scenarios
 
     changes = {k: v for k, v in (changes or {}).items() if v is not None}
@@ -180,9 +208,10 @@ def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from
                            "--scenarios FILE.toml.")
 
     def plan(t: TestResult, model: Any) -> dict:
-        return {"unit": t.unit, **evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress)}
+        return {"unit": t.unit, "platform": _platform(model),
+                **evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress)}
 
-    run_result, docs = _planned(ref, results_dir, from_jobs, "answer what-if questions", plan)
+    run_result, docs = _planned(ref, results_dir, from_jobs, "answer what-if questions", plan, cores)
     if save:
         _save(run_result, "whatif", [(t.ordinal, d) for t, d in docs if d["answered"]])
     return {"schema": "capmark.whatif/1", "run": run_result.run_id, "tests": [d for _, d in docs]}
@@ -190,9 +219,9 @@ def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from
 
 def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_text: str = "p95<5ms",
          from_jobs: list[int] | None = None, target_tps: float | None = None, save: bool = False,
-         progress: Progress | None = None) -> dict:
+         progress: Progress | None = None, cores: int | None = None) -> dict:
     """Per test: the most jobs and the highest arrival rate within the SLA on the measured platform, and for a
-    target rate the smallest single change that meets it."""
+    target rate the smallest single change that meets it. `cores` states the database host's cores (--cores)."""
     from capmark.plan.sizing import MAX_JOBS, check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
 
     sla = parse_sla(sla_text)
@@ -207,13 +236,13 @@ def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_te
         if progress and target_tps:
             progress(f"{t.workload}: what {target_tps:g} {t.unit}s/s within {sla.text} needs")
         return {"unit": t.unit, "sla": {"metric": sla.metric, "limit_s": sla.limit_s, "text": sla.text},
-                "calibrated_from": model.calibrated_from, "think_s": model.think_s,
+                "calibrated_from": model.calibrated_from, "think_s": model.think_s, "platform": _platform(model),
                 "max_jobs": jobs, "at_max_jobs": at.to_dict() if at else None, "one_more_job": beyond.to_dict(),
                 "search_limit_reached": jobs >= MAX_JOBS,
                 "max_rate": rate, "at_max_rate": at_rate.to_dict() if at_rate else None,
                 "target": smallest_change(model, sla, target_tps) if target_tps else None}
 
-    run_result, docs = _planned(ref, results_dir, from_jobs, "size", plan)
+    run_result, docs = _planned(ref, results_dir, from_jobs, "size", plan, cores)
     if save:
         _save(run_result, "size", [(t.ordinal, d) for t, d in docs if d["answered"]])
     return {"schema": "capmark.size/1", "run": run_result.run_id, "tests": [d for _, d in docs]}

@@ -275,6 +275,11 @@ FromStepsOpt = Annotated[str | None, typer.Option("--from-steps", help="Job coun
                                                   "e.g. 1,2 (default: the lowest valid step).")]
 
 
+CoresOpt = Annotated[int | None, typer.Option("--cores", help="CPU cores of the database host, overriding what the "
+                                              "run recorded; where the run did not measure the host's CPU, the model "
+                                              "then estimates it from the wait samples.")]
+
+
 def _from(from_steps: str | None) -> list[int] | None:
     return parse_jobs(from_steps) if from_steps is not None else None
 
@@ -297,6 +302,7 @@ def calibrate(
     from_steps: FromStepsOpt = None,
     up_to: Annotated[int | None, typer.Option("--up-to", help="Predict up to this many jobs (default: twice the "
                                               "most measured).")] = None,
+    cores: CoresOpt = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -304,8 +310,9 @@ def calibrate(
     from capmark.report.planning import print_calibration, progress_on_stderr
 
     _positive_count(up_to, "--up-to", "16")
+    _positive_count(cores, "--cores", "8")
     with progress_on_stderr() as progress:
-        doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to, progress=progress)
+        doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to, progress=progress, cores=cores)
     _show_tests(doc, fmt, print_calibration)
 
 
@@ -316,7 +323,7 @@ def whatif(
                                                "(open model from the baseline throughput).")] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", help="Jobs (closed load).")] = None,
     think: Annotated[str | None, typer.Option("--think", help="Think time per unit, e.g. 10ms.")] = None,
-    cpus: Annotated[int | None, typer.Option("--cpus", help="CPU cores of the database host.")] = None,
+    cpus: Annotated[int | None, typer.Option("--cpus", help="CPU cores of the database host in the scenario.")] = None,
     cpu_speed: Annotated[float | None, typer.Option("--cpu-speed", help="Relative core speed (1.5 = 50 % faster).")]
     = None,
     disk_speed: Annotated[float | None, typer.Option("--disk-speed", help="Relative device speed.")] = None,
@@ -324,6 +331,7 @@ def whatif(
     scenarios: Annotated[Path | None, typer.Option("--scenarios", help="TOML file with [[scenario]] tables.")] = None,
     at: Annotated[int | None, typer.Option("--at", help="Baseline jobs (default: the calibration step).")] = None,
     from_steps: FromStepsOpt = None,
+    cores: CoresOpt = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
@@ -331,14 +339,15 @@ def whatif(
     """What if the load grows or the platform changes: throughput, response time, utilization per scenario."""
     from capmark.report.planning import print_whatif, progress_on_stderr
 
-    for option, count in (("--jobs", jobs), ("--cpus", cpus), ("--disks", disks), ("--at", at)):
+    for option, count in (("--jobs", jobs), ("--cpus", cpus), ("--disks", disks), ("--at", at), ("--cores", cores)):
         _positive_count(count, option, "4")
     _positive_number(cpu_speed, "--cpu-speed", "1.5")
     _positive_number(disk_speed, "--disk-speed", "2")
     changes = {"growth": growth, "jobs": jobs, "think": think, "cpus": cpus, "cpu_speed": cpu_speed,
                "disk_speed": disk_speed, "disks": disks}
     with progress_on_stderr() as progress:
-        doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save, progress=progress)
+        doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save, progress=progress,
+                         cores=cores)
     _show_tests(doc, fmt, print_whatif)
 
 
@@ -350,6 +359,7 @@ def size(
     target_tps: Annotated[float | None, typer.Option("--target-tps", help="Load to meet: find the smallest single "
                                                      "change (cores, CPU speed, disk speed).")] = None,
     from_steps: FromStepsOpt = None,
+    cores: CoresOpt = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
@@ -358,8 +368,9 @@ def size(
     from capmark.report.planning import print_size, progress_on_stderr
 
     _positive_number(target_tps, "--target-tps", "5000")
+    _positive_count(cores, "--cores", "8")
     with progress_on_stderr() as progress:
-        doc = api.size(run_ref, results_dir, sla, _from(from_steps), target_tps, save, progress=progress)
+        doc = api.size(run_ref, results_dir, sla, _from(from_steps), target_tps, save, progress=progress, cores=cores)
     _show_tests(doc, fmt, print_size)
 
 

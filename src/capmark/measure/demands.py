@@ -43,9 +43,32 @@ def host_busy_s(step: StepResult) -> float | None:
     return sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0)
 
 
+def driver_on_host(step: StepResult) -> bool:
+    """capmark's own process ran on the database host, so its CPU was host CPU. The host metrics source records
+    it; runs stored before the sources measured the host only when the database ran beside capmark."""
+    recorded = step.os.get("driver_on_host")
+    return bool(recorded) if recorded is not None else host_busy_s(step) is not None
+
+
+def driver_cpu_s(step: StepResult) -> float | None:
+    """CPU seconds of capmark's driver process over the window, or None where it was not measured."""
+    if not step.driver_cpu:
+        return None
+    return step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0)
+
+
 REMAINDER_LABEL = "CPU OS overhead (remainder: host busy less every measured process)"
 # where other programs' CPU was not measured (runs stored before it was), the remainder holds it too
 REMAINDER_LABEL_WITH_OTHERS = "CPU not attributed to any process (OS overhead and other programs; remainder)"
+
+
+HOST_CPU_KEY = "cpu_database_host_s"
+HOST_CPU_LABEL_NODE_EXPORTER = "CPU of the database host (node_exporter has no per-process CPU)"
+HOST_CPU_LABEL = "CPU of the database host (its processes were not measured)"
+
+
+def _host_cpu_label(step: StepResult) -> str:
+    return HOST_CPU_LABEL_NODE_EXPORTER if step.os.get("source") == "node-exporter" else HOST_CPU_LABEL
 
 
 def other_programs_cpu_s(step: StepResult) -> float | None:
@@ -79,15 +102,22 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             value = r.get("user_s", 0.0) + r.get("sys_s", 0.0)
             attributed += value
             put(_cpu(role), value, f"CPU {role}", "cpu", "ms", 1e3, True)
-    driver = step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0) if step.driver_cpu else None
+    driver = driver_cpu_s(step)
     put("cpu_driver_s", driver, "CPU capmark driver (client tier)", "cpu", "ms", 1e3, True)
+    on_host = driver_on_host(step)
+    driver_here = (driver or 0.0) if on_host else 0.0  # the driver's CPU is host CPU only where it runs there
     others = other_programs_cpu_s(step)
-    if busy is not None and attributed is not None and driver is not None:
-        # a remainder, not a measurement: host busy less the instance's processes, the driver and (where they
-        # were measured) the other programs on the host; what is left is the kernel's own work, and the CPU of
-        # programs that started and ended inside the window
-        put("cpu_os_overhead_s", busy - attributed - driver - (others or 0.0),
+    if busy is not None and attributed is not None and (driver is not None or not on_host):
+        # a remainder, not a measurement: host busy less the instance's processes, the driver where it runs on
+        # the host and (where they were measured) the other programs on the host; what is left is the kernel's
+        # own work, and the CPU of programs that started and ended inside the window
+        put("cpu_os_overhead_s", busy - attributed - driver_here - (others or 0.0),
             REMAINDER_LABEL if others is not None else REMAINDER_LABEL_WITH_OTHERS, "cpu", "ms", 1e3, True)
+        put("cpu_host_busy_s", busy, "CPU host busy (total)", "os", "ms", 1e3)
+    elif busy is not None and attributed is None:
+        # the host's CPU without its processes (a node_exporter sees no processes): the database's CPU is the
+        # host's busy time, less the driver where it runs there; no remainder exists without processes
+        put(HOST_CPU_KEY, busy - driver_here, _host_cpu_label(step), "cpu", "ms", 1e3, True)
         put("cpu_host_busy_s", busy, "CPU host busy (total)", "os", "ms", 1e3)
     if others is not None:
         put("host_other_programs_cpu_s", others, "CPU of other programs on the host (measured, not part of the "
@@ -172,6 +202,18 @@ def _network(step: StepResult, put: Callable[..., None], comps: dict[str, Compon
         return
     for field, key, label, unit in NETWORK_COUNTERS:
         put(key, net.get(field), label, "network", unit)
+
+
+def wait_sampled_cpu_s(step: StepResult) -> float | None:
+    """CPU seconds per unit of the jobs' database sessions, estimated from the wait samples where the host's CPU
+    was not measured (the active session history method): the share of the jobs' samples that found their
+    session on CPU, times the time the jobs were sampled over (jobs x window), per unit. It sees the client
+    backends only (not background processes, not the kernel's work outside them), and a session waiting for a
+    core looks the same as one running, so it is an estimate, and fair only where the CPU is not saturated."""
+    samples = sum(step.waits.values())
+    if not samples or not step.units or not step.elapsed_s:
+        return None
+    return step.waits.get("CPU", 0) / samples * step.jobs * step.elapsed_s / step.units
 
 
 def devices(step: StepResult) -> dict[str, dict[str, float | None]]:

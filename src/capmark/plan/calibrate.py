@@ -1,7 +1,8 @@
 """Calibrate the model of a test from measured steps and validate it against every step.
 
 Everything comes from the stored demands of the calibration step(s) (default: the lowest valid
-step): the CPU per unit of the database host, each device's busy time per unit, and for commits
+step): the CPU per unit of the database host (where its CPU was not measured and the user stated its cores, an
+estimate from the wait samples), each device's busy time per unit, and for commits
 the WAL flush: flushes per unit, the elapsed time of one flush (pg_stat_io / pg_stat_wal write and
 fsync time) and the device busy time it causes. A flush's elapsed time beyond its device time is
 CPU (the system calls and lock handling), which batching saves as well; that is why the CPU per
@@ -11,7 +12,6 @@ calibration becomes a delay, so the model reproduces its calibration step exactl
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,10 +19,20 @@ from typing import Any
 
 from capmark.errors import CapmarkError
 from capmark.measure import kpm
-from capmark.measure.demands import devices, host_busy_s, step_demands
+from capmark.measure.demands import devices, step_demands, wait_sampled_cpu_s
 from capmark.measure.validity import problems
 from capmark.model import usl
-from capmark.plan.dbmodel import CLOSED_MODEL, DbModel, Prediction, solve
+from capmark.plan.dbhost import (
+    CORES_STATED,
+    DatabaseHost,
+    cores_for,
+    driver_runs_on_host,
+    estimate_note,
+    has_host_cpu,
+    no_host_cpu_sentence,
+    stated_cores_note,
+)
+from capmark.plan.dbmodel import CLOSED_MODEL, CPU_ESTIMATED, CPU_MEASURED, DbModel, Prediction, solve
 from capmark.plan.predict import curve
 from capmark.results import StepResult, TestResult
 
@@ -43,11 +53,16 @@ def flushes(step: StepResult) -> tuple[float, float | None]:
     return wio["fsyncs"] / step.units, elapsed if elapsed > 0 else None
 
 
-def _step_parameters(step: StepResult) -> dict[str, Any]:
+def _step_parameters(step: StepResult, host: DatabaseHost) -> dict[str, Any]:
+    """The demands of one calibration step. The database host's CPU is the measured one where the host was
+    measured, else the wait-sampled estimate (the caller has checked that the user stated the cores); the
+    driver's CPU is host CPU where it ran on the database host, else a client tier delay."""
     d, _ = step_demands(step)
-    local = host_busy_s(step) is not None
+    measured = has_host_cpu(step)
+    on_host = driver_runs_on_host(step, host)
     driver = d.get("cpu_driver_s") or 0.0
-    cpu = _db_cpu(d) + (driver if local else 0.0)
+    host_cpu = _db_cpu(d) if measured else (wait_sampled_cpu_s(step) or 0.0)
+    cpu = host_cpu + (driver if on_host else 0.0)
     busy = {k[5:-7]: v for k, v in d.items() if k.startswith("disk_") and k.endswith("_busy_s") and v is not None}
     f, flush_s = flushes(step)
     wal_dev = None
@@ -59,14 +74,35 @@ def _step_parameters(step: StepResult) -> dict[str, Any]:
         busy[wal_dev] = max(0.0, busy[wal_dev] - f * flush_dev)
     elif f > 0 and flush_s is not None:
         flush_cpu = flush_s  # no device visible (remote database): the whole flush counts as its own time
+    # the measured CPU holds the flushes' CPU, which the flush server carries; wait samples never count a
+    # flush as CPU (the session waits on the WAL meanwhile), so the estimate holds none of it
+    in_flushes = f * flush_cpu if measured else 0.0
     lat = step.latency.summary()
     mean = lat["mean_s"] or 0.0
-    return {"cpu": max(0.0, cpu - f * flush_cpu), "devices": busy, "wal_device": wal_dev, "f": f,
-            "flush_cpu": flush_cpu, "flush_device": flush_dev, "client": 0.0 if local else driver,
+    return {"cpu": max(0.0, cpu - in_flushes), "devices": busy, "wal_device": wal_dev, "f": f,
+            "flush_cpu": flush_cpu, "flush_device": flush_dev, "client": 0.0 if on_host else driver,
             "p95": (lat["p95_s"] or mean) / mean if mean else 1.0, "p99": (lat["p99_s"] or mean) / mean if mean else 1.0}
 
 
-def calibrate(test: TestResult, from_jobs: list[int] | None = None) -> DbModel:
+def _check_host_cpu(test: TestResult, chosen: list[StepResult], host: DatabaseHost) -> list[StepResult]:
+    """The calibration steps without the host's CPU, which the wait samples stand in for where the user stated
+    the cores; a CapmarkError where they may not (no --cores) or cannot (no wait samples)."""
+    unmeasured = [s for s in chosen if not has_host_cpu(s)]
+    if unmeasured and host.stated_cores is None:
+        raise CapmarkError(no_host_cpu_sentence(f"Test {test.workload}", host))
+    blind = [s.jobs for s in unmeasured if wait_sampled_cpu_s(s) is None]
+    if blind:
+        at = ", ".join(map(str, blind))
+        raise CapmarkError(f"Test {test.workload} has neither the database host's CPU nor wait samples to estimate it "
+                           f"from at {at} job{'s' if blind != [1] else ''} (the sampler did not run); measure the host's "
+                           "CPU with `--host-metrics sql` or `--node-exporter URL`.")
+    return unmeasured
+
+
+def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: DatabaseHost | None = None) -> DbModel:
+    """The model of a test from its calibration step(s). `host` is what the run recorded of the database host
+    (database_host(run)) and the cores the user stated; without it, the steps' own measurements only."""
+    host = host or DatabaseHost()
     valid = [s for s in test.steps if not problems(s)]
     if not valid:
         why = "; ".join(f"at {s.jobs} job{'s' if s.jobs != 1 else ''} {problems(s)[0]}" for s in test.steps)
@@ -79,12 +115,14 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None) -> DbModel:
                                f"valid steps have {have} jobs.")
     else:
         chosen = [min(valid, key=lambda s: s.jobs)]
-    params = [_step_parameters(s) for s in chosen]
+    unmeasured = _check_host_cpu(test, chosen, host)
+    cores = cores_for(chosen[0], host, f"Test {test.workload}")
+    params = [_step_parameters(s, host) for s in chosen]
     mean = statistics.fmean
     names = sorted({k for p in params for k in p["devices"]})
     wal_devs = [p["wal_device"] for p in params if p["wal_device"]]
     model = DbModel(
-        workload=test.workload, unit=test.unit, cores=int(chosen[0].os.get("cores") or os.cpu_count() or 1),
+        workload=test.workload, unit=test.unit, cores=cores.count,
         cpu_s=mean(p["cpu"] for p in params),
         devices={k: mean(p["devices"].get(k, 0.0) for p in params) for k in names},
         wal_device=max(set(wal_devs), key=wal_devs.count) if wal_devs else None,
@@ -92,7 +130,12 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None) -> DbModel:
         flush_device_s=mean(p["flush_device"] for p in params), delay_s=0.0,
         client_s=mean(p["client"] for p in params), think_s=chosen[0].pacing.get("think_s", 0.0),
         p95_over_mean=mean(p["p95"] for p in params), p99_over_mean=mean(p["p99"] for p in params),
-        calibrated_from=[s.jobs for s in chosen])
+        calibrated_from=[s.jobs for s in chosen], cores_from=cores.origin,
+        cpu_from=CPU_ESTIMATED if unmeasured else CPU_MEASURED)
+    if cores.origin == CORES_STATED:
+        model.notes.append(stated_cores_note(host, chosen[0]))
+    if unmeasured:
+        model.notes.append(estimate_note([s.jobs for s in unmeasured], len(unmeasured) < len(chosen)))
     if model.flush_requests > 0 and not model.flush_cpu_s and not model.flush_device_s:
         model.notes.append("WAL flush time is not measured (track_wal_io_timing off): group commit not modelled")
         model.flush_requests = 0.0
@@ -132,12 +175,12 @@ def _abs_stats(values: list[float | None]) -> dict[str, float | None]:
 
 
 def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None, host: DatabaseHost | None = None) -> dict[str, Any]:
     """Measured vs model for every step, the verdict, the USL as an empirical second model, and the model's
     prediction up to `up_to` jobs (default: twice the most measured)."""
     if progress:
         progress(f"{test.workload}: calibrating")
-    model = calibrate(test, from_jobs)
+    model = calibrate(test, from_jobs, host)
     rows = []
     for step in test.steps:
         why = problems(step)

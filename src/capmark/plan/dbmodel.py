@@ -72,6 +72,10 @@ class Config:
                                f"model); got {self.disks:g}.")
 
 
+CPU_MEASURED = "measured"
+CPU_ESTIMATED = "estimated from wait samples"  # the database host's CPU was not measured (see dbhost.py)
+
+
 @dataclass
 class DbModel:
     workload: str
@@ -90,6 +94,8 @@ class DbModel:
     p99_over_mean: float
     calibrated_from: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cores_from: str = "measured"  # measured | recorded with the run | stated with --cores
+    cpu_from: str = CPU_MEASURED  # or CPU_ESTIMATED: the CPU per unit is an estimate, not a measurement
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -100,10 +100,11 @@ def model_section(run: RunResult, test: TestResult) -> Section | None:
     from capmark.errors import CapmarkError
     from capmark.plan.anticipate import anticipate
     from capmark.plan.calibrate import validate
+    from capmark.plan.dbhost import database_host
     from capmark.store import load_derived
 
     try:
-        doc = validate(test)
+        doc = validate(test, host=database_host(run))
     except CapmarkError as err:
         return Section(f"Model: {test.workload}", Markup("<p>{}</p>").format(str(err)), f"model-{test.ordinal}")
     charts = [plots.measured_vs_model(doc, test.throughput_label), plots.model_response_vs_jobs(doc),

@@ -83,7 +83,8 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     v, c = t["verdict"], t["calibration"]
     say = console.print
     say(f"  model: {t['model']}", highlight=False)
-    say(f"  calibration: CPU {c['cpu_s'] * 1e6:.1f} us/unit outside flushes on {c['cores']} cores; WAL flush "
+    say(f"  calibration: CPU {c['cpu_s'] * 1e6:.1f} us/unit outside flushes{_from_text(c.get('cpu_from'))} on "
+        f"{c['cores']} cores{_from_text(c.get('cores_from'))}; WAL flush "
         f"requests {c['flush_requests']:.3f}/unit, flush CPU {c['flush_cpu_s'] * 1e6:.1f} us + device "
         f"{c['flush_device_s'] * 1e6:.1f} us; delay {c['delay_s'] * 1e6:.1f} us", highlight=False)
     for note in c["notes"]:
@@ -100,6 +101,23 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
         f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
     _say_unconverged([r["model"] for r in t["steps"]] + pr["points"], console)
+
+
+def _from_text(origin: str | None) -> str:
+    """'(estimated from wait samples)' where a figure is not the step's own measurement; nothing where it is."""
+    return f" ({origin})" if origin and origin != "measured" else ""
+
+
+def _say_platform(t: dict[str, Any], console: Console) -> None:
+    """The cores and CPU a plan was solved with where they are not measured, and the model's notes."""
+    pf = t.get("platform")
+    if not pf:
+        return
+    if pf["cores_from"] != "measured" or pf["cpu_from"] != "measured":
+        console.print(f"  platform: {pf['cores']} cores{_from_text(pf['cores_from'])}, CPU per unit "
+                      f"{pf['cpu_from']}", highlight=False, markup=False)
+    for note in pf["notes"]:
+        console.print(f"  note: {note}", highlight=False, markup=False)
 
 
 def knee_phrase(prediction: dict[str, Any]) -> str:
@@ -128,6 +146,7 @@ def print_whatif(t: dict[str, Any], console: Console) -> None:
     console.print(table)
     console.print(f"  models: closed rows {t['scenarios'][0]['prediction']['model']}; growth rows the open model; "
                   f"calibrated on {t['model']} jobs", highlight=False)
+    _say_platform(t, console)
     _say_unconverged([s["prediction"] for s in t["scenarios"]], console)
 
 
@@ -136,6 +155,7 @@ def print_size(t: dict[str, Any], console: Console) -> None:
     sla = t["sla"]["text"]
     say = console.print
     say(f"{t['workload']}: sizing for {sla} (model calibrated on {t['calibrated_from']} jobs)", highlight=False)
+    _say_platform(t, console)
     if t["search_limit_reached"]:
         at = t["at_max_jobs"]
         say(f"  the SLA holds at every load up to {t['max_jobs']} jobs (the search limit): the predicted figure stops "
