@@ -21,6 +21,8 @@ from capmark.collect import hosts, node_exporter, procfs
 from capmark.collect.os import cpu_percentages
 from capmark.config import RunSpec
 from capmark.errors import CapmarkError
+from capmark.measure.demands import HOST_CPU_KEY, HOST_CPU_LABEL_NODE_EXPORTER, demands_of_test, host_busy_s
+from capmark.measure.validity import problems
 
 EXPORTER = "/usr/bin/prometheus-node-exporter"
 INSTALL = "apt-get update && apt-get install -y prometheus-node-exporter"
@@ -354,3 +356,13 @@ def test_a_run_measured_through_the_exporter(exporter: tuple[str, int], embedded
         # srv-query1 keeps one core busy per job: the exporter's busy share sees them
         assert step.os["cpu_pct"]["busy"] >= 80 * min(step.jobs, cores) / cores
         assert len(step.os_series) >= 1 and step.os_series[0]["cpu_busy_pct"] > 0
+    # the database's CPU is the host's busy time less the driver's, in one line, and the model has a CPU
+    test = run.tests[0]
+    rows = {r["key"]: r for r in demands_of_test(test)["components"]}
+    assert rows[HOST_CPU_KEY]["label"] == HOST_CPU_LABEL_NODE_EXPORTER
+    first = test.steps[0]
+    assert rows[HOST_CPU_KEY]["values"][0] == pytest.approx(
+        (host_busy_s(first) - first.driver_cpu["user_s"] - first.driver_cpu["sys_s"]) / first.units)
+    if not problems(first):
+        model = api.calibrate(run.folder)["tests"][0]["calibration"]
+        assert model["cores"] == cores and model["cpu_s"] == pytest.approx(host_busy_s(first) / first.units)

@@ -2,12 +2,11 @@
 never from the machine analysing it; a run without the database host's CPU is refused in one sentence, or, with
 --cores, answered from the wait samples and labelled as an estimate.
 
-Every run here is a real measured run. The host metrics situations other than "local" are its copies with the
-stored step keys edited exactly as the stored data contract says a run with that source stores them (see
-_without_host_metrics and friends).
-TODO(lead): once `capmark run --host-metrics none` exists, build `no_host_metrics` from a real run made with it
-(api.run(RunSpec(..., host_metrics="none"))) instead of a copy; the tests using it need no other change. The
-estimate's accuracy test must keep its copy: it compares the estimate with the same run's measured CPU.
+Every run here is a real measured run: one with this machine's host metrics, one with none
+(`--host-metrics none`). Where a test compares two situations of the same run (the estimate with the measured
+CPU, a driver elsewhere with the driver here), the second is a copy of the first with the stored step keys
+edited exactly as a run with that source stores them (see _without_host_metrics and friends), and the refusals
+are checked on both the real run without host metrics and the copy.
 """
 
 from __future__ import annotations
@@ -101,10 +100,18 @@ def _without_host_metrics(step: dict[str, Any]) -> dict[str, Any]:
 def _database_host(env: dict[str, Any], source: str, driver_on_host: bool, cores: int | None,
                    reason: str = "") -> dict[str, Any]:
     """The environment a run with this source stores: the database host apart, the load host as before."""
+    load_host = env.get("load_host") or env.get("host")
     env = {k: v for k, v in env.items() if k != "host"}
-    return {**env, "load_host": env.get("host"), "database_host": {
+    return {**env, "load_host": load_host, "database_host": {
         "source": source, "cores": cores, "cpu_model": None, "memory_bytes": None, "kernel": None, "boot_id": None,
         "cannot_see": [], "driver_on_host": driver_on_host, "reason": reason}}
+
+
+def _as_stored_before_host_sources(env: dict[str, Any]) -> dict[str, Any]:
+    """An old local run's environment: one "host", this machine, with 5 cores recorded; no database host apart."""
+    machine = env.get("load_host") or env["host"]
+    rest = {k: v for k, v in env.items() if k not in ("database_host", "load_host")}
+    return {**rest, "host": {**machine, "logical_cores": 5}}
 
 
 def _source(source: str, driver_on_host: bool, keep_processes: bool = True) -> StepEdit:
@@ -119,6 +126,16 @@ def no_host_metrics(measured, tmp_path_factory) -> Path:
     """The run as `--host-metrics none` stores it (TODO(lead): a real run with it, see the module's docstring)."""
     return _stored_copy(measured, tmp_path_factory.mktemp("none") / "run", _without_host_metrics,
                         lambda env: _database_host(env, "none", False, None, "no host metrics were asked for"))
+
+
+@pytest.fixture(scope="module")
+def measured_without_host_metrics(embedded_dsn, tmp_path_factory) -> Path:
+    """A real run with --host-metrics none: the server runs here, but capmark is told not to look."""
+    run = api.run(RunSpec(workloads=["srv-query1"], jobs=[1, 2], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                          results_dir=tmp_path_factory.mktemp("real-none"), host_metrics="none"))
+    assert run.environment["database_host"]["source"] == "none"
+    assert all(s.os == {} and s.process_cpu == {} for s in run.tests[0].steps)
+    return Path(run.folder)
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +181,7 @@ def test_a_stored_run_gives_the_same_answers_on_another_machine(measured, no_hos
                             lambda env: _database_host(env, "local", True, 3))
     old_local = _stored_copy(measured, tmp_path / "old-local", lambda s: {**s, "os": {k: v for k, v in s["os"].items()
                                                                                    if k != "cores"}},
-                             lambda env: {**env, "host": {**env["host"], "logical_cores": 5}})
+                             _as_stored_before_host_sources)
     cases = [(Path(measured.folder), ()), (recorded, ()), (old_local, ()), (no_host_metrics, ("--cores", "2"))]
     here = [_calibrate_json(folder, *options) for folder, options in cases]
     elsewhere = tmp_path / "elsewhere"
@@ -179,7 +196,7 @@ def test_a_stored_run_gives_the_same_answers_on_another_machine(measured, no_hos
         (5, "recorded with the run"), (2, "stated with --cores")]
 
 
-@pytest.mark.parametrize("copy", ["no_host_metrics", "old_remote"])
+@pytest.mark.parametrize("copy", ["measured_without_host_metrics", "no_host_metrics", "old_remote"])
 def test_without_the_host_cpu_planning_is_refused_in_one_sentence(copy, request):
     folder = request.getfixturevalue(copy)
     for command in (["calibrate"], ["whatif", "--cpus", "4"], ["size", "--sla", "mean<1ms"]):

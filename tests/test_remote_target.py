@@ -210,7 +210,9 @@ def test_a_run_without_host_access_has_no_host_figures_and_says_why(unprivileged
     assert run.target["capabilities"]["os"]["available"] is False
     step = run.tests[0].steps[0]
     assert step.os == {} and step.process_cpu == {} and step.units > 0
-    assert step.kpm["na_reasons"]  # host KPMs are n/a with a reason, not zero
+    assert "database host's CPU counters were not measured" in step.kpm["na_reasons"]["cpu_busy_pct"]
+    with pytest.raises(CapmarkError, match="no measurement of the database host's CPU"):
+        api.calibrate(run.folder)
 
 
 def conninfo_user(dsn: str) -> str:
