@@ -57,9 +57,21 @@ def driver_cpu_s(step: StepResult) -> float | None:
     return step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0)
 
 
-REMAINDER_LABEL = "CPU OS overhead (remainder: host busy less every measured process)"
+REMAINDER_LABEL = "CPU OS overhead of the database host (remainder: host busy less every measured process)"
 # where other programs' CPU was not measured (runs stored before it was), the remainder holds it too
-REMAINDER_LABEL_WITH_OTHERS = "CPU not attributed to any process (OS overhead and other programs; remainder)"
+REMAINDER_LABEL_WITH_OTHERS = ("CPU of the database host not attributed to any process (OS overhead and other "
+                               "programs; remainder)")
+HOST_BUSY_LABEL = "CPU database host busy (total)"
+# Which host the driver's CPU was spent on: the database host (where it counts as host CPU) or another one.
+DRIVER_LABEL_ON_HOST = "CPU capmark driver (client tier, on the database host)"
+DRIVER_LABEL_ELSEWHERE = "CPU capmark driver (client tier, on the load host: not database host CPU)"
+DRIVER_LABEL_UNKNOWN = "CPU capmark driver (client tier)"
+
+
+def _driver_label(step: StepResult) -> str:
+    if step.os.get("driver_on_host") is None and host_busy_s(step) is None:
+        return DRIVER_LABEL_UNKNOWN  # the database host was not measured: where the driver ran is not known
+    return DRIVER_LABEL_ON_HOST if driver_on_host(step) else DRIVER_LABEL_ELSEWHERE
 
 
 HOST_CPU_KEY = "cpu_database_host_s"
@@ -103,7 +115,7 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             attributed += value
             put(_cpu(role), value, f"CPU {role}", "cpu", "ms", 1e3, True)
     driver = driver_cpu_s(step)
-    put("cpu_driver_s", driver, "CPU capmark driver (client tier)", "cpu", "ms", 1e3, True)
+    put("cpu_driver_s", driver, _driver_label(step), "cpu", "ms", 1e3, True)
     on_host = driver_on_host(step)
     driver_here = (driver or 0.0) if on_host else 0.0  # the driver's CPU is host CPU only where it runs there
     others = other_programs_cpu_s(step)
@@ -113,15 +125,15 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
         # own work, and the CPU of programs that started and ended inside the window
         put("cpu_os_overhead_s", busy - attributed - driver_here - (others or 0.0),
             REMAINDER_LABEL if others is not None else REMAINDER_LABEL_WITH_OTHERS, "cpu", "ms", 1e3, True)
-        put("cpu_host_busy_s", busy, "CPU host busy (total)", "os", "ms", 1e3)
+        put("cpu_host_busy_s", busy, HOST_BUSY_LABEL, "os", "ms", 1e3)
     elif busy is not None and attributed is None:
         # the host's CPU without its processes (a node_exporter sees no processes): the database's CPU is the
         # host's busy time, less the driver where it runs there; no remainder exists without processes
         put(HOST_CPU_KEY, busy - driver_here, _host_cpu_label(step), "cpu", "ms", 1e3, True)
-        put("cpu_host_busy_s", busy, "CPU host busy (total)", "os", "ms", 1e3)
+        put("cpu_host_busy_s", busy, HOST_BUSY_LABEL, "os", "ms", 1e3)
     if others is not None:
-        put("host_other_programs_cpu_s", others, "CPU of other programs on the host (measured, not part of the "
-            "workload)", "os", "ms", 1e3)
+        put("host_other_programs_cpu_s", others, "CPU of other programs on the database host (measured, not part "
+            "of the workload)", "os", "ms", 1e3)
 
     # disks of the data directory
     for dev, d in (step.os.get("disks") or {}).items():
