@@ -301,8 +301,31 @@ class ProcHost:
             self.reader.conn.close()
 
 
+class HostWideOnly:
+    """What a source that sees only host-wide counters answers about processes: nothing, and no session of its
+    own on the database (a node_exporter, or no source at all)."""
+
+    def instance(self) -> ProcessSample | None:
+        return None
+
+    def process_cpu_s(self, pid: int) -> float | None:
+        return None
+
+    def host_processes(self) -> HostProcesses | None:
+        return None
+
+    def own_pids(self) -> list[int]:
+        return []
+
+    def transactions(self) -> int:
+        return 0
+
+    def publish_statistics(self, info: TargetInfo) -> None:
+        """Nothing to publish: the source is not a session of the database."""
+
+
 @dataclass
-class NoHost:
+class NoHost(HostWideOnly):
     """No source: every host figure is n/a, with the reason."""
 
     reason: str
@@ -325,26 +348,8 @@ class NoHost:
     def counters(self, devices: list[str]) -> tuple[None, dict, dict, dict]:
         return None, {}, {}, {}
 
-    def instance(self) -> ProcessSample | None:
-        return None
-
-    def process_cpu_s(self, pid: int) -> float | None:
-        return None
-
-    def host_processes(self) -> HostProcesses | None:
-        return None
-
     def data_device(self, data_directory: str | None) -> tuple[str | None, str]:
         return None, self.reason
-
-    def own_pids(self) -> list[int]:
-        return []
-
-    def transactions(self) -> int:
-        return 0
-
-    def publish_statistics(self, info: TargetInfo) -> None:
-        pass
 
     def close(self) -> None:
         pass

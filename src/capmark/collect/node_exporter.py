@@ -22,7 +22,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from capmark.collect import procfs
-from capmark.collect.os import HostProcesses, ProcessSample
+from capmark.collect.hosts import HostWideOnly
 from capmark.errors import CapmarkError
 
 NAME = "node-exporter"
@@ -259,7 +259,7 @@ class FetchCost:
 
 
 @dataclass
-class NodeExporterHost:
+class NodeExporterHost(HostWideOnly):
     """A database host read through its node_exporter: host-wide counters only."""
 
     url: str
@@ -309,30 +309,12 @@ class NodeExporterHost:
         return (stat_from(page), disks_from(page, devices), memory_from(page),
                 self.stalls.pressure(time.monotonic(), stalls_from(page)))
 
-    def instance(self) -> ProcessSample | None:
-        return None
-
-    def process_cpu_s(self, pid: int) -> float | None:
-        return None
-
-    def host_processes(self) -> HostProcesses | None:
-        return None
-
     def data_device(self, data_directory: str | None) -> tuple[str | None, str]:
         """The disk of the file system holding the data directory, from the exporter's file systems."""
         data_directory = data_directory or self.data_directory
         if not data_directory:
             return None, "the role may not read data_directory, so the data device is unknown"
         return device_of(self.scrape(DEVICE_COLLECTORS), data_directory)
-
-    def own_pids(self) -> list[int]:
-        return []
-
-    def transactions(self) -> int:
-        return 0
-
-    def publish_statistics(self, info: object) -> None:
-        """Nothing to publish: the exporter is not a session of the database."""
 
     def close(self) -> None:
         pass
