@@ -127,6 +127,8 @@ def cpu_steps(remote_ctx) -> list[tuple[StepResult, StepResult]]:
 @needs_pg15
 def test_host_cpu_through_sql_agrees_with_local_proc(cpu_steps):
     for sql, local in cpu_steps:
+        print(f"{sql.jobs} job(s): host busy {sql.os['cpu_pct']['busy']:.2f} % through SQL, "
+              f"{local.os['cpu_pct']['busy']:.2f} % from local /proc")
         assert sql.os["source"] == "sql" and local.os["source"] == "local"
         assert sql.os["driver_on_host"]  # same kernel (boot id): the driver's CPU is host CPU
         assert sql.os["cores"] == local.os["cores"]
@@ -140,6 +142,8 @@ def test_cpu_per_unit_by_role_through_sql_agrees_with_local_proc(cpu_steps):
         d_sql, _ = step_demands(sql)
         d_local, _ = step_demands(local)
         backends = d_local["cpu_client_backends_s"]
+        print(f"{sql.jobs} job(s): client backends {d_sql['cpu_client_backends_s'] * 1e6:.3f} us/query through SQL, "
+              f"{backends * 1e6:.3f} us/query from local /proc")
         assert backends and backends > 1e-6  # microseconds per query: measured, not zero
         assert d_sql["cpu_client_backends_s"] == pytest.approx(backends, rel=SHARE)
         # the SQL source's own session is capmark's cost, not the workload's
@@ -154,6 +158,8 @@ def test_device_bytes_through_sql_agree_with_local_proc(remote_ctx):
     sql, local = _measure(ctx, tee, "tp-light", 2)
     dev = ctx.devices[0]
     written = local.os["disks"][dev]["sectors_written"]
+    print(f"tp-light: {sql.os['disks'][dev]['sectors_written'] * 512 / 1e6:.3f} MB written through SQL, "
+          f"{written * 512 / 1e6:.3f} MB from local /proc")
     assert written * 512 > 1 << 20  # tp-light commits: megabytes of WAL
     assert sql.os["disks"][dev]["sectors_written"] == pytest.approx(written, rel=SHARE)
 
@@ -169,6 +175,8 @@ def test_the_model_from_sql_figures_predicts_what_the_local_one_does(cpu_steps):
     sql_model, local_model = models
     assert sql_model.cores == local_model.cores == cpu_steps[0][1].os["cores"]
     for jobs in (1, 2, 4, 8):
+        print(f"{jobs} jobs: {solve(sql_model, jobs).throughput:,.0f} /s from SQL figures, "
+              f"{solve(local_model, jobs).throughput:,.0f} /s from local ones")
         assert solve(sql_model, jobs).throughput == pytest.approx(solve(local_model, jobs).throughput, rel=0.02)
 
 
