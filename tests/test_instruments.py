@@ -20,8 +20,9 @@ import pytest
 from capmark import api
 from capmark.collect import hosts
 from capmark.config import RunSpec
+from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
-from capmark.driver.step import StepContext, StepFailed, StepPlan, run_step
+from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines.postgres import connect, describe
 from capmark.measure import kpm
 from capmark.measure.demands import per_commit, sampler_cost, step_demands

@@ -173,7 +173,8 @@ def test_the_model_from_sql_figures_predicts_what_the_local_one_does(cpu_steps):
                           steps=[pair[which] for pair in cpu_steps])
         models.append(calibrate(test))
     sql_model, local_model = models
-    print(f"CPU per query: {sql_model.cpu_s * 1e6:.4f} us from SQL figures, {local_model.cpu_s * 1e6:.4f} us from local ones; cores {sql_model.cores}")
+    print(f"CPU per query: {sql_model.cpu_s * 1e6:.4f} us from SQL figures, {local_model.cpu_s * 1e6:.4f} us "
+          f"from local ones; cores {sql_model.cores}")
     assert sql_model.cores == local_model.cores == cpu_steps[0][1].os["cores"]
     for jobs in (1, 2, 4, 8):
         print(f"{jobs} jobs: {solve(sql_model, jobs).throughput:,.0f} /s from SQL figures, "

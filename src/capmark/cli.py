@@ -159,6 +159,9 @@ def run(
     node_exporter: Annotated[str | None, typer.Option("--node-exporter", help="A Prometheus node_exporter on "
                                                       "the database host, e.g. http://dbhost:9100/metrics."
                                                       )] = None,
+    driver_procs: Annotated[int | None, typer.Option("--driver-procs", help="Client side: worker processes that run "
+                                                     "the jobs (default: one per core of this machine, at most "
+                                                     "one per job).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
@@ -169,7 +172,7 @@ def run(
                    think_s=parse_duration(think, "think time") if think is not None else 0.0,
                    rate=parse_rate(rate), nested_statements=nested_statements,
                    soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements,
-                   host_metrics=host_metrics, node_exporter=node_exporter)
+                   host_metrics=host_metrics, node_exporter=node_exporter, driver_procs=driver_procs)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

@@ -175,6 +175,7 @@ class RunSpec:
     all_statements: bool = False  # store every role's statements, not only capmark's (privacy: opt in)
     host_metrics: str = "auto"  # where the database host's OS counters come from (collect/hosts.py)
     node_exporter: str | None = None  # a node_exporter on the database host: http://host:9100/metrics
+    driver_procs: int | None = None  # client side: worker processes for the jobs (None: one per load-host core)
 
     def validate(self) -> RunSpec:
         """Every setting checked before anything is created or any server is contacted."""
@@ -194,6 +195,7 @@ class RunSpec:
         if self.soak_s is not None:
             self._validate_soak()
         check_host_metrics(self.host_metrics, self.node_exporter)
+        check_driver_procs(self.driver_procs)
         return self
 
     def _validate_soak(self) -> None:
@@ -206,6 +208,19 @@ class RunSpec:
             raise CapmarkError(f"A soak must last between {MIN_SOAK_S:g} seconds and 7 days (one throughput point "
                                f"per second is kept); got {self.soak_s:g} s, e.g. --soak 30m.")
         check_times(self.warmup_s, MIN_STEP_S, self.think_s)
+
+
+# A process per job is the most that helps (each job has one connection); beyond the machine's own limits the
+# operating system refuses long before this.
+MAX_DRIVER_PROCS = 4096
+
+
+def check_driver_procs(procs: int | None) -> None:
+    if procs is None:
+        return
+    if isinstance(procs, bool) or not isinstance(procs, int) or not 1 <= procs <= MAX_DRIVER_PROCS:
+        raise CapmarkError(f"--driver-procs must be a whole number from 1 to {MAX_DRIVER_PROCS:,}; got {procs!r}, "
+                           "e.g. --driver-procs 4.")
 
 
 HOST_METRIC_SOURCES = ("auto", "local", "sql", "node-exporter", "none")

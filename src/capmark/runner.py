@@ -21,8 +21,9 @@ from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
 from capmark.collect.pgstats import statements_rule
 from capmark.config import RunSpec, default_jobs, env_dsn, redact_dsn
+from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
-from capmark.driver.step import StepContext, StepFailed, StepPlan, run_step
+from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines import embedded
 from capmark.engines.base import Capability, TargetInfo
 from capmark.engines.postgres import connect, describe
@@ -263,7 +264,8 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             where = f"during step {step_no} ({_jobs(jobs)}) of {workload.name}"
             store.heartbeat(run_result.run_id)
             step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors,
-                                 settings, plan.think_s, plan.rate, memory_every_s=_memory_period(spec),
+                                 settings, plan.think_s, plan.rate, driver_procs=spec.driver_procs,
+                                 memory_every_s=_memory_period(spec),
                                  all_statements=spec.all_statements)
             try:
                 step = run_step(ctx, workload, params, size, step_plan,

@@ -11,6 +11,7 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -77,6 +78,8 @@ class Job(threading.Thread):
         self.stop_event = stop
         self.pacing = pacing or Pacing()
         self.failure: str | None = None
+        # called in the pause before the window and after it, when no job of the step is working
+        self.on_window: Callable[[], None] | None = None
         ntypes = len(workload.txn_types)
         self.tally = Tally([LatencyHistogram() for _ in range(ntypes)], [0] * ntypes)
         self.session = ClientSession(conn, workload.client_statements) if mode == "client" else None
@@ -92,10 +95,14 @@ class Job(threading.Thread):
             self._run_until(self.schedule.warmup_end, measure=False)
             flush_own_stats(self.conn, self.info)
             self.barrier.wait()  # runner takes the opening snapshot
+            if self.on_window:  # every job of the step is paused here: a quiet instant
+                self.on_window()
             self.barrier.wait()
             self._run_until(self.schedule.measure_end, measure=True)
             flush_own_stats(self.conn, self.info)
             self.barrier.wait()  # runner takes the closing snapshot
+            if self.on_window:
+                self.on_window()
         except threading.BrokenBarrierError:
             pass
         except Exception as err:  # a job must never take the step down silently

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
@@ -16,8 +16,9 @@ from capmark.collect import hosts, netinfo, pgstats
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
+from capmark.driver.groups import Outcome, StepJobs, driver_processes, job_group
 from capmark.driver.histogram import merge_all
-from capmark.driver.jobs import Job, Pacing, Schedule
+from capmark.driver.jobs import Pacing
 from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
 from capmark.results import StepResult
@@ -50,6 +51,7 @@ class StepPlan:
     session_settings: dict[str, str] = field(default_factory=dict)  # SET on every job connection
     think_s: float = 0.0  # client side: mean think time after each unit
     rate: float = 0.0  # client side: total Poisson arrival rate (units/s) over all jobs; 0 = closed loop
+    driver_procs: int | None = None  # client side: worker processes for the jobs (None: one per core, at most)
     memory_every_s: float = 60.0  # instance process memory sampling period (a soak samples at least 20 times)
     all_statements: bool = False  # keep every role's statements in the top statements, not only capmark's
 
@@ -95,34 +97,20 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
     """Run one step; on KeyboardInterrupt every job is cancelled and closed before re-raising."""
     progress = progress or (lambda phase, left: None)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    conns: list[psycopg.Connection] = []
-    jobs: list[Job] = []
     sampler: Sampler | None = None
     sampler_conn: psycopg.Connection | None = None
-    stop = threading.Event()
-    barrier = threading.Barrier(plan.jobs + 1)
-    schedule = Schedule()
+    pacing = Pacing(plan.think_s, plan.rate / plan.jobs if plan.rate else 0.0)
+    procs = driver_processes(plan.driver_procs, plan.jobs, plan.mode, workload)
+    group = job_group(StepJobs(ctx.dsn, workload, params, size, plan.mode, ctx.info, pacing, plan.jobs,
+                               plan.session_settings), procs)
+    stopping = threading.Event()
     try:
         eviction = sto.eviction_status(ctx.control, workload) if sto.evicts(workload) else None
-        for i in range(plan.jobs):
-            conn = connect(ctx.dsn, application_name=f"capmark job {i + 1}")
-            conns.append(conn)
-            for name, value in plan.session_settings.items():
-                conn.execute("select set_config(%s, %s, false)", (name, value))
-        pids = [c.info.backend_pid for c in conns]
-        pacing = Pacing(plan.think_s, plan.rate / plan.jobs if plan.rate else 0.0)
-        try:
-            jobs = [Job(i + 1, c, workload, params, size, plan.mode, ctx.info, barrier, schedule, stop, pacing)
-                    for i, c in enumerate(conns)]
-        except psycopg.Error as err:  # e.g. preparing the client statements: the step cannot start
-            raise StepFailed(f"the jobs could not prepare their statements: {str(err).strip().splitlines()[0]}"
-                             ) from None
-        for job in jobs:
-            job.start()
-        schedule.warmup_end = time.time() + plan.warmup_s
-        _wait(barrier, jobs)
-        _countdown("warm-up", schedule.warmup_end, progress, stop)
-        _wait(barrier, jobs)  # warm-up over, statistics flushed
+        pids = group.start()
+        group.schedule.warmup_end = time.time() + plan.warmup_s
+        group.wait()
+        _countdown("warm-up", group.schedule.warmup_end, progress, stopping)
+        group.wait()  # warm-up over, statistics flushed
 
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)  # PostgreSQL 14: the collector publishes every 500 ms
@@ -133,7 +121,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         host_statements0 = ctx.host.transactions()
         host_before = ctx.host.host_processes() if os_local else None
         os_before = _os_reading(ctx) if os_local else None
-        net_before = netinfo.read_all(conns)  # the jobs wait at the barrier: their sockets are quiet
+        group.mark_window()  # the jobs wait at the barrier: their sockets are quiet
         drv_before = oscollect.own_cpu_seconds()
         delay_before = oscollect.own_run_delay()
         sampler_conn = connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
@@ -142,64 +130,57 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                           memory_every_s=plan.memory_every_s,
                           own_pids=[ctx.control.info.backend_pid, *ctx.host.own_pids()])
         sampler_cpu0 = _backend_cpu(ctx.host, sampler_conn) if os_local else None
-        schedule.measure_start = time.time()
-        schedule.measure_end = schedule.measure_start + plan.duration_s
+        group.schedule.measure_start = time.time()
+        group.schedule.measure_end = group.schedule.measure_start + plan.duration_s
         sampler.start()
-        _wait(barrier, jobs)  # go
-        _countdown("measure", schedule.measure_end, progress, stop)
-        _wait(barrier, jobs)  # jobs done and flushed
-        elapsed = time.time() - schedule.measure_start
+        group.wait()  # go
+        _countdown("measure", group.schedule.measure_end, progress, stopping)
+        group.wait()  # jobs done and flushed
+        elapsed = time.time() - group.schedule.measure_start
         samples = sampler.stop()
         sampler_cpu = (_backend_cpu(ctx.host, sampler_conn) or 0.0) - sampler_cpu0 if sampler_cpu0 is not None else None
         sampler.publish_statistics(ctx.info)
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)
         drv_after = oscollect.own_cpu_seconds()
-        net_after = netinfo.read_all(conns)
+        group.mark_window()
         delay_after = oscollect.own_run_delay()
         os_after = _os_reading(ctx) if os_local else None
         host_after = ctx.host.host_processes() if os_local else None
         ctx.host.publish_statistics(ctx.info)
         host_statements = ctx.host.transactions() - host_statements0
         db_after = pgstats.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
+        outcome = group.finish()
     except BaseException:
-        stop.set()
-        barrier.abort()
+        stopping.set()
         if sampler is not None and sampler.is_alive():
             sampler.stop()
-        for c in conns:
-            with contextlib.suppress(Exception):  # best effort; closing below ends the backend anyway
-                c.cancel_safe(timeout=2)
-        for job in jobs:
-            job.join(timeout=5)
-        for c in [*conns, *([sampler_conn] if sampler_conn is not None else [])]:
-            c.close()
+        group.stop()
+        if sampler_conn is not None:
+            sampler_conn.close()
         raise
-    for job in jobs:
-        job.join(timeout=10)
-    for c in [*conns, *([sampler_conn] if sampler_conn is not None else [])]:
-        c.close()
+    if sampler_conn is not None:
+        sampler_conn.close()
 
-    notes = [j.failure for j in jobs if j.failure]
+    tallies = outcome.tallies
+    notes = list(outcome.failures)
     names = list(workload.txn_types)
-    hists = {names[t]: merge_all([j.tally.histograms[t] for j in jobs]) for t in range(len(names))}
-    errors = {names[t]: sum(j.tally.errors[t] for j in jobs) for t in range(len(names))}
+    hists = {names[t]: merge_all([tally.histograms[t] for tally in tallies]) for t in range(len(names))}
+    errors = {names[t]: sum(tally.errors[t] for tally in tallies) for t in range(len(names))}
     seconds = max(1, int(round(plan.duration_s)))
-    series_units = _per_second([j.tally.series_units for j in jobs], seconds)
-    series_errors = _per_second([j.tally.series_errors for j in jobs], seconds)
+    series_units = _per_second([tally.series_units for tally in tallies], seconds)
+    series_errors = _per_second([tally.series_errors for tally in tallies], seconds)
     result = StepResult(
         ordinal=plan.ordinal, jobs=plan.jobs, status="ok" if not notes else "failed", started_at=started,
         elapsed_s=elapsed, txn_types=names, histograms=hists, errors=errors,
         series_units=series_units, series_errors=series_errors,
         db_before=db_before, db_after=db_after, db_delta=pgstats.delta(db_before, db_after),
-        driver_cpu={"user_s": drv_after[0] - drv_before[0], "sys_s": drv_after[1] - drv_before[1],
-                    "run_delay_s": oscollect.run_delay_between(delay_before, delay_after),
-                    "sampler_backend_s": sampler_cpu},
+        driver_cpu=_driver_cpu(drv_before, drv_after, delay_before, delay_after, sampler_cpu, outcome),
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
-        round_trips=sum(j.tally.round_trips for j in jobs), notes=notes + samples.errors,
-        network=netinfo.summed_delta(net_before, net_after).to_dict(),
+        round_trips=sum(tally.round_trips for tally in tallies), notes=notes + samples.errors,
+        network=netinfo.summed_delta(outcome.net_before, outcome.net_after).to_dict(),
         pacing={"think_s": plan.think_s, "rate": plan.rate},
-        schedule_lag=merge_all([j.tally.lag for j in jobs]) if plan.rate else None,
+        schedule_lag=merge_all([tally.lag for tally in tallies]) if plan.rate else None,
         background_series=samples.background_series(), memory_series=samples.memory_series,
         interference={"sessions": samples.others.to_dict() if sampler_conn is not None else None},
         instruments={"capmark_transactions": {**_capmark_transactions(ctx, plan, samples, sampler_conn is not None),
@@ -218,8 +199,22 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
             result.process_cpu = oscollect.cpu_by_role(os_before["procs"], os_after["procs"])
             result.os["rss_by_role_end"] = _rss_by_role(os_after["procs"])
     if host_before is not None and host_after is not None:
-        result.interference["processes"] = _other_processes(host_before, host_after, os_before, os_after)
+        workers = {p["pid"] for p in outcome.processes}
+        result.interference["processes"] = _other_processes(host_before, host_after, os_before, os_after, workers)
     return result
+
+
+def _driver_cpu(before: tuple[float, float], after: tuple[float, float], delay_before: dict[int, float],
+                delay_after: dict[int, float], sampler_cpu: float | None, outcome: Outcome) -> dict[str, Any]:
+    """The driver's CPU over the window: this process (the runner, the sampler, threaded jobs) plus every worker
+    process, each also kept on its own (one process can drive at most one core)."""
+    own = {"pid": os.getpid(), "jobs": [], "user_s": after[0] - before[0], "sys_s": after[1] - before[1],
+           "run_delay_s": oscollect.run_delay_between(delay_before, delay_after)}
+    processes = [own, *outcome.processes]
+    delays = [p["run_delay_s"] for p in processes]
+    return {"user_s": sum(p["user_s"] for p in processes), "sys_s": sum(p["sys_s"] for p in processes),
+            "run_delay_s": None if any(d is None for d in delays) else sum(delays),
+            "sampler_backend_s": sampler_cpu, "processes": processes}
 
 
 def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sampled: bool) -> dict[str, int]:
@@ -232,9 +227,9 @@ def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sa
 
 
 def _other_processes(before: oscollect.HostProcesses, after: oscollect.HostProcesses, os_before: dict | None,
-                     os_after: dict | None) -> dict:
-    """CPU of the host's other programs in the window: everything but the instance and this process."""
-    exclude = {os.getpid()}
+                     os_after: dict | None, workers: set[int]) -> dict:
+    """CPU of the host's other programs in the window: everything but the instance and the driver's processes."""
+    exclude = {os.getpid(), *workers}
     for reading in (os_before, os_after):
         if reading and reading["procs"]:
             exclude.update(reading["procs"].procs)
@@ -262,22 +257,11 @@ def _rss_by_role(sample: oscollect.ProcessSample) -> dict[str, int]:
     return out
 
 
-def _wait(barrier: threading.Barrier, jobs: list[Job]) -> None:
-    try:
-        barrier.wait(timeout=120)
-    except threading.BrokenBarrierError:
-        failures = [j.failure for j in jobs if j.failure]
-        raise StepFailed("; ".join(failures) or "a job stopped responding") from None
-
-
 def _countdown(phase: str, until: float, progress: Progress, stop: threading.Event) -> None:
+    """Tell the front end how long the phase has left, until it ends (or the step is being stopped)."""
     while not stop.is_set():
         left = until - time.time()
         progress(phase, max(0.0, left))
         if left <= 0:
             return
         time.sleep(min(0.25, left))
-
-
-class StepFailed(Exception):
-    """A job failed; the step is lost but the run goes on (or stops) as the caller decides."""

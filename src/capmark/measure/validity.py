@@ -122,6 +122,31 @@ def storage_problems(step: StepResult) -> list[str]:
     return []
 
 
+def _driver_saturation(step: StepResult) -> list[str]:
+    """A driver process that used (or wanted) a whole core was the bottleneck, not the database. Each process
+    counts on its own: one process can drive at most one core, whatever the others do."""
+    processes = step.driver_cpu.get("processes") or [step.driver_cpu]
+    for p in processes:
+        cores = (p.get("user_s", 0.0) + p.get("sys_s", 0.0)) / step.elapsed_s
+        wanted = cores + (p.get("run_delay_s") or 0.0) / step.elapsed_s
+        who = _driver_process(p, len(processes))
+        if cores >= DRIVER_SATURATED:
+            return [f"the load generator was saturated ({who}CPU {cores:.2f} of one core)"]
+        if wanted >= DRIVER_SATURATED:
+            return [f"the load generator was saturated ({who}busy or waiting for a CPU {wanted:.0%} of the window, "
+                    f"CPU {cores:.2f} of one core)"]
+    return []
+
+
+def _driver_process(p: dict, processes: int) -> str:
+    if processes == 1:
+        return "driver "
+    jobs = p.get("jobs") or []
+    if not jobs:
+        return "the driver's main process: "
+    return f"the driver process of job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))}: "
+
+
 def problems(step: StepResult) -> list[str]:
     out = []
     if step.status != "ok":
@@ -131,13 +156,7 @@ def problems(step: StepResult) -> list[str]:
         out.append("no unit of work completed")
         return out
     if step.driver_cpu and step.elapsed_s:
-        cores = (step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0)) / step.elapsed_s
-        wanted = cores + (step.driver_cpu.get("run_delay_s") or 0.0) / step.elapsed_s
-        if cores >= DRIVER_SATURATED:
-            out.append(f"the load generator was saturated (driver CPU {cores:.2f} of one core)")
-        elif wanted >= DRIVER_SATURATED:
-            out.append(f"the load generator was saturated (driver busy or waiting for a CPU {wanted:.0%} of the "
-                       f"window, CPU {cores:.2f} of one core)")
+        out.extend(_driver_saturation(step))
     lag = step.schedule_lag.summary() if step.schedule_lag is not None and step.schedule_lag.total else None
     # open loop: latency counts from the intended start, so a late generator inflates it; late by more than a
     # millisecond at the median and for most of the measured latency means the load was not offered

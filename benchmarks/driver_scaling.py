@@ -1,0 +1,87 @@
+"""Client-side driver vs pgbench at 1, 2, 4 and 8 jobs: throughput and the client's CPU per query.
+
+Same server, same run, alternating rounds: capmark's client-side srv-query1 (its driver in worker processes, and
+for reference the old way, every job a thread of one process) against pgbench running the same prepared lookup
+as a custom script with -c N -j min(N, cores). The client CPU per query is the CPU of every driver process over
+the measured window (capmark) or of the pgbench process over its run (its own rusage), divided by the queries.
+Figures are medians over the rounds.
+
+    python benchmarks/driver_scaling.py [--rounds 3] [--seconds 5] [--jobs 1,2,4,8] [--threads]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import subprocess
+import tempfile
+
+from _common import cores, median, pgbench_path, run, target
+
+from capmark.engines.postgres import connect
+
+SCRIPT = """\\set k random(1, {items})
+SELECT id, grp, qty, price, name FROM capmark.item WHERE id = :k;
+"""
+
+
+def pgbench(dsn: str, jobs: int, seconds: float, script: str) -> tuple[float, float]:
+    """Transactions per second and pgbench's own CPU seconds per transaction."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([str(pgbench_path()), dsn, "-M", "prepared", "-c", str(jobs), "-j", str(min(jobs, cores())),
+                          "-T", str(int(seconds)), "-n", "-f", script], capture_output=True, text=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tps = float(re.search(r"tps = ([\d.]+)", out.stdout).group(1))
+    done = int(re.search(r"number of transactions actually processed: (\d+)", out.stdout).group(1))
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return tps, cpu / done
+
+
+def capmark(ctx, jobs: int, seconds: float, procs: int | None) -> tuple[float, float]:
+    step = run(ctx, "srv-query1", jobs, seconds, mode="client", driver_procs=procs)
+    cpu = step.driver_cpu["user_s"] + step.driver_cpu["sys_s"]
+    return step.units / step.elapsed_s, cpu / step.units
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dsn", help="measure this PostgreSQL instead of the embedded one")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--jobs", default="1,2,4,8")
+    ap.add_argument("--threads", action="store_true", help="also measure the jobs as threads of one process")
+    args = ap.parse_args()
+    ctx = target(args.dsn)
+    with connect(ctx.dsn) as c:
+        items = c.execute("select count(*) from capmark.item").fetchone()[0]
+    script = os.path.join(tempfile.mkdtemp(), "lookup.sql")
+    with open(script, "w") as fh:
+        fh.write(SCRIPT.format(items=items))
+    print(f"cores={cores()} rounds={args.rounds} seconds={args.seconds}")
+    kinds = ["processes", *(["threads"] if args.threads else [])]
+    for jobs in (int(j) for j in args.jobs.split(",")):
+        got: dict[str, list[tuple[float, float]]] = {k: [] for k in ["pgbench", *kinds]}
+        for r in range(args.rounds):
+            order = ["pgbench", *kinds] if r % 2 == 0 else [*kinds, "pgbench"]
+            for kind in order:
+                if kind == "pgbench":
+                    got[kind].append(pgbench(ctx.dsn, jobs, args.seconds, script))
+                else:
+                    got[kind].append(capmark(ctx, jobs, args.seconds, None if kind == "processes" else 0))
+        pg_x = median([x for x, _ in got["pgbench"]])
+        pg_cpu = median([c for _, c in got["pgbench"]])
+        line = f"{jobs} jobs: pgbench {pg_x:,.0f}/s, {pg_cpu * 1e6:.1f} us CPU/query"
+        for kind in kinds:
+            ratios = [x / p for (x, _), (p, _) in zip(got[kind], got["pgbench"], strict=True)]
+            x = median([x for x, _ in got[kind]])
+            cpu = median([c for _, c in got[kind]])
+            line += (f"; capmark ({kind}) {x:,.0f}/s = {median(ratios):.2f}x pgbench "
+                     f"(rounds {', '.join(f'{v:.2f}' for v in ratios)}), {cpu * 1e6:.1f} us CPU/query = "
+                     f"{cpu / pg_cpu:.2f}x pgbench's")
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

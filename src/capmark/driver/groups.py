@@ -1,0 +1,190 @@
+"""The jobs of one step as the step runner sees them, whether they are threads of this process (server side:
+they only wait on their sockets) or threads of worker processes (client side: Python's global lock would hold
+one process to one core). Both meet the runner at the same phase boundaries and hand back the same tallies."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psycopg
+
+from capmark.collect import netinfo
+from capmark.driver.jobs import Job, Pacing, Schedule, Tally
+from capmark.driver.procs import ProcessJobs, WorkerFailed, WorkerSpec, split_jobs
+from capmark.engines.base import TargetInfo
+from capmark.engines.postgres import connect
+from capmark.workloads import registry
+from capmark.workloads.base import DataSize, Workload
+
+BARRIER_TIMEOUT_S = 120.0  # a phase boundary every job reaches within this, or the step fails
+
+
+class StepFailed(Exception):
+    """The step could not run to its end; the message says why, in the user's words."""
+
+
+@dataclass
+class Outcome:
+    """Everything the jobs did, merged by the runner: per-job tallies, failures, and the driver processes' CPU
+    and traffic over the window (empty for threads: the runner measures its own process)."""
+
+    tallies: list[Tally]
+    failures: list[str]
+    processes: list[dict[str, Any]] = field(default_factory=list)  # worker pid, jobs, user_s, sys_s, run_delay_s
+    net_before: list[netinfo.NetReading] = field(default_factory=list)
+    net_after: list[netinfo.NetReading] = field(default_factory=list)
+
+
+class JobGroup(Protocol):
+    schedule: Any
+
+    def start(self) -> list[int]: ...
+
+    def wait(self) -> None: ...
+
+    def mark_window(self) -> None: ...
+
+    def finish(self) -> Outcome: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class StepJobs:
+    """What a step's jobs run: the same for threads and processes."""
+
+    dsn: str
+    workload: Workload
+    params: dict[str, Any]
+    size: DataSize
+    mode: str
+    info: TargetInfo
+    pacing: Pacing
+    jobs: int
+    session_settings: dict[str, str]
+
+
+class ThreadJobs:
+    """One thread and one connection per job, in this process."""
+
+    def __init__(self, spec: StepJobs) -> None:
+        self.spec = spec
+        self.schedule = Schedule()
+        self.stop_event = threading.Event()
+        self.barrier = threading.Barrier(spec.jobs + 1)
+        self.conns: list[psycopg.Connection] = []
+        self.jobs: list[Job] = []
+        self.net: list[list[netinfo.NetReading]] = []
+
+    def start(self) -> list[int]:
+        s = self.spec
+        for i in range(s.jobs):
+            conn = connect(s.dsn, application_name=f"capmark job {i + 1}")
+            self.conns.append(conn)
+            for name, value in s.session_settings.items():
+                conn.execute("select set_config(%s, %s, false)", (name, value))
+        try:
+            self.jobs = [Job(i + 1, c, s.workload, s.params, s.size, s.mode, s.info, self.barrier, self.schedule,
+                             self.stop_event, s.pacing) for i, c in enumerate(self.conns)]
+        except psycopg.Error as err:  # e.g. preparing the client statements: the step cannot start
+            raise StepFailed(f"the jobs could not prepare their statements: {_first_line(err)}") from None
+        for job in self.jobs:
+            job.start()
+        return [c.info.backend_pid for c in self.conns]
+
+    def wait(self) -> None:
+        try:
+            self.barrier.wait(timeout=BARRIER_TIMEOUT_S)
+        except threading.BrokenBarrierError:
+            failures = [j.failure for j in self.jobs if j.failure]
+            raise StepFailed("; ".join(failures) or "a job stopped responding") from None
+
+    def mark_window(self) -> None:
+        """Called by the runner in the pauses before and after the window: the job sockets are quiet."""
+        self.net.append(netinfo.read_all(self.conns))
+
+    def finish(self) -> Outcome:
+        for job in self.jobs:
+            job.join(timeout=10)
+        for conn in self.conns:
+            conn.close()
+        before, after = (self.net[0], self.net[-1]) if len(self.net) >= 2 else ([], [])
+        return Outcome([j.tally for j in self.jobs], [j.failure for j in self.jobs if j.failure],
+                       net_before=before, net_after=after)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.barrier.abort()
+        for conn in self.conns:
+            with contextlib.suppress(Exception):  # best effort; closing below ends the backend anyway
+                conn.cancel_safe(timeout=2)
+        for job in self.jobs:
+            job.join(timeout=5)
+        for conn in self.conns:
+            conn.close()
+
+
+class ProcessGroup:
+    """The jobs in worker processes (see procs.py); the runner's view is the same as of threads."""
+
+    def __init__(self, spec: StepJobs, procs: int) -> None:
+        specs = [WorkerSpec(spec.dsn, part, spec.workload.name, spec.params, spec.size, spec.mode, spec.info,
+                            spec.pacing, spec.session_settings) for part in split_jobs(spec.jobs, procs)]
+        self.pool = ProcessJobs(specs, spec.jobs)
+        self.schedule = self.pool.schedule
+
+    def start(self) -> list[int]:
+        try:
+            return self.pool.start()
+        except WorkerFailed as err:
+            raise StepFailed(str(err)) from None
+
+    def wait(self) -> None:
+        try:
+            self.pool.wait(BARRIER_TIMEOUT_S)
+        except WorkerFailed as err:
+            raise StepFailed(str(err)) from None
+
+    def mark_window(self) -> None:
+        """The workers read their own sockets and CPU at the same quiet instants."""
+
+    def finish(self) -> Outcome:
+        try:
+            results = self.pool.results()
+        except WorkerFailed as err:
+            raise StepFailed(str(err)) from None
+        by_job = sorted(((j, t) for r in results for j, t in zip(r.jobs, r.tallies, strict=True)))
+        return Outcome([t for _j, t in by_job], [f for r in results for f in r.failures],
+                       [{"pid": r.pid, "jobs": r.jobs, "user_s": r.user_s, "sys_s": r.sys_s,
+                         "run_delay_s": r.run_delay_s} for r in results],
+                       [n for r in results for n in r.net_before], [n for r in results for n in r.net_after])
+
+    def stop(self) -> None:
+        self.pool.stop()
+
+
+def driver_processes(requested: int | None, jobs: int, mode: str, workload: Workload) -> int:
+    """How many worker processes run a step's jobs; 0 means threads in this process.
+
+    Server-side jobs only wait on their sockets: threads. Client-side jobs do Python work per unit, so by default
+    each core of the load host gets a process of its own (no process drives more than one core can), never more
+    processes than jobs. A workload that is not in the catalogue (made in code, not by name) cannot be sent to
+    another process, so it runs threaded."""
+    if mode != "client" or registry.WORKLOADS.get(workload.name) is not workload:
+        return 0
+    if requested is not None:
+        return min(requested, jobs)
+    return min(jobs, os.cpu_count() or 1)
+
+
+def job_group(spec: StepJobs, procs: int) -> JobGroup:
+    return ProcessGroup(spec, procs) if procs else ThreadJobs(spec)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

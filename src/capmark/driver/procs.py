@@ -1,0 +1,321 @@
+"""Client-side jobs in worker processes, so that the driver is not held to one core by Python's global lock.
+
+Each worker process opens the connections of its jobs and runs them as threads, exactly as the threaded driver
+does; all jobs of all processes and the step runner meet at one cross-process barrier, so every phase boundary
+(start, end of warm-up, start and end of the window) is the same instant for every job. The wall-clock plan
+lives in shared memory, written by the runner before it releases each phase. When the jobs are done, each
+process sends back its jobs' tallies (histograms in the same bucket format, per-second series, errors,
+schedule lag, round trips) and its own CPU over the window; the runner merges them as it merges threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from capmark.collect import netinfo
+from capmark.collect import os as oscollect
+from capmark.driver.jobs import Job, Pacing, Tally
+from capmark.engines.base import TargetInfo
+from capmark.workloads.base import DataSize
+
+# Forkserver: a clean process (no threads, no open connections) forks each worker, with capmark's driver
+# already imported, so a worker starts in tens of milliseconds and inherits nothing of the runner's sessions.
+CONTEXT = mp.get_context("forkserver")
+CONTEXT.set_forkserver_preload(["capmark.driver.procs"])
+READY_TIMEOUT_S = 60.0  # connecting and preparing a process's jobs; a server that slow fails the step
+RESULT_TIMEOUT_S = 30.0  # sending a process's tallies back after its jobs ended
+POLL_S = 0.2  # how often the runner looks for a dead worker while it waits at the barrier
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent dies (no orphaned workers)
+
+
+class WorkerFailed(Exception):
+    """A worker process could not start its jobs or died; the message names the jobs."""
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker process needs, picklable: the workload is named, not sent (it holds functions)."""
+
+    dsn: str
+    jobs: list[int]  # the job numbers this process runs (1-based, as in the threaded driver)
+    workload: str
+    params: dict[str, Any]
+    size: DataSize
+    mode: str
+    info: TargetInfo
+    pacing: Pacing
+    session_settings: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class WorkerResult:
+    """What one process sends back when its jobs are done."""
+
+    jobs: list[int]
+    tallies: list[Tally]
+    failures: list[str]
+    pid: int
+    user_s: float = 0.0  # the process's CPU over the window (every thread of it)
+    sys_s: float = 0.0
+    run_delay_s: float | None = None  # time its threads waited for a CPU while runnable, over the window
+    net_before: list[netinfo.NetReading] = field(default_factory=list)  # its connections' counters, before
+    net_after: list[netinfo.NetReading] = field(default_factory=list)  # and after the window
+
+
+class SharedSchedule:
+    """The step's wall-clock plan in shared memory: the runner writes it, every job in every process reads it."""
+
+    def __init__(self) -> None:
+        self.values = CONTEXT.Array("d", 3, lock=False)
+
+    @property
+    def warmup_end(self) -> float:
+        return self.values[0]
+
+    @warmup_end.setter
+    def warmup_end(self, value: float) -> None:
+        self.values[0] = value
+
+    @property
+    def measure_start(self) -> float:
+        return self.values[1]
+
+    @measure_start.setter
+    def measure_start(self, value: float) -> None:
+        self.values[1] = value
+
+    @property
+    def measure_end(self) -> float:
+        return self.values[2]
+
+    @measure_end.setter
+    def measure_end(self, value: float) -> None:
+        self.values[2] = value
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def worker_main(spec: WorkerSpec, barrier: Any, schedule: SharedSchedule, stop: Any, pipe: Connection) -> None:
+    """A worker process: connect, report the backends, run the jobs, send the tallies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and stops the jobs through `stop`
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    from capmark.engines.postgres import connect
+    from capmark.workloads import registry
+
+    workload = registry.get(spec.workload)
+    conns = []
+    try:
+        for index in spec.jobs:
+            conn = connect(spec.dsn, application_name=f"capmark job {index}")
+            conns.append(conn)
+            for name, value in spec.session_settings.items():
+                conn.execute("select set_config(%s, %s, false)", (name, value))
+        stop_event = _EventView(stop)
+        jobs = [Job(index, conn, workload, spec.params, spec.size, spec.mode, spec.info, barrier, schedule,
+                    stop_event, spec.pacing) for index, conn in zip(spec.jobs, conns, strict=True)]
+    except Exception as err:  # noqa: BLE001 - the runner reports it for these jobs
+        pipe.send(("failed", _first_line(err)))
+        for conn in conns:
+            conn.close()
+        return
+    clock = WindowCpu(conns)
+    jobs[0].on_window = clock.mark
+    pipe.send(("ready", [c.info.backend_pid for c in conns]))
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join()
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            conn.close()
+    user_s, sys_s, delay_s = clock.window()
+    pipe.send(("done", WorkerResult(spec.jobs, [j.tally for j in jobs], [j.failure for j in jobs if j.failure],
+                                    os.getpid(), user_s, sys_s, delay_s, *clock.network())))
+
+
+class _EventView:
+    """A multiprocessing Event where the jobs expect a threading.Event (is_set and wait)."""
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.event.wait(timeout)
+
+    def set(self) -> None:
+        self.event.set()
+
+
+class WindowCpu:
+    """The process's CPU, run delay and its connections' traffic before the window and after it."""
+
+    def __init__(self, conns: list[Any]) -> None:
+        self.conns = conns
+        self.marks: list[tuple[float, float, dict[int, float]]] = []
+        self.net: list[Any] = []
+
+    def mark(self) -> None:
+        times = os.times()
+        self.marks.append((times.user, times.system, oscollect.own_run_delay()))
+        self.net.append(netinfo.read_all(self.conns))
+
+    def network(self) -> tuple[list[netinfo.NetReading], list[netinfo.NetReading]]:
+        return (self.net[0], self.net[-1]) if len(self.net) >= 2 else ([], [])
+
+    def window(self) -> tuple[float, float, float | None]:
+        if len(self.marks) < 2:
+            return 0.0, 0.0, None
+        (u0, s0, d0), (u1, s1, d1) = self.marks[0], self.marks[-1]
+        return u1 - u0, s1 - s0, oscollect.run_delay_between(d0, d1)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def split_jobs(jobs: int, procs: int) -> list[list[int]]:
+    """Job numbers 1..jobs dealt round-robin over the processes, so that each runs as even a share as can be."""
+    procs = max(1, min(procs, jobs))
+    return [list(range(p + 1, jobs + 1, procs)) for p in range(procs)]
+
+
+class ProcessJobs:
+    """The jobs of one step, in worker processes. The runner calls start(), then wait() at each phase
+    boundary (as it would at the threads' barrier), then results(); stop() at any time ends everything."""
+
+    def __init__(self, specs: list[WorkerSpec], jobs: int) -> None:
+        self.specs = specs
+        self.barrier = CONTEXT.Barrier(jobs + 1)
+        self.schedule = SharedSchedule()
+        self.stop_event = CONTEXT.Event()
+        self.procs: list[Any] = []
+        self.pipes: list[Connection] = []
+        self.pids: list[int] = []
+        self.failures: list[str] = []
+        self._results: list[WorkerResult] = []
+
+    def start(self) -> list[int]:
+        """Start every process; returns the jobs' backend pids in job order once all are connected."""
+        for spec in self.specs:
+            ours, theirs = CONTEXT.Pipe(duplex=False)
+            proc = CONTEXT.Process(target=worker_main, args=(spec, self.barrier, self.schedule, self.stop_event,
+                                                              theirs), name=f"capmark-jobs-{spec.jobs[0]}",
+                                   daemon=True)
+            proc.start()
+            theirs.close()
+            self.procs.append(proc)
+            self.pipes.append(ours)
+        by_job: dict[int, int] = {}
+        for spec, pipe, proc in zip(self.specs, self.pipes, self.procs, strict=True):
+            message = self._receive(pipe, proc, READY_TIMEOUT_S, spec)
+            if message[0] == "failed":
+                raise WorkerFailed(f"{_jobs_named(spec.jobs)}: {message[1]}")
+            by_job.update(zip(spec.jobs, message[1], strict=True))
+        self.pids = [by_job[j] for j in sorted(by_job)]
+        return self.pids
+
+    def _receive(self, pipe: Connection, proc: Any, timeout: float, spec: WorkerSpec) -> tuple:
+        deadline = time.monotonic() + timeout
+        while not pipe.poll(POLL_S):
+            if not proc.is_alive():
+                raise WorkerFailed(f"the process running {_jobs_named(spec.jobs)} ended unexpectedly "
+                                   f"(exit code {proc.exitcode})")
+            if time.monotonic() > deadline:
+                raise WorkerFailed(f"the process running {_jobs_named(spec.jobs)} did not answer within "
+                                   f"{timeout:.0f} s")
+        try:
+            return pipe.recv()
+        except EOFError:
+            raise WorkerFailed(f"the process running {_jobs_named(spec.jobs)} ended unexpectedly") from None
+
+    def wait(self, timeout: float) -> None:
+        """Meet the jobs at the barrier. A barrier wait cannot poll (a timeout breaks it for every party), so a
+        helper thread waits while this one watches the processes: a dead one breaks the barrier, and the step
+        fails with the jobs' own reasons or the name of the process that died."""
+        passed: list[bool] = []
+
+        def waiter() -> None:
+            try:
+                self.barrier.wait(timeout=timeout)
+                passed.append(True)
+            except threading.BrokenBarrierError:
+                passed.append(False)
+
+        thread = threading.Thread(target=waiter, name="capmark-barrier", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(POLL_S)
+            if thread.is_alive() and self._dead():
+                self.barrier.abort()
+        if not passed or not passed[0]:
+            raise WorkerFailed(self._why_broken())
+
+    def _dead(self) -> list[str]:
+        return [f"the process running {_jobs_named(spec.jobs)} ended unexpectedly (exit code {proc.exitcode})"
+                for spec, proc in zip(self.specs, self.procs, strict=True) if not proc.is_alive()]
+
+    def _why_broken(self) -> str:
+        """The jobs' own failures when their processes could send them, else which process died."""
+        self.stop_event.set()
+        self.barrier.abort()
+        self._collect(quick=True)
+        failures = [f for r in self._results for f in r.failures] + self._dead()
+        return "; ".join(failures) or "a job stopped responding"
+
+    def _collect(self, quick: bool = False) -> None:
+        timeout = 2.0 if quick else RESULT_TIMEOUT_S
+        got = {tuple(r.jobs) for r in self._results}
+        for spec, pipe, proc in zip(self.specs, self.pipes, self.procs, strict=True):
+            if tuple(spec.jobs) in got:
+                continue
+            try:
+                message = self._receive(pipe, proc, timeout, spec)
+            except WorkerFailed as err:
+                if not quick:
+                    raise
+                self.failures.append(str(err))
+                continue
+            if message[0] == "done":
+                self._results.append(message[1])
+
+    def results(self) -> list[WorkerResult]:
+        """Every process's tallies, after the last phase; the processes have then ended."""
+        self._collect()
+        for proc in self.procs:
+            proc.join(timeout=5)
+        return sorted(self._results, key=lambda r: r.jobs[0])
+
+    def stop(self) -> None:
+        """End the jobs and their processes (Ctrl-C, a failure elsewhere): their connections close with them."""
+        self.stop_event.set()
+        with contextlib.suppress(Exception):
+            self.barrier.abort()
+        for proc in self.procs:
+            proc.join(timeout=5)
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+        for pipe in self.pipes:
+            pipe.close()
+
+
+def _jobs_named(jobs: list[int]) -> str:
+    return f"job {jobs[0]}" if len(jobs) == 1 else "jobs " + ", ".join(str(j) for j in jobs)
