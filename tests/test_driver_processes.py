@@ -1,0 +1,123 @@
+"""Client-side jobs in worker processes: the phases and the tallies stay exact across processes, and a worker
+that dies, or an interrupt, ends the step with the reason and leaves no process or server session behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from capmark import api
+from capmark.config import RunSpec
+from capmark.driver.procs import split_jobs
+
+pytestmark = pytest.mark.db
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+CORES = os.cpu_count() or 1
+JOBS = 2 * CORES  # more jobs than processes: some processes run several jobs as threads
+WAIT_S = 120
+
+
+def test_jobs_are_dealt_evenly_over_the_processes():
+    assert split_jobs(5, 2) == [[1, 3, 5], [2, 4]]
+    assert split_jobs(2, 8) == [[1], [2]]  # never more processes than jobs
+    assert sorted(j for part in split_jobs(7, 3) for j in part) == list(range(1, 8))
+
+
+def _statement_calls(step, text: str) -> int:
+    rows = [r for r in step.db_delta.get("statements", []) if text in (r.get("query") or "")]
+    return int(sum(r["calls"] for r in rows))
+
+
+def test_processes_count_every_unit_the_server_ran(embedded_dsn, tmp_path):
+    """One prepared lookup per unit: the units merged from every process equal the server's own count of the
+    lookup, and the 1 s series add up to them; each process reports its CPU and its share of the jobs."""
+    run = api.run(RunSpec(workloads=["srv-query1"], jobs=[JOBS], mode="client", warmup_s=0.5, duration_s=2.0,
+                          dsn=embedded_dsn, results_dir=tmp_path))
+    step = run.tests[0].steps[0]
+    assert step.status == "ok", step.notes
+    workers = [p for p in step.driver_cpu["processes"] if p["jobs"]]
+    assert len(workers) == min(JOBS, CORES)
+    assert sorted(j for p in workers for j in p["jobs"]) == list(range(1, JOBS + 1))
+    assert all(p["user_s"] + p["sys_s"] > 0 and p["pid"] != os.getpid() for p in workers)
+    assert step.units > 1000
+    assert _statement_calls(step, "from capmark.item where id = $1") == step.units
+    assert sum(step.series_units) == step.units
+    # the sampler watched the jobs' own sessions, wherever their processes are
+    assert step.wait_samples > 10 and sum(step.waits.values()) >= step.wait_samples * JOBS * 0.9
+
+
+def _capmark_run(*args: str, dsn: str, results: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "1000"}
+    return subprocess.Popen([sys.executable, "-m", "capmark.cli", "run", *args, "--dsn", dsn, "--results-dir",
+                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _job_sessions(dsn: str) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute("select pid, application_name from pg_stat_activity "
+                            "where application_name like 'capmark job %'").fetchall()
+
+
+def _workers(proc: subprocess.Popen) -> list[psutil.Process]:
+    """The worker processes: forked by the forkserver, a child of capmark."""
+    me = psutil.Process(proc.pid)
+    return [p for p in me.children(recursive=True) if p.ppid() != proc.pid]
+
+
+def _until(condition, what: str, proc: subprocess.Popen):
+    deadline = time.time() + WAIT_S
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"capmark ended (exit {proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _nothing_left(dsn: str, descendants: list[psutil.Process]) -> None:
+    deadline = time.time() + 10
+    while time.time() < deadline and (_job_sessions(dsn) or any(p.is_running() and p.status() != "zombie"
+                                                                   for p in descendants)):
+        time.sleep(0.2)
+    assert _job_sessions(dsn) == []
+    assert [p.pid for p in descendants if p.is_running() and p.status() != "zombie"] == []
+
+
+def test_a_worker_that_dies_fails_the_step_and_names_its_jobs(embedded_dsn, tmp_path):
+    proc = _capmark_run("srv-query1", "--mode", "client", "--jobs", "2", "--driver-procs", "2", "--warmup", "1",
+                        "--duration", "20", dsn=embedded_dsn, results=tmp_path)
+    workers = _until(lambda: len(_workers(proc)) >= 2 and len(_job_sessions(embedded_dsn)) == 2 and _workers(proc),
+                     "two worker processes with their sessions", proc)
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    victim = workers[0]
+    victim.kill()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    text = " ".join(err.split())
+    assert "ended unexpectedly" in text and "job " in text, text
+    assert "Traceback" not in err
+    _nothing_left(embedded_dsn, descendants)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_ends_every_worker_and_session(signum, embedded_dsn, tmp_path):
+    proc = _capmark_run("srv-query1", "--mode", "client", "--jobs", "2", "--warmup", "1", "--duration", "20",
+                        dsn=embedded_dsn, results=tmp_path)
+    _until(lambda: len(_job_sessions(embedded_dsn)) == 2 and _workers(proc), "the jobs at work", proc)
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    _nothing_left(embedded_dsn, descendants)
