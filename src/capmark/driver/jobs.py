@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import psycopg
 
 from capmark.collect.pgstats import flush_own_stats
@@ -158,19 +159,23 @@ class Job(threading.Thread):
             self.tally.add_second(second, sum(hist), int(sum(errors)))
 
     # --- client-side: the job issues every unit and times it ----------------------------------------
+    # Units timed in the window are kept as two floats each and folded into the histograms and the 1 s series
+    # this many at a time (vectorised): the per-unit Python work was a third of the driver's instructions.
+    FOLD_EVERY = 1 << 16
+
     def _client_units(self, deadline: float, measure: bool) -> None:
         session = self.session
         assert session is not None
         unit = self.workload.client_unit
         rng, params, size = self.rng, self.params, self.size
-        hists = self.tally.histograms
         clock = time.perf_counter
         wall0 = time.time()
         perf0 = clock()
-        start = self.schedule.measure_start
+        offset = wall0 - perf0 - self.schedule.measure_start  # perf_counter -> second of the window
         end = perf0 + (deadline - wall0)
-        counts: dict[int, int] = {}
         stop = self.stop_event
+        durations: list[list[float]] = [[] for _ in self.workload.txn_types]
+        ends: list[float] = []
         n = 0
         trips0 = session.round_trips
         while True:
@@ -181,17 +186,28 @@ class Job(threading.Thread):
             try:
                 kind = unit(session, rng, params, size)
             except psycopg.Error as err:
-                self._unit_failed(err, measure, int(wall0 + (t0 - perf0) - start))
+                self._unit_failed(err, measure, int(t0 + offset))
                 continue
             if measure:
                 t1 = clock()
-                hists[kind].record(t1 - t0)
-                second = int(wall0 + (t1 - perf0) - start)
-                counts[second] = counts.get(second, 0) + 1
-        for second, c in counts.items():
-            self.tally.add_second(second, c, 0)
+                durations[kind].append(t1 - t0)
+                ends.append(t1)
+                if len(ends) >= self.FOLD_EVERY:
+                    self._fold(durations, ends, offset)
         if measure:
+            self._fold(durations, ends, offset)
             self.tally.round_trips += session.round_trips - trips0
+
+    def _fold(self, durations: list[list[float]], ends: list[float], offset: float) -> None:
+        """Move timed units into the histograms and the 1 s series, and empty the lists for more."""
+        for kind, values in enumerate(durations):
+            self.tally.histograms[kind].add_durations(np.asarray(values))
+            values.clear()
+        if ends:
+            seconds, counts = np.unique((np.asarray(ends) + offset).astype(np.int64), return_counts=True)
+            for second, count in zip(seconds.tolist(), counts.tolist(), strict=True):
+                self.tally.add_second(second, count, 0)
+            ends.clear()
 
     BACKLOG_CAP = 1_000_000
 
