@@ -16,6 +16,7 @@ from capmark.collect import hosts, netinfo, pgstats
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
+from capmark.driver import sampling
 from capmark.driver.histogram import merge_all
 from capmark.driver.jobs import Job, Pacing, Schedule
 from capmark.engines.base import TargetInfo
@@ -206,6 +207,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                                               "host_metrics": host_statements},
                      "statements": pgstats.statements_rule(plan.all_statements)},
     )
+    result.notes += sampling.record(result.instruments, [j.tally.sampling for j in jobs], names)
     if eviction is not None:
         result.instruments["eviction"] = eviction
         if eviction["note"]:
