@@ -252,8 +252,11 @@ def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: in
 
     counters = " ".join(f"nu_{t} bigint := 0;" for t in range(ntypes))
     units = ", ".join(f"nu_{t}" for t in range(ntypes))
-    per_type = (f"array(select (select coalesce(sum(v), 0) from unnest(h[t * {N_BUCKETS} + 1:(t + 1) * {N_BUCKETS}]) v)"
-                f" from generate_series(0, {ntypes - 1}) t order by t)")
+    # column names no unit declares as a variable (PL/pgSQL would find the reference ambiguous)
+    per_type = (f"array(select (select coalesce(sum(slice_h.slice_count), 0) "
+                f"from unnest(h[slice_g.slice_type * {N_BUCKETS} + 1:(slice_g.slice_type + 1) * {N_BUCKETS}]) "
+                f"slice_h(slice_count)) from generate_series(0, {ntypes - 1}) slice_g(slice_type) "
+                "order by slice_g.slice_type)")
     calibrate = record("t1", "t0").replace("h[b]", "hc[b]")
     return f"""
 drop procedure if exists capmark.{name}({SLICE_INPUTS});
