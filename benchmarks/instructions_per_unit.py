@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 from server_loop_overhead import MINIMAL
 
-from capmark.driver.sampling import SliceSampling
+from capmark.driver.sampling import IN_LOOP_FACTOR, SliceSampling
 from capmark.engines import embedded
 from capmark.engines.postgres import connect
 from capmark.workloads import datamodel, registry
@@ -60,7 +60,10 @@ def drivers_every(conn: psycopg.Connection) -> int:
         hist, _errors, busy_s, units, timing_s = conn.execute(
             call, (0.25, f'{{"items": {ITEMS}}}', sampling.next_every(None))).fetchone()
         sampling.fold(hist, units, busy_s, timing_s, measure=False)
-    return sampling.next_every(None)
+    every = sampling.next_every(None)
+    print(f"the driver's calibration: timing a unit {sampling.timing_s * 1e6:.2f} us in the calibration loop "
+          f"(x {IN_LOOP_FACTOR} between units), a unit {sampling.mean_unit_s * 1e6:.2f} us: k = {every}")
+    return every
 
 
 def callgrind(data: Path, sql: str) -> tuple[int, str]:

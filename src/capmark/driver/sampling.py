@@ -22,7 +22,7 @@ SAMPLE_MARGIN = 2.0  # ...even if its rate halves after the estimate (a shared m
 MAX_EVERY = 1_000  # a sampled slice checks its deadline at timed units only: this bounds its overrun
 # The slice calibrates timing in a tight loop, where the interpreter's code and data stay in the CPU's caches;
 # between real units the same statements cost about 2.7 times as much (srv-query1 on a 2-core VM: callgrind
-# counts 5,850 instructions per timed unit, 21 % of a 28,000-instruction lookup, where the calibration
+# counts about 5,900 instructions per timed unit, 21 % of a 28,000-instruction lookup, where the calibration
 # measures 0.72 us of a 9.3 us lookup, 7.7 %; benchmarks/instructions_per_unit.py).
 IN_LOOP_FACTOR = 2.7
 
