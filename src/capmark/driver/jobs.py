@@ -19,9 +19,10 @@ import psycopg
 
 from capmark.collect.pgstats import flush_own_stats
 from capmark.driver.client import ClientSession
-from capmark.driver.histogram import N_BUCKETS, LatencyHistogram, bucket_bounds
+from capmark.driver.histogram import LatencyHistogram, bucket_bounds
+from capmark.driver.sampling import SliceSampling
 from capmark.engines.base import TargetInfo
-from capmark.workloads.base import DataSize, Workload
+from capmark.workloads.base import DataSize, Workload, slice_call
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Tally:
     series_errors: dict[int, int] = field(default_factory=dict)
     round_trips: int = 0
     lag: LatencyHistogram = field(default_factory=LatencyHistogram)  # open loop: actual - intended start
+    sampling: SliceSampling = field(default_factory=SliceSampling)  # server side: which units were timed
 
     def add_second(self, second: int, units: int, errors: int) -> None:
         self.series_units[second] = self.series_units.get(second, 0) + units
@@ -86,8 +88,7 @@ class Job(threading.Thread):
         self.session = ClientSession(conn, workload.client_statements) if mode == "client" else None
         self.rng = random.Random(index * 7919 + int(time.time()))
         slice_params = {**size.as_params(), "job": index, **params}
-        self._call = (f"call capmark.{workload.procedure}(%s, %s, null, null, null)".encode(),
-                      json.dumps(slice_params))
+        self._call = (slice_call(workload.procedure).encode(), json.dumps(slice_params))
 
     # --- phases -------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -124,7 +125,8 @@ class Job(threading.Thread):
     def _server_slices(self, deadline: float, measure: bool) -> None:
         start = self.schedule.measure_start
         sql, params_json = self._call
-        ntypes = len(self.workload.txn_types)
+        sampling = self.tally.sampling
+        job_seconds = (self.schedule.measure_end - start) * (self.barrier.parties - 1) if measure else None
         while not self.stop_event.is_set():
             now = time.time()
             if now >= deadline - 0.002:
@@ -137,7 +139,8 @@ class Job(threading.Thread):
                 second = 0
                 slice_end = min(deadline, now + 1.0)
             try:
-                row = self.conn.execute(sql, (slice_end - now, params_json)).fetchone()
+                row = self.conn.execute(sql, (slice_end - now, params_json, sampling.next_every(job_seconds))
+                                        ).fetchone()
             except psycopg.errors.QueryCanceled:
                 if self.stop_event.is_set():  # capmark cancelled it: the step is being stopped
                     return
@@ -149,14 +152,14 @@ class Job(threading.Thread):
                     self.tally.errors[0] += 1
                     self.tally.add_second(second, 0, 1)
                 continue
+            hist, errors, busy_s, units, timing_s = row
+            per_type = sampling.fold(hist, units, busy_s, timing_s, measure)  # scaled to the exact counts
             if not measure:
                 continue
-            hist, errors, busy_s = row
-            per_type = [hist[t * N_BUCKETS:(t + 1) * N_BUCKETS] for t in range(ntypes)]
             for t, share in enumerate(split_busy_time(per_type, busy_s)):
                 self.tally.histograms[t].add_bucket_counts(per_type[t], share)
                 self.tally.errors[t] += int(errors[t])
-            self.tally.add_second(second, sum(hist), int(sum(errors)))
+            self.tally.add_second(second, sum(units), int(sum(errors)))
 
     # --- client-side: the job issues every unit and times it ----------------------------------------
     # Units timed in the window are kept as two floats each and folded into the histograms and the 1 s series

@@ -16,6 +16,7 @@ from capmark.collect import hosts, netinfo, pgstats
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
+from capmark.driver import sampling
 from capmark.driver.groups import Outcome, StepJobs, driver_processes, job_group
 from capmark.driver.histogram import merge_all
 from capmark.driver.jobs import Pacing
@@ -187,6 +188,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                                               "host_metrics": host_statements},
                      "statements": pgstats.statements_rule(plan.all_statements)},
     )
+    result.notes += sampling.record(result.instruments, [tally.sampling for tally in tallies], names)
     if eviction is not None:
         result.instruments["eviction"] = eviction
         if eviction["note"]:

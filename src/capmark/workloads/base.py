@@ -139,6 +139,9 @@ def kpms(*extra: str, drop: tuple[str, ...] = ()) -> tuple[str, ...]:
 # floor(ln(us) * K) = floor(ln(seconds) * K + K * ln(1e6)), with the constant folded in for speed.
 # The loop body is unrolled twice (t0 and t1 swap roles, no copy) and the deadline is checked once
 # per batch, because at a few microseconds per unit every PL/pgSQL statement shows in the throughput.
+# Where even that costs too much (timing is ~3,000 instructions, a cached lookup ~28,000), the driver asks
+# for a systematic sample instead: every k-th unit is timed, every unit counted, and the busy time still
+# runs from the first unit's start to the last one's end, so counts and mean stay exact (driver/sampling.py).
 
 CLOCK = "date_part('epoch', clock_timestamp())"
 _LN_US = BUCKETS_PER_E * math.log(1e6)
@@ -154,7 +157,19 @@ def record(t_new: str, t_old: str, type_index: int = 0) -> str:
 
 
 SLICE_SIGNATURE = ("p_secs float8, p_params jsonb, OUT o_hist int[], OUT o_errors bigint[], "
-                   "OUT o_busy_s float8")
+                   "OUT o_busy_s float8, OUT o_units bigint[], OUT o_timing_s float8")
+SLICE_INPUTS = "float8, jsonb"  # the identity DROP PROCEDURE needs: output parameters cannot be replaced in place
+
+# A slice measures what timing one unit costs (the statements a sampled unit adds, on a scratch histogram) so that
+# the driver can choose how many units to time: 32 rounds of ~2 us span ~64 clock ticks of 1 us, and cost a
+# 1 s slice less than 0.01 %.
+CALIBRATION_ROUNDS = 32
+
+
+def slice_call(procedure: str) -> str:
+    """CALL of a slice procedure with parameters (seconds, params JSON, every k-th unit timed)."""
+    return (f"call capmark.{procedure}(%s, %s::jsonb || jsonb_build_object('every', %s::int), "
+            "null, null, null, null, null)")
 
 
 def rec_marker(i: int) -> str:
@@ -201,13 +216,24 @@ def weighted_mix(branches: list[tuple[str, Unit]]) -> tuple[str, str]:
     return decl, body
 
 
+def _counted(t: int, ntypes: int, timed: bool) -> str:
+    """PL/pgSQL that counts a unit of type t in a sampled slice. A single type needs no statement per unit:
+    the timed unit counts its whole round of p_every units at once."""
+    if ntypes == 1:
+        return "nu_0 := nu_0 + p_every;" if timed else ""
+    return f"nu_{t} := nu_{t} + 1;"
+
+
 def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: int = 1, prologue: str = "") -> str:
-    """The slice procedure around one unit of work: run for p_secs, return histogram, errors, busy time.
+    """The slice procedure around one unit of work: run for p_secs, return histogram, errors, busy time,
+    units per type and the cost of timing a unit.
 
     `unit` is PL/pgSQL for one unit in which {rec0}, {rec1}, ... stand for the timing of a unit of
     transaction type 0, 1, ... ({rec} for a single type) and {err} for the 1-based error slot;
     `batch` pairs of units run between two deadline checks; `prologue` runs before the clock starts.
     The deadline is relative so that a server whose clock differs from the driver's still slices right.
+    With p_params.every = k > 1 only every k-th unit is timed (a systematic sample) and every unit is
+    counted, so that timing costs little where units are short; the driver scales the sample to the counts.
     """
     unit = unit.replace("{rec}", rec_marker(0)).replace("{err}", "1")
 
@@ -217,26 +243,67 @@ def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: in
             out = out.replace(rec_marker(i), record(t_new, t_old, i))
         return out
 
+    def sampled(timed_unit: bool) -> str:
+        out = unit
+        for i in range(ntypes):
+            rec = f"{record('t1', 't0', i)}\n      " if timed_unit else ""
+            out = out.replace(rec_marker(i), rec + _counted(i, ntypes, timed_unit))
+        return out
+
+    counters = " ".join(f"nu_{t} bigint := 0;" for t in range(ntypes))
+    units = ", ".join(f"nu_{t}" for t in range(ntypes))
+    # column names no unit declares as a variable (PL/pgSQL would find the reference ambiguous)
+    per_type = (f"array(select (select coalesce(sum(slice_h.slice_count), 0) "
+                f"from unnest(h[slice_g.slice_type * {N_BUCKETS} + 1:(slice_g.slice_type + 1) * {N_BUCKETS}]) "
+                f"slice_h(slice_count)) from generate_series(0, {ntypes - 1}) slice_g(slice_type) "
+                "order by slice_g.slice_type)")
+    calibrate = record("t1", "t0").replace("h[b]", "hc[b]")
     return f"""
+drop procedure if exists capmark.{name}({SLICE_INPUTS});
 create or replace procedure capmark.{name}({SLICE_SIGNATURE})
 language plpgsql as $proc$
 declare
   h int[] := array_fill(0, array[{ntypes * N_BUCKETS}]); b int; t0 float8; t1 float8; t_first float8;
-  p_until float8;
+  p_until float8; p_every int := greatest(coalesce((p_params->>'every')::int, 1), 1);
+  hc int[] := array_fill(0, array[{N_BUCKETS}]); {counters}
   {declare}
 begin
   o_errors := array_fill(0::bigint, array[{ntypes}]);
   {prologue}
+  -- what a timed unit adds in a sampled slice: a clock read before it, one after, bucket, count (here the
+  -- assignment that notes where round 1 began), deadline check. Round 0 is not counted: a session's first call
+  -- plans every expression in it, which takes up to a millisecond.
+  for i in 0..{CALIBRATION_ROUNDS} loop
+    t0 := {CLOCK};
+    {calibrate}
+    t_first := case when i = 1 then t0 else t_first end;
+    exit when t1 < 0;
+  end loop;
   t0 := {CLOCK};
+  o_timing_s := (t0 - t_first) / {CALIBRATION_ROUNDS};
   t_first := t0;
   p_until := t0 + p_secs;
-  loop
-    for i in 1..{batch} loop
-      {timed("t1", "t0")}
-      {timed("t0", "t1")}
+  if p_every = 1 then
+    loop
+      for i in 1..{batch} loop
+        {timed("t1", "t0")}
+        {timed("t0", "t1")}
+      end loop;
+      exit when t0 >= p_until;
     end loop;
-    exit when t0 >= p_until;
-  end loop;
+    o_units := {per_type};
+  else
+    loop
+      for i in 2..p_every loop
+        {sampled(False)}
+      end loop;
+      t0 := {CLOCK};
+      {sampled(True)}
+      exit when t1 >= p_until;
+    end loop;
+    t0 := t1;
+    o_units := array[{units}];
+  end if;
   o_hist := h;
   o_busy_s := t0 - t_first;
 end
