@@ -28,6 +28,10 @@ OTHER_PROGRAMS_LIMIT = 0.10  # share of host busy CPU outside the instance and t
 # within 25 %, which leaves the model itself ~10 points. A model that ignored the second core (x0.5 at 2 and 4
 # jobs) or queued nothing (x2 at 4 jobs) misses by 50 % or more.
 THROUGHPUT_MEDIAN_ERROR_PCT = 25.0
+# That bound holds only while the machine drifts as it assumes. The one-job step is measured again right after the
+# run; where the two differ by more (seen on this VM: 93,000 and 141,000 queries/s minutes apart), the drift alone
+# moves every prediction by as much, and the predictions cannot be scored against the bound.
+DRIFT_LIMIT = 0.15
 
 
 def _other_programs_share(test) -> float:
@@ -47,11 +51,26 @@ def run(embedded_dsn, tmp_path_factory):
                            dsn=embedded_dsn, results_dir=tmp_path_factory.mktemp("plan")))
 
 
+@pytest.fixture(scope="module")
+def drift(run, embedded_dsn, tmp_path_factory) -> float:
+    """How far srv-query1's one-job throughput moved when measured again right after the run."""
+    again = api.run(RunSpec(workloads=["srv-query1"], jobs=[1], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                            results_dir=tmp_path_factory.mktemp("again"))).tests[0].steps[0]
+    first = run.test("srv-query1").steps[0]
+    return abs((again.units / again.elapsed_s) / (first.units / first.elapsed_s) - 1)
+
+
+def _skip_if_drifted(drift: float) -> None:
+    if drift > DRIFT_LIMIT:
+        pytest.skip(f"the one-job step measured again gave a throughput {drift:.0%} away from the run's: the machine "
+                    f"drifted more than the {DRIFT_LIMIT:.0%} the bound allows")
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_calibration_reproduces_its_own_step_and_predicts_the_others(run):
+def test_calibration_reproduces_its_own_step_and_predicts_the_others(run, drift):
     doc = api.calibrate(run.folder)
     cpu_test = next(t for t in doc["tests"] if t["workload"] == "srv-query1")
     assert cpu_test["calibrated_from_jobs"] == [1] and [r["jobs"] for r in cpu_test["steps"]] == [1, 2, 4]
@@ -67,6 +86,7 @@ def test_calibration_reproduces_its_own_step_and_predicts_the_others(run):
     others = _other_programs_share(run.test("srv-query1"))
     if others > OTHER_PROGRAMS_LIMIT:
         pytest.skip(f"other programs used {others:.0%} of the host's busy CPU: the predictions cannot be scored")
+    _skip_if_drifted(drift)
     assert cpu_test["verdict"]["throughput"]["median_abs_pct"] <= THROUGHPUT_MEDIAN_ERROR_PCT, cpu_test["verdict"]
 
 
@@ -141,9 +161,10 @@ def test_planning_commands_reject_bad_input(run):
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
 
 
-def test_anticipate_command(run):
+def test_anticipate_command(run, drift):
     out = _cli("anticipate", f"{run.folder}:srv-query1", "--at", "4", "--servers", "4", "--format", "json")
     assert out.returncode == 0, out.stderr
     t = json.loads(out.stdout)["tests"][0]
     assert t["measured"]["jobs"] == 4 and t["effective_servers"] > 0
+    _skip_if_drifted(drift)  # the service time comes from the one-job step
     assert t["change"]["response_time_s"] < t["measured"]["response_time_s"]

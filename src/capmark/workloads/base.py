@@ -160,6 +160,18 @@ SLICE_SIGNATURE = ("p_secs float8, p_params jsonb, OUT o_hist int[], OUT o_error
                    "OUT o_busy_s float8, OUT o_units bigint[], OUT o_timing_s float8")
 SLICE_INPUTS = "float8, jsonb"  # the identity DROP PROCEDURE needs: output parameters cannot be replaced in place
 
+
+def _drop_older_slice(name: str) -> str:
+    """Drop a slice procedure made by an older capmark (without the exact unit counts), whose output parameters
+    CREATE OR REPLACE cannot change; a current one is replaced in place, so it keeps its owner and grants."""
+    return f"""do $drop$ begin
+  if exists (select 1 from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+             where n.nspname = 'capmark' and p.proname = '{name}'
+               and not ('o_units' = any(coalesce(p.proargnames, '{{}}'::text[])))) then
+    drop procedure capmark.{name}({SLICE_INPUTS});
+  end if;
+end $drop$;"""
+
 # A slice measures what timing one unit costs (the statements a sampled unit adds, on a scratch histogram) so that
 # the driver can choose how many units to time: 32 rounds of ~2 us span ~64 clock ticks of 1 us, and cost a
 # 1 s slice less than 0.01 %.
@@ -259,7 +271,7 @@ def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: in
                 "order by slice_g.slice_type)")
     calibrate = record("t1", "t0").replace("h[b]", "hc[b]")
     return f"""
-drop procedure if exists capmark.{name}({SLICE_INPUTS});
+{_drop_older_slice(name)}
 create or replace procedure capmark.{name}({SLICE_SIGNATURE})
 language plpgsql as $proc$
 declare
