@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -32,7 +33,6 @@ HOST_METRICS_APPLICATION = "capmark host metrics"  # the SQL source's own sessio
 HOST_FILE_BYTES = 1 << 20
 PROCESS_FILE_BYTES = 16 << 10
 SETTING_FILE_BYTES = 4 << 10
-MAX_PROC_FILE_BYTES = HOST_FILE_BYTES
 
 
 def read_limit(path: str) -> int:
@@ -64,6 +64,9 @@ class HostSource(Protocol):
     def diskstats(self, devices: list[str]) -> dict[str, dict[str, int]]: ...
 
     def meminfo(self) -> dict[str, int]: ...
+
+    def counters(self, devices: list[str]) -> tuple[procfs.ProcStat | None, dict[str, dict[str, int]],
+                                                  dict[str, int], dict[str, procfs.Pressure]]: ...
 
     def pressure(self) -> dict[str, procfs.Pressure]: ...
 
@@ -98,7 +101,7 @@ class LocalReader:
         for path in paths:
             try:
                 with open(path, "rb") as fh:
-                    out[path] = fh.read(MAX_PROC_FILE_BYTES).decode("utf-8", "replace")
+                    out[path] = fh.read(HOST_FILE_BYTES).decode("utf-8", "replace")
             except OSError:
                 out[path] = None
         return out
@@ -242,7 +245,7 @@ class ProcHost:
         if listed is None:
             return None
         boot = self._boot_time()
-        out = HostProcesses(taken_at=_now())
+        out = HostProcesses(taken_at=time.time())
         texts = self._pid_files(listed, ("stat",))
         for pid in listed:
             st = procfs.parse_pid_stat(texts.get(f"/proc/{pid}/stat") or "")
@@ -353,12 +356,6 @@ class NoHost(HostWideOnly):
 
     def close(self) -> None:
         pass
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 def _local_boot_id() -> str | None:

@@ -173,23 +173,6 @@ def parse_pressure(text: str) -> Pressure | None:
 
 
 @dataclass
-class LoadAverage:
-    one: float
-    five: float
-    fifteen: float
-    runnable: int
-    threads: int = 0
-
-
-def parse_loadavg(text: str) -> LoadAverage | None:
-    parts = text.split()
-    if len(parts) < 4 or "/" not in parts[3]:
-        return None
-    running, _, threads = parts[3].partition("/")
-    return LoadAverage(float(parts[0]), float(parts[1]), float(parts[2]), int(running), int(threads))
-
-
-@dataclass
 class HostFacts:
     """The database host as the model needs it: stored with the run, never taken from the analysing machine."""
 

@@ -71,35 +71,28 @@ class WorkerResult:
     net_after: list[netinfo.NetReading] = field(default_factory=list)  # and after the window
 
 
+class _SharedTime:
+    """One instant of the plan, kept in the shared array at a fixed place."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, schedule: SharedSchedule, owner: type | None = None) -> float:
+        return schedule.values[self.index]
+
+    def __set__(self, schedule: SharedSchedule, value: float) -> None:
+        schedule.values[self.index] = value
+
+
 class SharedSchedule:
     """The step's wall-clock plan in shared memory: the runner writes it, every job in every process reads it."""
 
+    warmup_end = _SharedTime(0)
+    measure_start = _SharedTime(1)
+    measure_end = _SharedTime(2)
+
     def __init__(self) -> None:
         self.values = CONTEXT.Array("d", 3, lock=False)
-
-    @property
-    def warmup_end(self) -> float:
-        return self.values[0]
-
-    @warmup_end.setter
-    def warmup_end(self, value: float) -> None:
-        self.values[0] = value
-
-    @property
-    def measure_start(self) -> float:
-        return self.values[1]
-
-    @measure_start.setter
-    def measure_start(self, value: float) -> None:
-        self.values[1] = value
-
-    @property
-    def measure_end(self) -> float:
-        return self.values[2]
-
-    @measure_end.setter
-    def measure_end(self, value: float) -> None:
-        self.values[2] = value
 
 
 def _die_with_parent() -> None:
