@@ -37,11 +37,12 @@ def target(dsn: str | None, host_metrics: str = "auto") -> StepContext:
 
 def run(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: str = "server",
         collectors: bool = True, settings: dict[str, str] | None = None,
-        driver_procs: int | None = None) -> StepResult:
+        driver_procs: int | None = None, cluster: bool = False) -> StepResult:
     """One capmark step, exactly as `capmark run` measures it (driver_procs 0: the jobs as threads of this
-    process, as the driver ran them before it had worker processes)."""
+    process, as the driver ran them before it had worker processes; cluster: on the Ray cluster joined)."""
     w = registry.get(workload)
-    plan = StepPlan(1, jobs, 1.0, seconds, mode, collectors, settings or {}, driver_procs=driver_procs)
+    plan = StepPlan(1, jobs, 1.0, seconds, mode, collectors, settings or {}, driver_procs=driver_procs,
+                    cluster=cluster)
     return run_step(ctx, w, w.resolve_params({}), datamodel.size_for(1), plan)
 
 

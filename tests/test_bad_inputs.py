@@ -190,6 +190,11 @@ CASES = [
     run_case("tp-light", "--mode", "client", "--rate", "-5", word="rate"),
     run_case("tp-light", "--mode", "client", "--rate", "fast", word="arrivals per second"),
     run_case("tp-light", "--mode", "client", "--rate", "1e9", word="above the limit"),
+    run_case("srv-query1", "--mode", "client", "--cluster", "my cluster", word="Ray cluster address"),
+    run_case("srv-query1", "--mode", "client", "--cluster", "http://head:10001", word="Ray cluster address"),
+    run_case("srv-query1", "--cluster", "ray://head:10001", word="add --mode client"),
+    # nothing listens there: joining fails before anything is created
+    run_case("srv-query1", "--mode", "client", "--cluster", "ray://127.0.0.1:9", word="could not join"),
     run_case("srv-query1", "--jobs", "1,,2", word="job list"),
     run_case("srv-query1", "--jobs", "", word="job list"),
     run_case("srv-query1", "--jobs", "0", word="at least 1 job"),

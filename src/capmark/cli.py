@@ -161,7 +161,10 @@ def run(
                                                       )] = None,
     driver_procs: Annotated[int | None, typer.Option("--driver-procs", help="Client side: worker processes that run "
                                                      "the jobs (default: one per core of this machine, at most "
-                                                     "one per job).")] = None,
+                                                     "one per job; on a cluster, one per CPU it offers).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Client side: run the jobs on a Ray cluster's "
+                                                "nodes, e.g. ray://HEAD:10001, or auto on a node of the cluster "
+                                                "(needs capmark[cluster] on every node).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
@@ -172,7 +175,8 @@ def run(
                    think_s=parse_duration(think, "think time") if think is not None else 0.0,
                    rate=parse_rate(rate), nested_statements=nested_statements,
                    soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements,
-                   host_metrics=host_metrics, node_exporter=node_exporter, driver_procs=driver_procs)
+                   host_metrics=host_metrics, node_exporter=node_exporter, driver_procs=driver_procs,
+                   cluster=cluster)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

@@ -176,6 +176,7 @@ class RunSpec:
     host_metrics: str = "auto"  # where the database host's OS counters come from (collect/hosts.py)
     node_exporter: str | None = None  # a node_exporter on the database host: http://host:9100/metrics
     driver_procs: int | None = None  # client side: worker processes for the jobs (None: one per load-host core)
+    cluster: str | None = None  # client side: a Ray cluster whose nodes run the jobs (ray://HEAD:10001 or auto)
 
     def validate(self) -> RunSpec:
         """Every setting checked before anything is created or any server is contacted."""
@@ -196,6 +197,7 @@ class RunSpec:
             self._validate_soak()
         check_host_metrics(self.host_metrics, self.node_exporter)
         check_driver_procs(self.driver_procs)
+        check_cluster(self.cluster, self.mode, self.suite_file is not None)
         return self
 
     def _validate_soak(self) -> None:
@@ -221,6 +223,22 @@ def check_driver_procs(procs: int | None) -> None:
     if isinstance(procs, bool) or not isinstance(procs, int) or not 1 <= procs <= MAX_DRIVER_PROCS:
         raise CapmarkError(f"--driver-procs must be a whole number from 1 to {MAX_DRIVER_PROCS:,}; got {procs!r}, "
                            "e.g. --driver-procs 4.")
+
+
+# Ray's own address forms: a Ray client address, a head node's address seen from a node, or the cluster this
+# host has joined.
+_CLUSTER_ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+
+
+def check_cluster(address: str | None, mode: str, suite: bool) -> None:
+    if address is None:
+        return
+    if not isinstance(address, str) or not (address == "auto" or _CLUSTER_ADDRESS.match(address)):
+        raise CapmarkError(f"--cluster '{address}' is not a Ray cluster address; write ray://HEAD:10001, or auto "
+                           "on a host that has joined the cluster.")
+    if mode != "client" and not suite:
+        raise CapmarkError("--cluster places client-side jobs on the cluster's nodes, and server-side jobs only wait "
+                           "for the server; add --mode client.")
 
 
 HOST_METRIC_SOURCES = ("auto", "local", "sql", "node-exporter", "none")

@@ -21,6 +21,7 @@ from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
 from capmark.collect.pgstats import statements_rule
 from capmark.config import RunSpec, default_jobs, env_dsn, redact_dsn
+from capmark.driver import cluster
 from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepPlan, run_step
@@ -128,6 +129,16 @@ def _embedded_run_lock(spec: RunSpec, run_id: str) -> AbstractContextManager:
 
 def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver) -> RunResult:
     dsn, is_embedded = _resolve_target(spec, observer)
+    joined = _join_cluster(spec, plans, observer)  # before the target is touched: a wrong address changes nothing
+    try:
+        return _run_joined(spec, plans, store, observer, dsn, is_embedded, joined)
+    finally:
+        if spec.cluster:
+            cluster.leave()
+
+
+def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver, dsn: str,
+                is_embedded: bool, joined: dict[str, Any] | None) -> RunResult:
     control = connect(dsn, application_name="capmark control")
     host: hosts.HostSource | None = None
     try:
@@ -168,7 +179,8 @@ def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObs
                        "expected_s": expected}
         run_result = RunResult(
             run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            folder=str(store.folder), status="running", spec=spec_stored, environment=fingerprint(info, host),
+            folder=str(store.folder), status="running", spec=spec_stored,
+            environment={**fingerprint(info, host), **({"cluster": joined} if joined else {})},
             target={**asdict(info), "devices": devices, "started_at": _server_started(control)}, setup_notes=notes,
             setup_s=setup_s)
         store.save_run(run_result)
@@ -180,6 +192,20 @@ def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObs
         if host is not None:
             with contextlib.suppress(Exception):
                 host.close()
+
+
+def _join_cluster(spec: RunSpec, plans: list[TestPlan], observer: RunObserver) -> dict[str, Any] | None:
+    """Join the Ray cluster before anything is created, and say where the client-side jobs will run."""
+    if not spec.cluster:
+        return None
+    joined = cluster.join(spec.cluster)
+    nodes = joined["nodes"]
+    cpus = sum(n["cpus"] for n in nodes)
+    observer.say(f"Client-side jobs run on the Ray cluster at {spec.cluster}: {len(nodes)} node"
+                 f"{'s' if len(nodes) != 1 else ''}, {cpus} CPUs for job processes.")
+    if any(p.mode != "client" for p in plans):
+        observer.say("Server-side tests run their jobs from this host: they only wait for the server.")
+    return joined
 
 
 def _describe_host(info: TargetInfo, host: hosts.HostSource) -> None:
@@ -265,6 +291,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             store.heartbeat(run_result.run_id)
             step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors,
                                  settings, plan.think_s, plan.rate, driver_procs=spec.driver_procs,
+                                 cluster=bool(spec.cluster) and plan.mode == "client",
                                  memory_every_s=_memory_period(spec),
                                  all_statements=spec.all_statements)
             try:

@@ -14,7 +14,7 @@ import psycopg
 
 from capmark.collect import netinfo
 from capmark.driver.jobs import Job, Pacing, Schedule, Tally
-from capmark.driver.procs import ProcessJobs, WorkerFailed, WorkerSpec, split_jobs
+from capmark.driver.procs import ProcessJobs, WorkerFailed, WorkerSpec, first_line, split_jobs
 from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
 from capmark.workloads import registry
@@ -37,6 +37,7 @@ class Outcome:
     processes: list[dict[str, Any]] = field(default_factory=list)  # worker pid, jobs, user_s, sys_s, run_delay_s
     net_before: list[netinfo.NetReading] = field(default_factory=list)
     net_after: list[netinfo.NetReading] = field(default_factory=list)
+    cluster: list[dict[str, Any]] | None = None  # on a Ray cluster: per node, its jobs, cores and clock offset
 
 
 class JobGroup(Protocol):
@@ -91,7 +92,7 @@ class ThreadJobs:
             self.jobs = [Job(i + 1, c, s.workload, s.params, s.size, s.mode, s.info, self.barrier, self.schedule,
                              self.stop_event, s.pacing) for i, c in enumerate(self.conns)]
         except psycopg.Error as err:  # e.g. preparing the client statements: the step cannot start
-            raise StepFailed(f"the jobs could not prepare their statements: {_first_line(err)}") from None
+            raise StepFailed(f"the jobs could not prepare their statements: {first_line(err)}") from None
         for job in self.jobs:
             job.start()
         return [c.info.backend_pid for c in self.conns]
@@ -167,24 +168,67 @@ class ProcessGroup:
         self.pool.stop()
 
 
-def driver_processes(requested: int | None, jobs: int, mode: str, workload: Workload) -> int:
+class ClusterGroup:
+    """The jobs as Ray actors spread over a cluster's nodes (see cluster.py); the runner's view is the same."""
+
+    def __init__(self, spec: StepJobs, procs: int) -> None:
+        from capmark.driver import cluster
+
+        self.cluster = cluster
+        specs = [WorkerSpec(spec.dsn, part, spec.workload.name, spec.params, spec.size, spec.mode, spec.info,
+                            spec.pacing, spec.session_settings) for part in split_jobs(spec.jobs, procs)]
+        self.jobs = cluster.RayJobs(specs)
+        self.schedule = Schedule()
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (self.cluster.NodeLost, RuntimeError) as err:
+            raise StepFailed(str(err)) from None
+
+    def start(self) -> list[int]:
+        return self._call(self.jobs.start)
+
+    def wait(self) -> None:
+        s = self.schedule
+        self._call(self.jobs.wait, BARRIER_TIMEOUT_S, (s.warmup_end, s.measure_start, s.measure_end))
+
+    def mark_window(self) -> None:
+        """Each actor reads its own process's CPU and sockets at the same quiet instants."""
+
+    def finish(self) -> Outcome:
+        placed = self._call(self.jobs.results)
+        by_job = sorted(((j, t) for _p, r in placed for j, t in zip(r.jobs, r.tallies, strict=True)))
+        return Outcome([t for _j, t in by_job], [f for _p, r in placed for f in r.failures],
+                       [{"pid": r.pid, "jobs": r.jobs, "user_s": r.user_s, "sys_s": r.sys_s,
+                         "run_delay_s": r.run_delay_s, "node": p.node["node_id"]} for p, r in placed],
+                       [n for _p, r in placed for n in r.net_before], [n for _p, r in placed for n in r.net_after],
+                       cluster=self.jobs.layout())
+
+    def stop(self) -> None:
+        self.jobs.stop()
+
+
+def driver_processes(requested: int | None, jobs: int, mode: str, workload: Workload, cluster: bool = False) -> int:
     """How many worker processes run a step's jobs; 0 means threads in this process.
 
     Server-side jobs only wait on their sockets: threads. Client-side jobs do Python work per unit, so by default
     each core of the load host gets a process of its own (no process drives more than one core can), never more
     processes than jobs. A workload that is not in the catalogue (made in code, not by name) cannot be sent to
-    another process, so it runs threaded."""
+    another process, so it runs threaded. On a Ray cluster the processes are actors, one per CPU it offers."""
     if mode != "client" or registry.WORKLOADS.get(workload.name) is not workload:
         return 0
+    if cluster:
+        from capmark.driver.cluster import actors_for
+
+        return actors_for(jobs, requested)
     if requested is not None:
         return min(requested, jobs)
     return min(jobs, os.cpu_count() or 1)
 
 
-def job_group(spec: StepJobs, procs: int) -> JobGroup:
+def job_group(spec: StepJobs, procs: int, cluster: bool = False) -> JobGroup:
+    """Ray actors when the run joined a cluster (client side), worker processes, or threads of this process."""
+    if cluster and procs:
+        return ClusterGroup(spec, procs)
     return ProcessGroup(spec, procs) if procs else ThreadJobs(spec)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

@@ -100,43 +100,68 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class JobsInProcess:
+    """The jobs one process runs (a worker process of this host, or a Ray actor on a cluster node): each job's
+    connection opened and its statements prepared, the jobs run as threads, and their tallies with the process's
+    CPU over the window handed back. Raises (with the connections closed) when a job cannot start."""
+
+    def __init__(self, spec: WorkerSpec, barrier: Any, schedule: Any, stop_event: Any) -> None:
+        from capmark.engines.postgres import connect
+        from capmark.workloads import registry
+
+        self.spec = spec
+        workload = registry.get(spec.workload)
+        self.conns: list[Any] = []
+        try:
+            for index in spec.jobs:
+                conn = connect(spec.dsn, application_name=f"capmark job {index}")
+                self.conns.append(conn)
+                for name, value in spec.session_settings.items():
+                    conn.execute("select set_config(%s, %s, false)", (name, value))
+            self.jobs = [Job(index, conn, workload, spec.params, spec.size, spec.mode, spec.info, barrier, schedule,
+                             stop_event, spec.pacing) for index, conn in zip(spec.jobs, self.conns, strict=True)]
+        except BaseException:
+            self.close()
+            raise
+        self.clock = WindowCpu(self.conns)
+        self.jobs[0].on_window = self.clock.mark
+
+    @property
+    def backend_pids(self) -> list[int]:
+        return [c.info.backend_pid for c in self.conns]
+
+    def start(self) -> None:
+        for job in self.jobs:
+            job.start()
+
+    def join(self, timeout: float | None = None) -> WorkerResult:
+        """Wait for the jobs to end (the last phase, or a stop), close their connections, and say what they did."""
+        for job in self.jobs:
+            job.join(timeout)
+        self.close()
+        user_s, sys_s, delay_s = self.clock.window()
+        return WorkerResult(self.spec.jobs, [j.tally for j in self.jobs], [j.failure for j in self.jobs if j.failure],
+                            os.getpid(), user_s, sys_s, delay_s, *self.clock.network())
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
 def worker_main(spec: WorkerSpec, barrier: Any, schedule: SharedSchedule, stop: Any, pipe: Connection) -> None:
     """A worker process: connect, report the backends, run the jobs, send the tallies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and stops the jobs through `stop`
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
-    from capmark.engines.postgres import connect
-    from capmark.workloads import registry
-
-    workload = registry.get(spec.workload)
-    conns = []
     try:
-        for index in spec.jobs:
-            conn = connect(spec.dsn, application_name=f"capmark job {index}")
-            conns.append(conn)
-            for name, value in spec.session_settings.items():
-                conn.execute("select set_config(%s, %s, false)", (name, value))
-        stop_event = _EventView(stop)
-        jobs = [Job(index, conn, workload, spec.params, spec.size, spec.mode, spec.info, barrier, schedule,
-                    stop_event, spec.pacing) for index, conn in zip(spec.jobs, conns, strict=True)]
+        jobs = JobsInProcess(spec, barrier, schedule, _EventView(stop))
     except Exception as err:  # noqa: BLE001 - the runner reports it for these jobs
-        pipe.send(("failed", _first_line(err)))
-        for conn in conns:
-            conn.close()
+        pipe.send(("failed", first_line(err)))
         return
-    clock = WindowCpu(conns)
-    jobs[0].on_window = clock.mark
-    pipe.send(("ready", [c.info.backend_pid for c in conns]))
-    for job in jobs:
-        job.start()
-    for job in jobs:
-        job.join()
-    for conn in conns:
-        with contextlib.suppress(Exception):
-            conn.close()
-    user_s, sys_s, delay_s = clock.window()
-    pipe.send(("done", WorkerResult(spec.jobs, [j.tally for j in jobs], [j.failure for j in jobs if j.failure],
-                                    os.getpid(), user_s, sys_s, delay_s, *clock.network())))
+    pipe.send(("ready", jobs.backend_pids))
+    jobs.start()
+    pipe.send(("done", jobs.join()))
 
 
 class _EventView:
@@ -178,7 +203,7 @@ class WindowCpu:
         return u1 - u0, s1 - s0, oscollect.run_delay_between(d0, d1)
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 

@@ -55,6 +55,7 @@ class StepPlan:
     driver_procs: int | None = None  # client side: worker processes for the jobs (None: one per core, at most)
     memory_every_s: float = 60.0  # instance process memory sampling period (a soak samples at least 20 times)
     all_statements: bool = False  # keep every role's statements in the top statements, not only capmark's
+    cluster: bool = False  # client side: the run joined a Ray cluster, whose nodes run the jobs
 
 
 def _os_reading(ctx: StepContext) -> dict | None:
@@ -101,9 +102,9 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
     sampler: Sampler | None = None
     sampler_conn: psycopg.Connection | None = None
     pacing = Pacing(plan.think_s, plan.rate / plan.jobs if plan.rate else 0.0)
-    procs = driver_processes(plan.driver_procs, plan.jobs, plan.mode, workload)
+    procs = driver_processes(plan.driver_procs, plan.jobs, plan.mode, workload, plan.cluster)
     group = job_group(StepJobs(ctx.dsn, workload, params, size, plan.mode, ctx.info, pacing, plan.jobs,
-                               plan.session_settings), procs)
+                               plan.session_settings), procs, plan.cluster)
     stopping = threading.Event()
     try:
         eviction = sto.eviction_status(ctx.control, workload) if sto.evicts(workload) else None
@@ -176,7 +177,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
         elapsed_s=elapsed, txn_types=names, histograms=hists, errors=errors,
         series_units=series_units, series_errors=series_errors,
         db_before=db_before, db_after=db_after, db_delta=pgstats.delta(db_before, db_after),
-        driver_cpu=_driver_cpu(drv_before, drv_after, delay_before, delay_after, sampler_cpu, outcome),
+        driver_cpu=_driver_cpu(drv_before, drv_after, delay_before, delay_after, sampler_cpu, outcome, ctx.host),
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(tally.round_trips for tally in tallies), notes=notes + samples.errors,
         network=netinfo.summed_delta(outcome.net_before, outcome.net_after).to_dict(),
@@ -188,6 +189,9 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                                               "host_metrics": host_statements},
                      "statements": pgstats.statements_rule(plan.all_statements)},
     )
+    if outcome.cluster is not None:
+        result.instruments["cluster"] = {"nodes": outcome.cluster}
+        result.notes.append(_spread_note(outcome.cluster, result.driver_cpu["processes"], elapsed))
     result.notes += sampling.record(result.instruments, [tally.sampling for tally in tallies], names)
     if eviction is not None:
         result.instruments["eviction"] = eviction
@@ -207,16 +211,38 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
 
 
 def _driver_cpu(before: tuple[float, float], after: tuple[float, float], delay_before: dict[int, float],
-                delay_after: dict[int, float], sampler_cpu: float | None, outcome: Outcome) -> dict[str, Any]:
+                delay_after: dict[int, float], sampler_cpu: float | None, outcome: Outcome,
+                host: HostSource) -> dict[str, Any]:
     """The driver's CPU over the window: this process (the runner, the sampler, threaded jobs) plus every worker
-    process, each also kept on its own (one process can drive at most one core)."""
+    process, each also kept on its own (one process can drive at most one core). With jobs on a cluster's nodes,
+    database_host_s is the part spent on the database host (nodes that run its kernel), the rest being elsewhere."""
     own = {"pid": os.getpid(), "jobs": [], "user_s": after[0] - before[0], "sys_s": after[1] - before[1],
            "run_delay_s": oscollect.run_delay_between(delay_before, delay_after)}
     processes = [own, *outcome.processes]
     delays = [p["run_delay_s"] for p in processes]
-    return {"user_s": sum(p["user_s"] for p in processes), "sys_s": sum(p["sys_s"] for p in processes),
-            "run_delay_s": None if any(d is None for d in delays) else sum(delays),
-            "sampler_backend_s": sampler_cpu, "processes": processes}
+    out = {"user_s": sum(p["user_s"] for p in processes), "sys_s": sum(p["sys_s"] for p in processes),
+           "run_delay_s": None if any(d is None for d in delays) else sum(delays),
+           "sampler_backend_s": sampler_cpu, "processes": processes}
+    if outcome.cluster is not None:
+        boot_id = host.facts.boot_id
+        here = {n["node_id"] for n in outcome.cluster if boot_id and n.get("boot_id") == boot_id}
+        out["database_host_s"] = sum(p["user_s"] + p["sys_s"] for p in processes
+                                     if p.get("node") in here or (not p["jobs"] and host.driver_on_host))
+    return out
+
+
+def _spread_note(nodes: list[dict[str, Any]], processes: list[dict[str, Any]], elapsed_s: float) -> str:
+    """How the jobs were spread over the cluster's nodes, and what each node's job processes used."""
+    parts = []
+    for node in nodes:
+        cpu = sum(p["user_s"] + p["sys_s"] for p in processes if p.get("node") == node["node_id"])
+        jobs, procs = node["jobs"], node["processes"]
+        parts.append(f"{node['hostname']} ({node['address']}, node {node['node_id'][:8]}): "
+                     f"job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))} in {procs} "
+                     f"process{'es' if procs > 1 else ''}, "
+                     f"CPU {cpu / elapsed_s:.2f} of {node['cores']} cores, clock offset "
+                     f"{node['offset_s'] * 1000:+.2f} ms ± {node['uncertainty_s'] * 1000:.2f} ms")
+    return f"jobs on {len(nodes)} Ray node{'s' if len(nodes) > 1 else ''}: " + "; ".join(parts)
 
 
 def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sampled: bool) -> dict[str, int]:

@@ -66,9 +66,21 @@ HOST_BUSY_LABEL = "CPU database host busy (total)"
 DRIVER_LABEL_ON_HOST = "CPU capmark driver (client tier, on the database host)"
 DRIVER_LABEL_ELSEWHERE = "CPU capmark driver (client tier, on the load host: not database host CPU)"
 DRIVER_LABEL_UNKNOWN = "CPU capmark driver (client tier)"
+DRIVER_LABEL_CLUSTER = ("CPU capmark driver (client tier, on the cluster's nodes; only the part on the database host "
+                        "counts as its CPU)")
+
+
+def driver_database_host_s(step: StepResult) -> float:
+    """The driver's CPU that was the database host's: all of it where capmark ran there, none where it ran
+    elsewhere, and on a cluster the part of the nodes that run the database host's kernel."""
+    if "database_host_s" in step.driver_cpu:
+        return step.driver_cpu["database_host_s"]
+    return (driver_cpu_s(step) or 0.0) if driver_on_host(step) else 0.0
 
 
 def _driver_label(step: StepResult) -> str:
+    if "database_host_s" in step.driver_cpu:
+        return DRIVER_LABEL_CLUSTER
     if step.os.get("driver_on_host") is None and host_busy_s(step) is None:
         return DRIVER_LABEL_UNKNOWN  # the database host was not measured: where the driver ran is not known
     return DRIVER_LABEL_ON_HOST if driver_on_host(step) else DRIVER_LABEL_ELSEWHERE
@@ -117,7 +129,7 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
     driver = driver_cpu_s(step)
     put("cpu_driver_s", driver, _driver_label(step), "cpu", "ms", 1e3, True)
     on_host = driver_on_host(step)
-    driver_here = (driver or 0.0) if on_host else 0.0  # the driver's CPU is host CPU only where it runs there
+    driver_here = driver_database_host_s(step)  # the driver's CPU is host CPU only where it runs there
     others = other_programs_cpu_s(step)
     if busy is not None and attributed is not None and (driver is not None or not on_host):
         # a remainder, not a measurement: host busy less the instance's processes, the driver where it runs on

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from capmark.collect.pgstats import total
-from capmark.measure.demands import driver_cpu_s, driver_on_host, host_busy_s, other_programs_cpu_s, wal_written_bytes
+from capmark.measure.demands import driver_database_host_s, host_busy_s, other_programs_cpu_s, wal_written_bytes
 from capmark.measure.kpm import BLOCK, db_reads
 from capmark.results import StepResult
 
@@ -44,8 +44,7 @@ def reconcile(step: StepResult) -> list[dict]:
     attributed = None
     if step.process_cpu:
         attributed = sum(r.get("user_s", 0.0) + r.get("sys_s", 0.0) for r in step.process_cpu.values())
-        if driver_on_host(step):  # a driver on another machine used none of this host's CPU
-            attributed += driver_cpu_s(step) or 0.0
+        attributed += driver_database_host_s(step)  # a driver on another machine used none of this host's CPU
         attributed += other_programs_cpu_s(step) or 0.0  # measured too: another program's CPU is no undercount
     pairs.append(_pair("process CPU vs host busy CPU", attributed, busy, "s",
                        "process CPU per role; the rest of host busy CPU is a remainder no process accounts for",

@@ -32,6 +32,11 @@ OTHER_PROCESSES_SHARE = 0.05
 OTHER_PROCESSES_INVALID_SHARE = 0.25
 
 
+# A node whose clock offset to the runner is known only to more than 1 % of the window may have started or ended
+# its jobs' window that far from the others': the step's throughput and series are then off by as much.
+CLOCK_UNCERTAINTY_SHARE = 0.01
+
+
 @dataclass(frozen=True)
 class Stability:
     cv: float  # standard deviation / mean of the 1 s throughput
@@ -138,6 +143,26 @@ def _driver_saturation(step: StepResult) -> list[str]:
     return []
 
 
+def cluster_problems(step: StepResult) -> list[str]:
+    """On a Ray cluster: a node whose clock was not pinned down, or whose cores the job processes used up."""
+    nodes = ((step.instruments or {}).get("cluster") or {}).get("nodes") or []
+    out = []
+    for node in nodes:
+        name = f"{node.get('hostname')} ({node.get('address')})"
+        uncertainty = node.get("uncertainty_s")
+        if uncertainty is not None and step.elapsed_s and uncertainty > CLOCK_UNCERTAINTY_SHARE * step.elapsed_s:
+            out.append(f"the clock of load node {name} is known only to within {uncertainty * 1000:.0f} ms, more "
+                       f"than {CLOCK_UNCERTAINTY_SHARE:.0%} of the window: its jobs' window may not have been the "
+                       "others'")
+        used = sum(p.get("user_s", 0.0) + p.get("sys_s", 0.0) for p in step.driver_cpu.get("processes", [])
+                   if p.get("node") == node.get("node_id"))
+        cores = node.get("cores") or 1
+        if step.elapsed_s and used / step.elapsed_s >= DRIVER_SATURATED * cores:
+            out.append(f"the load generator was saturated on node {name}: its job processes used "
+                       f"{used / step.elapsed_s:.2f} of its {cores} cores")
+    return out
+
+
 def _driver_process(p: dict, processes: int) -> str:
     if processes == 1:
         return "driver "
@@ -157,6 +182,7 @@ def problems(step: StepResult) -> list[str]:
         return out
     if step.driver_cpu and step.elapsed_s:
         out.extend(_driver_saturation(step))
+    out.extend(cluster_problems(step))
     lag = step.schedule_lag.summary() if step.schedule_lag is not None and step.schedule_lag.total else None
     # open loop: latency counts from the intended start, so a late generator inflates it; late by more than a
     # millisecond at the median and for most of the measured latency means the load was not offered

@@ -62,7 +62,10 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> dict[str, Any]:
     on_host = driver_runs_on_host(step, host)
     driver = d.get("cpu_driver_s") or 0.0
     host_cpu = _db_cpu(d) if measured else (wait_sampled_cpu_s(step) or 0.0)
-    cpu = host_cpu + (driver if on_host else 0.0)
+    # on a cluster, the nodes on the database host spent host CPU and the others a client tier delay
+    here = (step.driver_cpu["database_host_s"] / step.units if "database_host_s" in step.driver_cpu and step.units
+            else driver if on_host else 0.0)
+    cpu = host_cpu + here
     busy = {k[5:-7]: v for k, v in d.items() if k.startswith("disk_") and k.endswith("_busy_s") and v is not None}
     f, flush_s = flushes(step)
     wal_dev = None
@@ -80,7 +83,7 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> dict[str, Any]:
     lat = step.latency.summary()
     mean = lat["mean_s"] or 0.0
     return {"cpu": max(0.0, cpu - in_flushes), "devices": busy, "wal_device": wal_dev, "f": f,
-            "flush_cpu": flush_cpu, "flush_device": flush_dev, "client": 0.0 if on_host else driver,
+            "flush_cpu": flush_cpu, "flush_device": flush_dev, "client": max(0.0, driver - here),
             "p95": (lat["p95_s"] or mean) / mean if mean else 1.0, "p99": (lat["p99_s"] or mean) / mean if mean else 1.0}
 
 

@@ -29,6 +29,7 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
             "latency_by_type_s": {t: h.summary() | {"units": h.total, "throughput": h.total / step.elapsed_s}
                                   for t, h in step.histograms.items()},
             "notes": step.notes,
+            "load_nodes": ((step.instruments or {}).get("cluster") or {}).get("nodes"),
         })
     from capmark.report.demands import test_document
 
