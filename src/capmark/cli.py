@@ -165,6 +165,20 @@ def run(
     cluster: Annotated[str | None, typer.Option("--cluster", help="Client side: run the jobs on a Ray cluster's "
                                                 "nodes, e.g. ray://HEAD:10001, or auto on a node of the cluster "
                                                 "(needs capmark[cluster] on every node).")] = None,
+    script: Annotated[list[str] | None, typer.Option("--script", help="Your own transaction: a pgbench script "
+                                                     "file, FILE or FILE@WEIGHT; repeatable (a weighted mix), run "
+                                                     "client-side as one test.")] = None,
+    define: Annotated[list[str] | None, typer.Option("--define", "-D", help="A script variable NAME=VALUE "
+                                                     "(pgbench -D); repeatable.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="The scripts' random seed (pgbench --random-seed): "
+                                             "the same seed draws the same values (default: chosen and "
+                                             "recorded).")] = None,
+    query_mode: Annotated[str, typer.Option("--query-mode", help="How the scripts' statements are sent: simple, "
+                                            "extended or prepared (default, as pgbench -M).")] = "prepared",
+    max_tries: Annotated[int, typer.Option("--max-tries", help="Tries of a script transaction that hits a "
+                                           "serialization failure or deadlock (pgbench --max-tries).")] = 1,
+    allow_shell: Annotated[bool, typer.Option("--allow-shell", help="Let scripts run \\shell and \\setshell "
+                                              "commands.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
@@ -176,7 +190,8 @@ def run(
                    rate=parse_rate(rate), nested_statements=nested_statements,
                    soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements,
                    host_metrics=host_metrics, node_exporter=node_exporter, driver_procs=driver_procs,
-                   cluster=cluster)
+                   cluster=cluster, scripts=list(script or []), defines=list(define or []), seed=seed,
+                   query_mode=query_mode, max_tries=max_tries, allow_shell=allow_shell)
     console = err_console if fmt == Format.json else Console()
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from capmark.errors import CapmarkError
+from capmark.workloads.scripts import MAX_SEED, MAX_TRIES, QUERY_MODES
 
 DEFAULT_WARMUP_S = 5.0
 DEFAULT_DURATION_S = 15.0
@@ -177,6 +178,12 @@ class RunSpec:
     node_exporter: str | None = None  # a node_exporter on the database host: http://host:9100/metrics
     driver_procs: int | None = None  # client side: worker processes for the jobs (None: one per load-host core)
     cluster: str | None = None  # client side: a Ray cluster whose nodes run the jobs (ray://HEAD:10001 or auto)
+    scripts: list[str] = field(default_factory=list)  # pgbench scripts, FILE or FILE@WEIGHT, run as one test
+    defines: list[str] = field(default_factory=list)  # NAME=VALUE variables of the scripts (pgbench -D)
+    seed: int | None = None  # the scripts' random seed (None: chosen at random and recorded)
+    query_mode: str = "prepared"  # how the scripts' statements are sent: simple, extended, prepared
+    max_tries: int = 1  # tries of a script transaction that hits a serialization failure or deadlock
+    allow_shell: bool = False  # scripts may run \shell and \setshell
 
     def validate(self) -> RunSpec:
         """Every setting checked before anything is created or any server is contacted."""
@@ -197,7 +204,11 @@ class RunSpec:
             self._validate_soak()
         check_host_metrics(self.host_metrics, self.node_exporter)
         check_driver_procs(self.driver_procs)
-        check_cluster(self.cluster, self.mode, self.suite_file is not None)
+        check_cluster(self.cluster, self.mode, self.suite_file is not None or bool(self.scripts))
+        check_script_options(self.seed, self.max_tries, self.query_mode)
+        if self.suite_file is not None and self.scripts:
+            raise CapmarkError("A suite file names its own tests; put the script in the suite file (script = "
+                               "\"file.sql\") or drop --suite.")
         return self
 
     def _validate_soak(self) -> None:
@@ -239,6 +250,16 @@ def check_cluster(address: str | None, mode: str, suite: bool) -> None:
     if mode != "client" and not suite:
         raise CapmarkError("--cluster places client-side jobs on the cluster's nodes, and server-side jobs only wait "
                            "for the server; add --mode client.")
+
+
+def check_script_options(seed: int | None, max_tries: int, query_mode: str) -> None:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        raise CapmarkError(f"--seed must be a whole number from 0 to 2^64-1; got {seed!r}, e.g. --seed 42.")
+    if isinstance(max_tries, bool) or not isinstance(max_tries, int) or not 1 <= max_tries <= MAX_TRIES:
+        raise CapmarkError(f"--max-tries must be a whole number from 1 to {MAX_TRIES:,}; got {max_tries!r}, e.g. "
+                           "--max-tries 10.")
+    if query_mode not in QUERY_MODES:
+        raise CapmarkError(f"--query-mode '{query_mode}' is unknown; use one of {', '.join(QUERY_MODES)}.")
 
 
 HOST_METRIC_SOURCES = ("auto", "local", "sql", "node-exporter", "none")

@@ -98,8 +98,18 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
     if spec.suite_file:
         return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
                                spec.rate)
-    return suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s, spec.duration_s,
-                                   spec.think_s, spec.rate)
+    plans = []
+    if spec.workloads or not spec.scripts:
+        plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s,
+                                        spec.duration_s, spec.think_s, spec.rate)
+    if spec.scripts:
+        if spec.seed is None:  # chosen once and kept with the run, so that it can be repeated
+            spec.seed = int.from_bytes(os.urandom(8)) >> 1
+        options = {"seed": spec.seed, "query_mode": spec.query_mode, "max_tries": spec.max_tries,
+                   "allow_shell": spec.allow_shell}
+        plans.append(suite.script_plan(spec.scripts, spec.defines, options, jobs, spec.warmup_s, spec.duration_s,
+                                       spec.think_s, spec.rate))
+    return plans
 
 
 def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:

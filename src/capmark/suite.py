@@ -25,10 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capmark.config import MODES, check_pacing, check_times, parse_duration, parse_jobs, parse_rate, read_toml
+from capmark.config import (
+    MODES,
+    check_pacing,
+    check_script_options,
+    check_times,
+    parse_duration,
+    parse_jobs,
+    parse_rate,
+    read_toml,
+)
 from capmark.errors import CapmarkError
-from capmark.workloads import registry
+from capmark.workloads import registry, scripts
 from capmark.workloads.base import ParamValue, Workload
+from capmark.workloads.pgscript import parse_define
 
 STEP_OVERHEAD_S = 1.5  # connect, snapshots and pauses per step, measured on a 2-core machine
 
@@ -57,6 +67,23 @@ def from_command_line(names: list[str], params: dict[str, str], mode: str, jobs:
     values = registry.check_params(workloads, params)
     registry.check_mode(workloads, mode)
     return [TestPlan(w, values[w.name], mode, jobs, warmup_s, duration_s, think_s, rate) for w in workloads]
+
+
+def script_plan(given: list[str], defines: list[str] | dict[str, Any], options: dict[str, Any], jobs: list[int],
+                warmup_s: float, duration_s: float, think_s: float = 0.0, rate: float = 0.0,
+                base: Path | None = None) -> TestPlan:
+    """The test that runs the user's pgbench scripts (client side: a script is a client's transaction)."""
+    pairs = [parse_define(d) for d in defines] if isinstance(defines, list) else [
+        parse_define(f"{k}={v}") for k, v in defines.items()]
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            raise CapmarkError(f"The variable {name} is defined twice; give each -D NAME=VALUE once.")
+        seen.add(name)
+    workload = scripts.script_workload(scripts.load_sources(given, base),
+                                       scripts.ScriptOptions(tuple(pairs), **options))
+    check_pacing("client", think_s, rate)
+    return TestPlan(workload, workload.resolve_params({}), "client", jobs, warmup_s, duration_s, think_s, rate)
 
 
 def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: float, mode: str,
@@ -89,8 +116,10 @@ def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int) -> list[Te
     if not isinstance(entry, dict):
         raise CapmarkError(f"Test {i} of {path} is not a table; write each test as a [[test]] section.")
     workload = entry.get("workload")
+    if workload is None and ("script" in entry or "scripts" in entry):
+        return [_script_test(entry, base, path, i)]
     if workload is None:
-        raise CapmarkError(f"Test {i} of {path} has no workload; add workload = \"name\".")
+        raise CapmarkError(f"Test {i} of {path} has no workload; add workload = \"name\" or script = \"file.sql\".")
     if not isinstance(workload, str):
         raise CapmarkError(f"Test {i} of {path} names its workload with {workload!r}; write it as a string, e.g. "
                            "workload = \"tp-light\".")
@@ -106,6 +135,36 @@ def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int) -> list[Te
         plans.append(TestPlan(w, values, merged["mode"], merged["jobs"], merged["warmup"], merged["duration"],
                               merged["think"], merged["rate"]))
     return plans
+
+
+SCRIPT_KEYS = {"script", "scripts", "defines", "seed", "query_mode", "max_tries", "allow_shell"}
+
+
+def _script_test(entry: dict[str, Any], base: dict[str, Any], path: Path, i: int) -> TestPlan:
+    """A [[test]] with script = "file.sql@5" or scripts = [...]; paths are relative to the suite file."""
+    where = f"test {i} of {path}"
+    given = entry.get("scripts", entry.get("script"))
+    if "script" in entry and "scripts" in entry:
+        raise CapmarkError(f"{where} has both script and scripts; give one of them.")
+    items = given if isinstance(given, list) else [given]
+    if not items or not all(isinstance(x, str) and x for x in items):
+        raise CapmarkError(f"The scripts of {where} are {given!r}; write script = \"file.sql\" or scripts = "
+                           "[\"a.sql@9\", \"b.sql@1\"].")
+    defines = entry.get("defines", {})
+    if not isinstance(defines, dict) or not all(isinstance(v, str | int | float) and not isinstance(v, bool)
+                                                for v in defines.values()):
+        raise CapmarkError(f"The defines of {where} are {defines!r}; write defines = {{ name = \"value\" }}.")
+    options = {"seed": entry.get("seed", 0), "query_mode": entry.get("query_mode", "prepared"),
+               "max_tries": entry.get("max_tries", 1), "allow_shell": entry.get("allow_shell", False)}
+    check_script_options(options["seed"], options["max_tries"], options["query_mode"])
+    if not isinstance(options["allow_shell"], bool):
+        raise CapmarkError(f"allow_shell of {where} is {options['allow_shell']!r}; write true or false.")
+    merged = {**base, **_settings({k: v for k, v in entry.items() if k not in SCRIPT_KEYS}, path, f"test {i}")}
+    if merged.get("mode", "client") == "server" and "mode" in entry:
+        raise CapmarkError(f"{where} runs pgbench scripts, which run client-side; drop mode = \"server\".")
+    check_times(merged["warmup"], merged["duration"], merged["think"], where)
+    return script_plan(items, {k: str(v) for k, v in defines.items()}, options, merged["jobs"], merged["warmup"],
+                       merged["duration"], merged["think"], merged["rate"], base=path.parent)
 
 
 def _params(table: Any, path: Path, i: int) -> dict[str, str]:

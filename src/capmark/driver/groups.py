@@ -129,12 +129,17 @@ class ThreadJobs:
             conn.close()
 
 
+def worker_specs(spec: StepJobs, procs: int) -> list[WorkerSpec]:
+    """The step's jobs dealt over procs processes, each part described so that another process can run it."""
+    return [WorkerSpec(spec.dsn, part, registry.reference(spec.workload), spec.params, spec.size, spec.mode,
+                       spec.info, spec.pacing, spec.session_settings) for part in split_jobs(spec.jobs, procs)]
+
+
 class ProcessGroup:
     """The jobs in worker processes (see procs.py); the runner's view is the same as of threads."""
 
     def __init__(self, spec: StepJobs, procs: int) -> None:
-        specs = [WorkerSpec(spec.dsn, part, spec.workload.name, spec.params, spec.size, spec.mode, spec.info,
-                            spec.pacing, spec.session_settings) for part in split_jobs(spec.jobs, procs)]
+        specs = worker_specs(spec, procs)
         self.pool = ProcessJobs(specs, spec.jobs)
         self.schedule = self.pool.schedule
 
@@ -175,8 +180,7 @@ class ClusterGroup:
         from capmark.driver import cluster
 
         self.cluster = cluster
-        specs = [WorkerSpec(spec.dsn, part, spec.workload.name, spec.params, spec.size, spec.mode, spec.info,
-                            spec.pacing, spec.session_settings) for part in split_jobs(spec.jobs, procs)]
+        specs = worker_specs(spec, procs)
         self.jobs = cluster.RayJobs(specs)
         self.schedule = Schedule()
 
@@ -216,7 +220,7 @@ def driver_processes(requested: int | None, jobs: int, mode: str, workload: Work
     each core of the load host gets a process of its own (no process drives more than one core can), never more
     processes than jobs. A workload that is not in the catalogue (made in code, not by name) cannot be sent to
     another process, so it runs threaded. On a Ray cluster the processes are actors, one per CPU it offers."""
-    if mode != "client" or registry.WORKLOADS.get(workload.name) is not workload:
+    if mode != "client" or registry.reference(workload) is None:
         return 0
     if cluster:
         from capmark.driver.cluster import actors_for

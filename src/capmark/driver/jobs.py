@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -36,6 +37,7 @@ class Tally:
     round_trips: int = 0
     lag: LatencyHistogram = field(default_factory=LatencyHistogram)  # open loop: actual - intended start
     sampling: SliceSampling = field(default_factory=SliceSampling)  # server side: which units were timed
+    unit_stats: Any = None  # client side: the window's share of the workload's own statistics (client_stats)
 
     def add_second(self, second: int, units: int, errors: int) -> None:
         self.series_units[second] = self.series_units.get(second, 0) + units
@@ -181,6 +183,7 @@ class Job(threading.Thread):
         ends: list[float] = []
         n = 0
         trips0 = session.round_trips
+        stats0 = self._unit_stats() if measure else None
         while True:
             t0 = clock()
             if t0 >= end or (n & 255 == 0 and stop.is_set()):
@@ -200,6 +203,7 @@ class Job(threading.Thread):
         if measure:
             self._fold(durations, ends, offset)
             self.tally.round_trips += session.round_trips - trips0
+            self._keep_unit_stats(stats0)
 
     def _fold(self, durations: list[list[float]], ends: list[float], offset: float) -> None:
         """Move timed units into the histograms and the 1 s series, and empty the lists for more."""
@@ -211,6 +215,15 @@ class Job(threading.Thread):
             for second, count in zip(seconds.tolist(), counts.tolist(), strict=True):
                 self.tally.add_second(second, count, 0)
             ends.clear()
+
+    def _unit_stats(self) -> Any:
+        stats = self.workload.client_stats
+        return stats(self.session) if stats is not None else None
+
+    def _keep_unit_stats(self, before: Any) -> None:
+        """The workload's own statistics of the window: what they were at its end less at its start."""
+        if before is not None:
+            self.tally.unit_stats = self._unit_stats().minus(before)
 
     BACKLOG_CAP = 1_000_000
 
@@ -236,7 +249,7 @@ class Job(threading.Thread):
         if isinstance(err, psycopg.errors.QueryCanceled) and not self.stop_event.is_set():
             raise ServerCancelled(self._cancel_reason()) from None
         if measure:
-            self.tally.errors[0] += 1
+            self.tally.errors[getattr(err, "unit_kind", 0)] += 1  # a unit that knows its type says so
             self.tally.add_second(second, 0, 1)
 
     def _cancel_reason(self) -> str:
@@ -262,6 +275,7 @@ class Job(threading.Thread):
         end = perf0 + (deadline - wall0)
         start = self.schedule.measure_start
         trips0 = session.round_trips
+        stats0 = self._unit_stats() if measure else None
         next_arrival = perf0 + (rng.expovariate(pace.rate_per_job) if pace.rate_per_job else 0.0)
         while not stop.is_set():
             if pace.rate_per_job:
@@ -296,6 +310,7 @@ class Job(threading.Thread):
                 break
         if measure:
             self.tally.round_trips += session.round_trips - trips0
+            self._keep_unit_stats(stats0)
 
 
 class ServerCancelled(Exception):

@@ -47,7 +47,7 @@ class WorkerSpec:
 
     dsn: str
     jobs: list[int]  # the job numbers this process runs (1-based, as in the threaded driver)
-    workload: str
+    workload: Any  # its name in the catalogue, or a recipe that rebuilds it (registry.reference)
     params: dict[str, Any]
     size: DataSize
     mode: str
@@ -110,7 +110,7 @@ class JobsInProcess:
         from capmark.workloads import registry
 
         self.spec = spec
-        workload = registry.get(spec.workload)
+        workload = registry.resolve(spec.workload)
         self.conns: list[Any] = []
         try:
             for index in spec.jobs:

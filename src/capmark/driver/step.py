@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import threading
 import time
@@ -189,6 +190,9 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size:
                                               "host_metrics": host_statements},
                      "statements": pgstats.statements_rule(plan.all_statements)},
     )
+    unit_stats = [tally.unit_stats for tally in tallies if tally.unit_stats is not None]
+    if unit_stats:
+        result.instruments["unit_stats"] = functools.reduce(lambda a, b: a.plus(b), unit_stats).to_dict()
     if outcome.cluster is not None:
         result.instruments["cluster"] = {"nodes": outcome.cluster}
         result.notes.append(_spread_note(outcome.cluster, result.driver_cpu["processes"], elapsed))

@@ -85,6 +85,28 @@ def type_table(test: TestResult) -> Table | None:
     return table
 
 
+def command_rows(step) -> list[dict]:
+    """Per script command: runs and mean latency in the window (pgbench -r), with its retries and failures."""
+    scripts = ((step.instruments or {}).get("unit_stats") or {}).get("scripts") or {}
+    return [{"script": name, **c} for name, s in scripts.items() for c in s["commands"]]
+
+
+def command_table(test: TestResult) -> Table | None:
+    """Latency per command of the user's scripts, for every step."""
+    if not any(command_rows(step) for step in test.steps):
+        return None
+    table = Table(title=escape(f"{test.workload}: per command (mean latency, as pgbench -r)"), title_justify="left",
+                  header_style="bold", padding=(0, 1), box=None)
+    for col in ("Jobs", "Script", "Line", "Command", "Runs", "Mean\nms", "Retries", "Failures"):
+        table.add_column(escape(col), justify="left" if col in ("Script", "Command") else "right",
+                         overflow="ellipsis", no_wrap=col == "Command", max_width=60 if col == "Command" else None)
+    for step in test.steps:
+        for row in command_rows(step):
+            table.add_row(str(step.jobs), escape(row["script"]), str(row["line"]), escape(row["command"]),
+                          fmt(row["runs"], 0), fmt(row["mean_ms"], 3), str(row["retries"]), str(row["failures"]))
+    return table
+
+
 def type_rows(step) -> list[dict]:
     rows = []
     for name, hist in step.histograms.items():
@@ -104,9 +126,9 @@ def print_run(run: RunResult, console: Console | None = None) -> None:
     for test in run.tests:
         for table in kpm_tables(test, console.width):
             console.print(table)
-        per_type = type_table(test)
-        if per_type:
-            console.print(per_type)
+        for extra in (type_table(test), command_table(test)):
+            if extra:
+                console.print(extra)
         for step in test.steps:
             for note in step.notes:
                 console.print(f"  step {step.ordinal} ({step.jobs} jobs): {note}", markup=False, highlight=False)

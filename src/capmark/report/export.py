@@ -30,6 +30,7 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
                                   for t, h in step.histograms.items()},
             "notes": step.notes,
             "load_nodes": ((step.instruments or {}).get("cluster") or {}).get("nodes"),
+            "scripts": ((step.instruments or {}).get("unit_stats") or {}).get("scripts"),
         })
     from capmark.report.demands import test_document
 

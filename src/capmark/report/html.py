@@ -16,7 +16,7 @@ from markupsafe import Markup
 from capmark.measure import kpm
 from capmark.measure.validity import cautions, problems
 from capmark.report import plots
-from capmark.report.console import fmt, fmt_scaled, type_rows
+from capmark.report.console import command_rows, fmt, fmt_scaled, type_rows
 from capmark.results import RunResult, TestResult
 
 
@@ -74,11 +74,12 @@ def test_section(run: RunResult, test: TestResult) -> Section:
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
+    commands = [(s, rows) for s in test.steps if (rows := command_rows(s))]
     invalid = [(s.jobs, why) for s in test.steps if (why := problems(s))]
     flagged = [(s.jobs, why) for s in test.steps if (why := cautions(s))]
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts, invalid=invalid,
                    cautions=flagged,
-                   step_charts=step_charts, types=types, fmt=fmt)
+                   step_charts=step_charts, types=types, commands=commands, fmt=fmt)
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 

@@ -111,6 +111,11 @@ class Workload:
     warm: tuple[str, ...] = ()  # tables to load into the buffer cache before the test
     helpers_sql: tuple[str, ...] = ()  # functions the procedure calls
     check: Callable[[dict[str, ParamValue]], None] | None = None  # cross-parameter validation
+    # client side: cumulative statistics a job's units keep beyond their latency (per-command times, retries,
+    # failures by SQLSTATE class), as an object with minus(), plus() and to_dict(); the job keeps the window's
+    client_stats: Callable[[Any], Any] | None = None
+    # how another process rebuilds a workload that is not in the catalogue (a user's scripts): picklable, build()
+    recipe: Any = None
 
     def resolve_params(self, given: dict[str, str]) -> dict[str, ParamValue]:
         """Defaults overlaid with the user's values that this workload knows."""

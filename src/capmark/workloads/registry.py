@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from capmark.errors import CapmarkError
 from capmark.workloads import da, dbwr, diag, dl, pls, srv, sto, stress, tp, wal
 from capmark.workloads.base import ParamValue, Workload
@@ -21,6 +23,19 @@ def get(name: str) -> Workload:
         return WORKLOADS[name.lower()]
     except KeyError:
         raise CapmarkError(f"Unknown workload '{name}'; `capmark list` shows the known ones.") from None
+
+
+def reference(workload: Workload) -> Any:
+    """What identifies a workload to another process: its name in the catalogue, else its recipe (None: neither,
+    so it can run only in this process)."""
+    if WORKLOADS.get(workload.name) is workload:
+        return workload.name
+    return workload.recipe
+
+
+def resolve(ref: Any) -> Workload:
+    """The workload a reference names (see reference())."""
+    return get(ref) if isinstance(ref, str) else ref.build()
 
 
 def select(names: list[str] | None) -> list[Workload]:

@@ -1,0 +1,250 @@
+"""Your own transactions as pgbench scripts: one or more script files, with weights, run as one workload.
+
+One execution of a script is one unit of work; each script is a transaction type. The scripts are parsed once
+(every error has the file, line and column) and run by the pgbench script interpreter on each job's connection,
+statements prepared by default as pgbench's -M prepared does. A job is one pgbench client: its variables
+(`:client_id` = job number - 1, `:scale`, the -D definitions and whatever the scripts set) are shared by its
+scripts, and its random numbers follow pgbench's generator, seeded from --seed so that a run can be repeated.
+Serialization failures and deadlocks are retried up to --max-tries times (pgbench's rule); what is left fails
+the unit, counted by SQLSTATE class.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from capmark.errors import CapmarkError
+from capmark.workloads.base import COMMON_KPMS, DataSize, ParamSpec, Workload
+from capmark.workloads.pgscript import QUERY_MODES, Script, ScriptRunner, parse_script, pgbench_seeds
+from capmark.workloads.pgscript.interpret import CommandStats, pgbench_variables
+
+MAX_WEIGHT = 1 << 20  # pgbench's own limit on a script weight is INT_MAX; a mix finer than this means nothing
+MAX_TRIES = 1_000_000  # pgbench's --max-tries is an unsigned int; beyond this a run would only spin
+MAX_SEED = (1 << 64) - 1  # pgbench's --random-seed is an unsigned 64-bit number
+SCRIPT_PREFIX = "script:"
+
+
+@dataclass(frozen=True)
+class ScriptSource:
+    """One script of a mix: the name of its transaction type, its file, text and weight."""
+
+    name: str
+    path: str
+    text: str
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class ScriptOptions:
+    """How the scripts run; the same for every script of the mix."""
+
+    defines: tuple[tuple[str, str], ...] = ()
+    seed: int = 0
+    query_mode: str = "prepared"
+    max_tries: int = 1
+    allow_shell: bool = False
+
+
+def parse_source(given: str, base: Path | None = None) -> tuple[Path, int]:
+    """FILE or FILE@WEIGHT as pgbench takes them (a file name may itself hold '@': the last one splits)."""
+    path, at, weight = given.rpartition("@")
+    if not at or not weight.isascii() or not weight.isdigit():
+        path, weight = given, "1"
+    value = int(weight)
+    if not 0 <= value <= MAX_WEIGHT:
+        raise CapmarkError(f"The weight of script {path} must be a whole number from 0 to {MAX_WEIGHT:,}; got "
+                           f"{weight}, e.g. --script {path}@5.")
+    p = Path(path).expanduser()
+    return (base / p if base is not None and not p.is_absolute() else p), value
+
+
+def load_sources(given: list[str], base: Path | None = None) -> tuple[ScriptSource, ...]:
+    """Read and parse every script now (before anything is created); each becomes a transaction type."""
+    sources: list[ScriptSource] = []
+    names: set[str] = set()
+    for item in given:
+        path, weight = parse_source(item, base)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CapmarkError(f"The pgbench script {path} does not exist; check the path given to --script.") from None
+        except OSError as err:
+            raise CapmarkError(f"The pgbench script {path} cannot be read ({err.strerror or err}).") from None
+        except UnicodeDecodeError:
+            raise CapmarkError(f"The pgbench script {path} is not UTF-8 text.") from None
+        parse_script(text, str(path))  # a ScriptError (one sentence with line and column) stops the run here
+        name = path.stem or "script"
+        unique, n = name, 2
+        while unique in names:
+            unique, n = f"{name}-{n}", n + 1
+        names.add(unique)
+        sources.append(ScriptSource(unique, str(path), text, weight))
+    if sources and not sum(s.weight for s in sources):
+        raise CapmarkError("Every script has weight 0, so none would run; give at least one a weight above 0.")
+    return tuple(sources)
+
+
+@dataclass
+class ScriptStats:
+    """A job's statistics of its scripts beyond their latency: per command time and count (pgbench -r), retries
+    and failures per command, and failed units by SQLSTATE class, per script."""
+
+    commands: list[CommandStats]
+    failures_by_class: list[dict[str, int]]
+    labels: list[list[tuple[int, str]]] = field(default_factory=list)  # per script: (line, first line of command)
+    names: list[str] = field(default_factory=list)
+
+    def copy(self) -> ScriptStats:
+        return ScriptStats([CommandStats(list(c.seconds), list(c.counts), list(c.retries), list(c.failures))
+                            for c in self.commands], [dict(f) for f in self.failures_by_class], self.labels,
+                           self.names)
+
+    def minus(self, before: ScriptStats) -> ScriptStats:
+        out = self.copy()
+        for mine, theirs in zip(out.commands, before.commands, strict=True):
+            for a, b in ((mine.seconds, theirs.seconds), (mine.counts, theirs.counts),
+                         (mine.retries, theirs.retries), (mine.failures, theirs.failures)):
+                for i, v in enumerate(b):
+                    a[i] -= v  # type: ignore[operator]
+        for mine_f, theirs_f in zip(out.failures_by_class, before.failures_by_class, strict=True):
+            for k, v in theirs_f.items():
+                mine_f[k] = mine_f.get(k, 0) - v
+        return out
+
+    def plus(self, other: ScriptStats) -> ScriptStats:
+        out = self.copy()
+        for mine, theirs in zip(out.commands, other.commands, strict=True):
+            mine.merge(theirs)
+        for mine_f, theirs_f in zip(out.failures_by_class, other.failures_by_class, strict=True):
+            for k, v in theirs_f.items():
+                mine_f[k] = mine_f.get(k, 0) + v
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Per script: each command's runs and mean latency (ms), its retries and failures; failures by class."""
+        scripts = {}
+        for name, stats, labels, failures in zip(self.names, self.commands, self.labels, self.failures_by_class,
+                                                  strict=True):
+            scripts[name] = {
+                "commands": [{"line": line, "command": text, "runs": stats.counts[i],
+                              "mean_ms": stats.seconds[i] / stats.counts[i] * 1000 if stats.counts[i] else None,
+                              "retries": stats.retries[i], "failures": stats.failures[i]}
+                             for i, (line, text) in enumerate(labels)],
+                "retries": sum(stats.retries),
+                "failures_by_class": {k: v for k, v in sorted(failures.items()) if v},
+            }
+        return {"scripts": scripts}
+
+
+class ScriptFailed(psycopg.Error):
+    """A unit whose script failed for good (after its tries): counted as an error of its transaction type."""
+
+    def __init__(self, message: str, unit_kind: int) -> None:
+        super().__init__(message)
+        self.unit_kind = unit_kind
+
+
+class _Client:
+    """One job as a pgbench client: a runner per script, sharing variables and random numbers."""
+
+    def __init__(self, session: Any, scripts: list[Script], sources: tuple[ScriptSource, ...],
+                 options: ScriptOptions, job: int, scale: int) -> None:
+        seeds = pgbench_seeds(options.seed, job)
+        variables = pgbench_variables(client_id=job - 1, scale=scale, random_seed=options.seed,
+                                      default_seed=seeds.default_seed, defines=dict(options.defines))
+        rng = seeds.client_rng(job - 1)
+        first = ScriptRunner(scripts[0], session.conn, query_mode=options.query_mode, variables=variables, rng=rng,
+                             allow_shell=options.allow_shell)
+        self.runners = [first] + [ScriptRunner(s, session.conn, query_mode=options.query_mode, rng=rng,
+                                               allow_shell=options.allow_shell, shared=first)
+                                  for s in scripts[1:]]
+        self.weights = [s.weight for s in sources]
+        self.total = sum(self.weights)
+        self.chooser = random.Random(options.seed * 1_000_003 + job)  # which script: repeatable with the seed
+        self.max_tries = options.max_tries
+        self.failures: list[dict[str, int]] = [{} for _ in scripts]
+        self.labels = [[(c.line, c.text.splitlines()[0].strip() if c.text else "") for c in s.commands]
+                       for s in scripts]
+        self.names = [s.name for s in sources]
+
+    def choose(self) -> int:
+        if len(self.runners) == 1:
+            return 0
+        x = self.chooser.random() * self.total
+        for i, w in enumerate(self.weights):
+            if x < w:
+                return i
+            x -= w
+        return len(self.weights) - 1
+
+    def stats(self) -> ScriptStats:
+        return ScriptStats([r.stats for r in self.runners], self.failures, self.labels, self.names).copy()
+
+
+@dataclass(frozen=True)
+class ScriptRecipe:
+    """Everything that makes the scripts' workload, picklable, so that worker processes and cluster nodes
+    rebuild it exactly (the workload itself holds functions)."""
+
+    sources: tuple[ScriptSource, ...]
+    options: ScriptOptions
+
+    def build(self) -> Workload:
+        return script_workload(self.sources, self.options)
+
+
+def workload_name(sources: tuple[ScriptSource, ...]) -> str:
+    return SCRIPT_PREFIX + "+".join(s.name for s in sources)
+
+
+def script_workload(sources: tuple[ScriptSource, ...], options: ScriptOptions) -> Workload:
+    """The workload that runs the scripts client-side, each a transaction type, chosen by weight."""
+    if options.query_mode not in QUERY_MODES:
+        raise CapmarkError(f"The query mode '{options.query_mode}' is unknown; use one of {', '.join(QUERY_MODES)}.")
+    scripts = [parse_script(s.text, s.path) for s in sources]
+    for script in scripts:  # a script the options cannot run stops the run before anything is created
+        ScriptRunner.check(script, options.query_mode, options.allow_shell)
+
+    def unit(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
+        client = getattr(session, "script_client", None)
+        if client is None:
+            client = session.script_client = _Client(session, scripts, sources, options, params["job"],
+                                                     size.pgbench_scale)
+        kind = client.choose()
+        try:
+            result = client.runners[kind].run(client.max_tries)
+        except psycopg.Error as err:
+            err.unit_kind = kind  # type: ignore[attr-defined]
+            raise
+        if not result.ok:
+            sqlclass = (result.sqlstate or "??")[:2]
+            client.failures[kind][sqlclass] = client.failures[kind].get(sqlclass, 0) + 1
+            raise ScriptFailed(f"{sources[kind].name}: {result.failure} after {result.tries} tries", kind)
+        return kind
+
+    def stats(session: Any) -> ScriptStats | None:
+        client = getattr(session, "script_client", None)
+        if client is None:  # no unit has run on this job yet: nothing counted so far
+            return ScriptStats([CommandStats.zeros(len(s.commands)) for s in scripts], [{} for _ in scripts],
+                               [[(c.line, c.text.splitlines()[0].strip() if c.text else "") for c in s.commands]
+                                for s in scripts], [s.name for s in sources])
+        return client.stats()
+
+    mix = ", ".join(f"{s.name} ({s.path}, weight {s.weight})" for s in sources)
+    return Workload(
+        name=workload_name(sources), family="SCRIPT",
+        description=f"Your pgbench script{'s' if len(sources) > 1 else ''}: {mix}; query mode {options.query_mode}.",
+        unit="transaction", throughput_label="tps", txn_types=tuple(s.name for s in sources), procedure="",
+        procedure_sql="", client_unit=unit, client_stats=stats, kpms=COMMON_KPMS,
+        writes=True, recipe=ScriptRecipe(sources, options),
+        params=(ParamSpec("seed", options.seed, "random seed of the scripts (pgbench --random-seed)",
+                          minimum=0, maximum=MAX_SEED),
+                ParamSpec("max_tries", options.max_tries, "tries of a transaction that hits a serialization "
+                          "failure or deadlock", minimum=1, maximum=MAX_TRIES),
+                ParamSpec("query_mode", options.query_mode, "how statements are sent", choices=QUERY_MODES)),
+    )
