@@ -89,8 +89,8 @@ def parse_text(text: str, name: str) -> Value:
             raise ExprError(f'value "{text}" of variable "{name}" is out of range for type bigint')
         return value
     try:
-        if "_" in text:
-            raise ValueError(text)  # Python accepts 1_000, C's strtod does not
+        if "_" in text or text != text.rstrip():
+            raise ValueError(text)  # Python accepts 1_000 and trailing spaces, C's strtod does not
         return float(text)
     except ValueError:
         raise ExprError(f'malformed variable "{name}" value: "{text}"') from None
