@@ -139,7 +139,7 @@ def test_text_variables_that_are_no_value(text, message):
 
 @pytest.mark.parametrize(("value", "text"), [
     (None, "NULL"), (True, "true"), (False, "false"), (-42, "-42"), (0.1 + 0.2, "0.3"), (1 / 3, "0.333333333333333"),
-    (1e300 * 1e10, "inf"), (2.5, "2.5"), (1e20, "1e+20"), (-0.0, "-0"),
+    (1e300 * 1e10, "Infinity"), (-math.inf, "-Infinity"), (math.nan, "NaN"), (2.5, "2.5"), (1e20, "1e+20"), (-0.0, "-0"),
 ])
 def test_values_become_text_as_pgbench_writes_them(value, text):
     assert to_text(value) == text

@@ -1,10 +1,11 @@
 """The `\\set` / `\\if` expression language of pgbench 18: tokens, grammar and the tree it parses to.
 
-Precedence, lowest first, as pgbench takes it from PostgreSQL's SQL grammar: OR; AND; NOT; IS / ISNULL /
-NOTNULL (non-associative); comparisons (non-associative); the bit operators | # & << >> (and prefix ~);
-+ -; * / %; unary + and -. `a > b` is parsed as `b < a`, `-x` as `0 - x` and `~x` as `-1 # x`, as pgbench
-does, so that arguments are evaluated (and random values drawn) in pgbench's order. A function given one
-argument too few for its seed (hash*, permute) gets the variable `:default_seed`.
+Precedence, lowest first, as pgbench takes it from PostgreSQL's SQL grammar: OR; AND; NOT; the postfix tests
+IS [NOT] NULL|TRUE|FALSE, ISNULL, NOTNULL; comparisons (non-associative: `a < b < c` is an error); the bit
+operators | # & << >> (and prefix ~); + -; * / %; unary + and -. `a > b` is parsed as `b < a`, `-x` as
+`0 - x` and `~x` as `-1 # x`, as pgbench does, so that arguments are evaluated (and random values drawn) in
+pgbench's order. A function given one argument too few for its seed (hash*, permute) gets the variable
+`:default_seed`.
 
 The tree is made of frozen dataclasses, so a parsed script pickles to worker processes; `values.py` compiles
 it to closures for evaluation.
@@ -224,13 +225,14 @@ class _Parser:
                 return left
             prec, nonassoc = info
             if nonassoc and prec == last_nonassoc:
-                raise self.fail(tok)  # a < b < c, a IS NULL IS NULL: pgbench's grammar has no meaning for it
+                raise self.fail(tok)  # a < b < c: pgbench's grammar gives it no meaning
             self.next()
             if key in ("is", "isnull", "notnull"):
                 left = self.postfix_is(key, left)
+                last_nonassoc = 0  # a postfix test ends its rule: `a IS NULL IS NULL` is valid
             else:
                 left = _binary(key, left, self.expr(prec + 1))  # type: ignore[arg-type]
-            last_nonassoc = prec if nonassoc else 0
+                last_nonassoc = prec if nonassoc else 0
 
     def postfix_is(self, key: str, operand: Node) -> Node:
         if key == "isnull":

@@ -97,14 +97,17 @@ def parse_text(text: str, name: str) -> Value:
 
 
 def to_text(value: Any) -> str:
-    """A value as pgbench writes it into SQL: NULL, true/false, the integer, or the double with %.15g."""
+    """A value as pgbench writes it into SQL: NULL, true/false, the integer, or the double with %.15g (and
+    NaN, Infinity, -Infinity, as PostgreSQL's own printf writes them)."""
     t = type(value)
     if t is int:
         return str(value)
     if t is TextValue:
         return value.text
     if t is float:
-        return f"{value:.{DOUBLE_DIGITS}g}"
+        if math.isfinite(value):
+            return f"{value:.{DOUBLE_DIGITS}g}"
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")  # PostgreSQL's printf
     if value is None:
         return "NULL"
     return "true" if value else "false"
