@@ -148,3 +148,9 @@ def test_values_become_text_as_pgbench_writes_them(value, text):
 def test_hash_functions_take_the_default_seed_variable():
     assert ev("hash(42)", default_seed=7) == ev("hash_murmur2(42, 7)") != ev("hash_fnv1a(42, 7)")
     assert ev("permute(3, 10)", default_seed=9) == ev("permute(3, 10, 9)")
+
+
+def test_debug_prints_the_value_and_returns_it(capsys):
+    node, _ = parse_expression("debug(1.5) + debug(2)\n", 0)
+    assert compile_expr(node, "d.sql line 3")(None) == 3.5  # type: ignore[arg-type]
+    assert capsys.readouterr().err.splitlines() == ["debug(d.sql line 3): double 1.5", "debug(d.sql line 3): int 2"]

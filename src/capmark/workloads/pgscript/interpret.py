@@ -394,7 +394,7 @@ class ScriptRunner:
             if res.status not in _OK:
                 self._sql_error(cmd, res)
             if assign:
-                self._store(cmd, res, gset=True)
+                self._store(cmd, res, gset=assign == "gset")
             return nxt
         return step
 
