@@ -53,6 +53,7 @@ def test_commands_are_timed_and_prepared_once_per_connection(conn):
     for _ in range(3):
         assert runner.run().ok
     assert runner.stats.counts == [3, 3, 3, 3]
+    assert runner.round_trips == 2 + 3 * 2  # two PREPAREs, then two executions a run
     assert 3 * SLEEP_MS / 1000 <= runner.stats.seconds[2] < 3 * SLEEP_MS / 1000 + 1.0
     assert all(s > 0 for s in runner.stats.seconds)
     names = conn.execute("select name from pg_prepared_statements where name like 'pgs_t_%' order by 1").fetchall()

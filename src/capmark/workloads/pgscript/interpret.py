@@ -1,6 +1,7 @@
 """Run a parsed pgbench script once per call (one "transaction") on one connection, as a pgbench client does.
 
-The runner talks to libpq through psycopg's pq layer, as the driver's ClientSession does. Query modes:
+The runner talks to libpq through psycopg's pq layer, as the driver's ClientSession does, on a connection in
+autocommit mode (as pgbench's: a script opens its transactions with BEGIN). Query modes:
 `simple` (variables written into the text), `extended` (variables sent as parameters $1..$n, the text parsed
 on every call) and `prepared` (each SQL command prepared once per connection, the first time it runs, then
 executed with parameters). Pipelines (\\startpipeline ... \\endpipeline) use libpq's pipeline mode and need
@@ -11,7 +12,8 @@ Failures follow pgbench 15+: a serialization failure (40001) or deadlock (40P01)
 when it started and the random generator reset to where it was (so a retry draws the same values, as
 pgbench does); after the last try the variables are restored again but the generator keeps its state. Any
 other error (SQL, expression, undefined variable, an open transaction at the end of the script) rolls back
-and raises ScriptRuntimeError, where pgbench would abort the client.
+and raises ScriptRuntimeError, where pgbench would abort the client. Unlike pgbench, an undefined variable in
+SQL is an error in every mode (pgbench sends NULL in extended and prepared mode), and COPY is not supported.
 
 Per-command cost is two float additions: the seconds and the count of each command index, for `-r`-style
 per-command latency, with the retries and failures per command beside them.
@@ -44,7 +46,7 @@ from capmark.workloads.pgscript.parse import (
     SqlCommand,
     valid_variable_name,
 )
-from capmark.workloads.pgscript.randoms import PgbenchSeeds, PgPrng, RandomSource, pgbench_seeds
+from capmark.workloads.pgscript.randoms import PgbenchSeeds, PgPrng, RandomSource, pgbench_seeds, to_int64
 from capmark.workloads.pgscript.values import EvalContext, TextValue, compile_expr, to_text, truth
 
 QUERY_MODES = ("simple", "extended", "prepared")
@@ -108,7 +110,7 @@ def pgbench_variables(*, client_id: int = 0, scale: int = 1, random_seed: int = 
     """The variables a pgbench client starts with: `-D` definitions (as text) win over the automatic
     :scale, :client_id, :default_seed and :random_seed."""
     out: dict[str, Any] = {"scale": scale, "client_id": client_id, "default_seed": default_seed,
-                           "random_seed": random_seed - (1 << 64) if random_seed >> 63 else random_seed}
+                           "random_seed": to_int64(random_seed)}
     for name, value in (defines or {}).items():
         out[name] = TextValue(value)
     return out
@@ -148,6 +150,7 @@ class ScriptRunner:
         self.stats = CommandStats.zeros(len(script.commands))
         self.prefix = statement_prefix if statement_prefix is not None else f"capmark_pgs{next(_names)}_"
         self._prepared = [False] * len(script.commands)
+        self.round_trips = 0  # times the client waited for the server, as ClientSession counts them
         self._state = _State()
         self._steps: list[Callable[[], int]] = [self._step(c) for c in script.commands]
 
@@ -227,6 +230,7 @@ class ScriptRunner:
                 self._collect(lambda index, res: None)
                 pgconn.exit_pipeline_mode()
             if pgconn.transaction_status != _IDLE:
+                self.round_trips += 1
                 pgconn.exec_(b"ROLLBACK")
         except Exception:  # noqa: BLE001 - the connection is broken; the original error says why
             pass
@@ -379,6 +383,7 @@ class ScriptRunner:
                     pgconn.send_query_params(sql, values(cmd))
                 self._state.pending.append(i)
                 return nxt
+            self.round_trips += 1
             if mode == "prepared":
                 if not self._prepared[i]:
                     self._prepare(cmd)
@@ -399,6 +404,7 @@ class ScriptRunner:
         return step
 
     def _prepare(self, cmd: SqlCommand) -> None:
+        self.round_trips += 1
         res = self.pgconn.prepare(f"{self.prefix}{cmd.index}".encode(), cmd.parameterized.encode())
         if res.status != _COMMAND_OK:
             self._sql_error(cmd, res)
@@ -465,6 +471,7 @@ class ScriptRunner:
             pgconn.pipeline_sync()
             self._state.pending.append(_SYNC_MARK)
             if cmd.kind == "end":
+                self.round_trips += 1  # a pipeline waits once, for all its results
                 self._drain(cmd)
             return nxt
         return step

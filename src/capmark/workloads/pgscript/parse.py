@@ -6,10 +6,11 @@ pgbench drops them; `\\;` joins queries into one compound command and `\\:` writ
 outside quotes and comments is a variable (`::` is a cast, `:=` an assignment). A backslash starts a
 meta-command that runs to the end of its line (a backslash at the end of a line continues it).
 
-Where capmark is stricter than pgbench, it says so at parse time instead of sending a broken statement:
-`:name` inside a quoted string stays text (pgbench would replace it and break the string), the psql forms
-`:'name'` and `:"name"` (which pgbench sends unreplaced) are refused, and an unterminated quote, comment or
-parenthesis is an error.
+Where capmark differs from pgbench it avoids sending a broken statement: `:name` inside a quoted string or a
+comment stays text (pgbench would put a parameter there), `\\:` keeps its colon out of variables, the psql
+forms `:'name'` and `:"name"` (which pgbench sends unreplaced, to a syntax error) are refused, and an
+unterminated quote, comment or parenthesis is an error here rather than at the server. pgbench's limit of
+255 variable references in one statement is not imposed.
 """
 
 from __future__ import annotations
