@@ -183,3 +183,9 @@ def test_a_missing_file_is_one_sentence(tmp_path):
     path = tmp_path / "ok.sql"
     path.write_text("select 1;\n")
     assert read_script(path).name == str(path)
+
+
+def test_windows_line_ends_read_like_unix_ones():
+    script = parse_script("\\set x 1 + 2\r\nselect :x;\r\n\\sleep 1 ms\r\n", "w.sql")
+    assert [type(c).__name__ for c in script.commands] == ["SetCommand", "SqlCommand", "SleepCommand"]
+    assert script.commands[1].line == 2 and script.commands[2].unit_us == 1000  # type: ignore[attr-defined]
