@@ -77,10 +77,13 @@ class DataSize:
     call_customers: int  # customers that have call records (125 each)
     ring_rows: int  # rows of the WAL ring per job
     sto_rows: int  # rows of the STO block table (~8 per block)
+    # pgbench's scale factor for its own tables (`pgbench -i -s`); 1, pgbench's smallest, unless a size says otherwise
+    pgbench_scale: int = 1
 
     def as_params(self) -> dict[str, int]:
         return {"items": self.items, "accounts": self.accounts, "booking_accounts": self.booking_accounts,
-                "call_customers": self.call_customers, "ring_rows": self.ring_rows, "sto_rows": self.sto_rows}
+                "call_customers": self.call_customers, "ring_rows": self.ring_rows, "sto_rows": self.sto_rows,
+                "pgbench_scale": self.pgbench_scale}
 
 
 ClientUnit = Callable[[Any, random.Random, dict[str, ParamValue], DataSize], int]

@@ -2,7 +2,8 @@
 
 One model serves every family: items (SRV lookups and scans), accounts with their bookings (TP,
 ~25 rows per account), customers' call records (~125 rows per customer), a WAL ring (WAL workloads
-update rows of about 1 kB in place), a load table (DL), the Stress table and a block table for STO.
+update rows of about 1 kB in place), a load table (DL), the Stress table and a block table for STO; and
+pgbench's four tables, made and filled as `pgbench -i` makes them, for pgbench's built-in workloads.
 """
 
 from __future__ import annotations
@@ -17,18 +18,58 @@ from capmark.errors import CapmarkError
 from capmark.workloads.base import DataSize
 
 ROWS_PER_SCALE = 100_000
-MODEL_VERSION = 3
+MODEL_VERSION = 4  # 4: pgbench's tables (a model of version 3 lacks them, so it is rebuilt)
 RING_JOBS = 32  # jobs beyond this share WAL ring slots (job % RING_JOBS)
 SEQUENCES = ("dl_row_seq", "stress_seq")
+
+# pgbench's rows per unit of its scale factor (pgbench.c: nbranches, ntellers, naccounts): --scale N is pgbench's -s N
+PGBENCH_BRANCHES = 1
+PGBENCH_TELLERS = 10
+PGBENCH_ACCOUNTS = 100_000
+# pgbench -i declares the table options with fillfactor 100 (its default -F) on every table but history
+PGBENCH_FILLFACTOR = 100
+# From this scale pgbench -i makes aid bigint (SCALE_32BIT_THRESHOLD); capmark's largest --scale stays below it,
+# so aid is int as pgbench makes it at every scale capmark accepts.
+PGBENCH_BIGINT_SCALE = 20_000
 
 
 def size_for(scale: int) -> DataSize:
     return DataSize(items=ROWS_PER_SCALE * scale, accounts=ROWS_PER_SCALE * scale,
                     booking_accounts=10_000 * scale, call_customers=2_000 * scale, ring_rows=1_000,
-                    sto_rows=200_000 * scale)
+                    sto_rows=200_000 * scale, pgbench_scale=scale)
 
 
-# table -> (DDL, fill statement or None, secondary indexes)
+def _pgbench_tables(scale: int) -> dict[str, tuple[str, str | None, list[str]]]:
+    """pgbench's tables as PostgreSQL 18's `pgbench -i -I dtGvp -s scale` makes them: its columns (filler is NULL but
+    in accounts, where it is blank-padded), fillfactor declared on all but history, rows generated on the server,
+    primary keys added after the fill; in schema capmark instead of public."""
+    ff = f" with (fillfactor={PGBENCH_FILLFACTOR})"
+    return {
+        "pgbench_branches": (
+            "create table capmark.pgbench_branches (bid int not null, bbalance int, filler char(88))" + ff,
+            f"insert into capmark.pgbench_branches (bid, bbalance) select bid, 0 "
+            f"from generate_series(1, {PGBENCH_BRANCHES * scale}) as bid",
+            ["alter table capmark.pgbench_branches add primary key (bid)"]),
+        "pgbench_tellers": (
+            "create table capmark.pgbench_tellers (tid int not null, bid int, tbalance int, filler char(84))" + ff,
+            f"insert into capmark.pgbench_tellers (tid, bid, tbalance) select tid, (tid - 1) / {PGBENCH_TELLERS} + 1, 0 "
+            f"from generate_series(1, {PGBENCH_TELLERS * scale}) as tid",
+            ["alter table capmark.pgbench_tellers add primary key (tid)"]),
+        "pgbench_accounts": (
+            "create table capmark.pgbench_accounts (aid int not null, bid int, abalance int, filler char(84))" + ff,
+            f"insert into capmark.pgbench_accounts (aid, bid, abalance, filler) "
+            f"select aid, (aid - 1) / {PGBENCH_ACCOUNTS} + 1, 0, '' "
+            f"from generate_series(1, {PGBENCH_ACCOUNTS * scale}) as aid",
+            ["alter table capmark.pgbench_accounts add primary key (aid)"]),
+        "pgbench_history": (
+            "create table capmark.pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, "
+            "filler char(22))",
+            None,
+            []),
+    }
+
+
+# table -> (DDL, fill statement or None, statements after the fill: secondary indexes, primary keys, sequences)
 def _tables(size: DataSize) -> dict[str, tuple[str, str | None, list[str]]]:
     return {
         "item": (
@@ -83,12 +124,13 @@ def _tables(size: DataSize) -> dict[str, tuple[str, str | None, list[str]]]:
             "create table capmark.stress_item (id bigint primary key, val int not null, payload text not null)",
             f"insert into capmark.stress_item select g, g % 1000, repeat('s', 60) from generate_series(1, {size.items}) g",
             [f"create sequence capmark.stress_seq start {size.items + 1} cache 1000"]),
+        **_pgbench_tables(size.pgbench_scale),
     }
 
 
 def plan(conn: psycopg.Connection, size: DataSize) -> list[str]:
     """What setup would create, as sentences; empty when the model is already in place at this size."""
-    if _meta(conn) == (MODEL_VERSION, size.items):
+    if _meta(conn) == (MODEL_VERSION, size.items, size.pgbench_scale):
         return []
     out = ["schema capmark and table capmark.meta (model bookkeeping)"]
     for table, (_ddl, fill, indexes) in _tables(size).items():
@@ -97,13 +139,13 @@ def plan(conn: psycopg.Connection, size: DataSize) -> list[str]:
     return out
 
 
-def _meta(conn: psycopg.Connection) -> tuple[int, int] | None:
+def _meta(conn: psycopg.Connection) -> tuple[int, int, int] | None:
     row = conn.execute("select to_regclass('capmark.meta') is not null").fetchone()
     if not row or not row[0]:
         return None
     try:
         with conn.transaction():
-            got = conn.execute("select model_version, items from capmark.meta").fetchone()
+            got = conn.execute("select model_version, items, pgbench_scale from capmark.meta").fetchone()
     except psycopg.Error:  # a meta table of an older model
         return None
     return tuple(got) if got else None
@@ -123,7 +165,7 @@ def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] =
         with conn.transaction():
             _ensure_schema(conn)
             _drop(conn, "table", "meta")
-            conn.execute("create table capmark.meta (model_version int, items int)")
+            conn.execute("create table capmark.meta (model_version int, items int, pgbench_scale int)")
             for sequence in SEQUENCES:
                 _drop(conn, "sequence", sequence)
             for table, (ddl, fill, indexes) in tables.items():
@@ -133,7 +175,8 @@ def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] =
                     conn.execute(fill)
                 for idx in indexes:
                     conn.execute(idx)
-            conn.execute("insert into capmark.meta values (%s, %s)", (MODEL_VERSION, size.items))
+            conn.execute("insert into capmark.meta values (%s, %s, %s)",
+                         (MODEL_VERSION, size.items, size.pgbench_scale))
     except psycopg.errors.InsufficientPrivilege as err:
         user = conn.execute("select current_user").fetchone()[0]
         raise CapmarkError(f"The role '{user}' may not rebuild capmark's data model ({_first_line(err)}); connect "

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from capmark.errors import CapmarkError
-from capmark.workloads import da, dbwr, diag, dl, pls, srv, sto, stress, tp, wal
+from capmark.workloads import da, dbwr, diag, dl, pgbench, pls, srv, sto, stress, tp, wal
 from capmark.workloads.base import ParamValue, Workload
 
-WORKLOADS: dict[str, Workload] = {w.name: w for family in (srv, sto, wal, dbwr, dl, da, tp, pls, stress, diag)
+WORKLOADS: dict[str, Workload] = {w.name: w for family in (srv, sto, wal, dbwr, dl, da, tp, pls, stress, pgbench, diag)
                                   for w in family.WORKLOADS}
 DIAGNOSTIC = {w.name for w in diag.WORKLOADS}  # reproduce a bottleneck on purpose: not in the full suite
 SUITES: dict[str, tuple[str, ...]] = {
