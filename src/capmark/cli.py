@@ -39,7 +39,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="capmark: measure a database platform, decompose, model, plan, diagnose, report.")
 db_app = typer.Typer(no_args_is_help=True, help="Manage the embedded PostgreSQL server capmark uses by default.")
 app.add_typer(db_app, name="db")
-err_console = Console(stderr=True, soft_wrap=True)  # an error is one line, never wrapped at the terminal width
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)  # an error is one line, never wrapped at the terminal width
 
 
 class Format(StrEnum):
@@ -69,7 +69,7 @@ def _show_tests(doc: dict, fmt: Format, print_test: Callable[[dict, Console], No
     if fmt == Format.json:
         print(json_text(doc))
         return
-    console = Console()
+    console = Console(emoji=False)
     for test_doc in doc["tests"]:
         print_test(test_doc, console)
 
@@ -192,7 +192,7 @@ def run(
                    host_metrics=host_metrics, node_exporter=node_exporter, driver_procs=driver_procs,
                    cluster=cluster, scripts=list(script or []), defines=list(define or []), seed=seed,
                    query_mode=query_mode, max_tries=max_tries, allow_shell=allow_shell)
-    console = err_console if fmt == Format.json else Console()
+    console = err_console if fmt == Format.json else Console(emoji=False)
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:
         print(json_text(run_to_json(result)))
@@ -240,7 +240,7 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
         params = "\n".join(f"{p.name}={p.default} {p.allowed()}" for p in w.params) or "-"
         modes = "" if w.client_side else " (server-side only)"
         table.add_row(w.name, w.family, w.unit, ", ".join(_key_metrics(w)), params, w.description + modes)
-    console = Console()
+    console = Console(emoji=False)
     console.print(table)
     for name, members in SUITES.items():
         console.print(f"suite {name}: {', '.join(members)}")
@@ -264,7 +264,7 @@ def report(
         return
     print_run(result)
     if not report_file.problem:
-        Console().print(f"Report: {report_file.path}", markup=False, highlight=False)
+        Console(emoji=False).print(f"Report: {report_file.path}", markup=False, highlight=False)
 
 
 @app.command()

@@ -118,7 +118,7 @@ def type_rows(step) -> list[dict]:
 
 
 def print_run(run: RunResult, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or Console(emoji=False)
     console.print(f"[bold]capmark run {escape(run.run_id)}[/] ({escape(run.status)}) — "
                   f"{escape(str(run.target.get('version', '')))}")
     if run.reason:

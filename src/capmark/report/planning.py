@@ -51,7 +51,7 @@ def _say_unconverged(points: list[dict[str, Any]], console: Console) -> None:
 @contextmanager
 def progress_on_stderr() -> Iterator[Callable[[str], None]]:
     """A status line on stderr that the analysis updates with what it is doing (nothing on a pipe)."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     if not console.is_terminal:
         yield lambda message: None
         return

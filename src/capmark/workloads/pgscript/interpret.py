@@ -131,22 +131,30 @@ class _State:
     pending: deque[int] = field(default_factory=deque)
 
 
+def _static_error(script: Script, cmd: Command, message: str) -> ScriptError:
+    return ScriptError(f"{where(script.name, cmd.line, cmd.column)}: {sentence(message)}", source=script.name,
+                       line=cmd.line, column=cmd.column)
+
+
 class ScriptRunner:
     """One pgbench client: a script, a connection, its variables and its random generator."""
 
     def __init__(self, script: Script, conn: Any, *, query_mode: str = "prepared",
                  variables: Mapping[str, Any] | None = None, rng: RandomSource | None = None,
-                 allow_shell: bool = False, statement_prefix: str | None = None) -> None:
+                 allow_shell: bool = False, statement_prefix: str | None = None,
+                 shared: ScriptRunner | None = None) -> None:
         if query_mode not in QUERY_MODES:
             raise ScriptError(f"unknown query mode {query_mode!r}; use simple, extended or prepared.")
         self.script = script
         self.mode = query_mode
         self.pgconn: pq.abc.PGconn = getattr(conn, "pgconn", conn)
-        self._check_mode(allow_shell)
-        self.vars: dict[str, Any] = {k: TextValue(v) if isinstance(v, str) else v
-                                     for k, v in (variables or {}).items()}
-        self.rng: RandomSource = rng if rng is not None else PgPrng(0)
-        self.ctx = EvalContext(self.vars, self.rng)
+        self.check(script, query_mode, allow_shell)
+        if shared is not None:  # another script of the same client: one set of variables, one generator
+            self.vars, self.rng, self.ctx = shared.vars, shared.rng, shared.ctx
+        else:
+            self.vars = {k: TextValue(v) if isinstance(v, str) else v for k, v in (variables or {}).items()}
+            self.rng = rng if rng is not None else PgPrng(0)
+            self.ctx = EvalContext(self.vars, self.rng)
         self.stats = CommandStats.zeros(len(script.commands))
         self.prefix = statement_prefix if statement_prefix is not None else f"capmark_pgs{next(_names)}_"
         self._prepared = [False] * len(script.commands)
@@ -154,22 +162,19 @@ class ScriptRunner:
         self._state = _State()
         self._steps: list[Callable[[], int]] = [self._step(c) for c in script.commands]
 
-    def _check_mode(self, allow_shell: bool) -> None:
-        s = self.script
-        shell = next((c for c in s.commands if isinstance(c, ShellCommand)), None)
+    @staticmethod
+    def check(script: Script, query_mode: str, allow_shell: bool) -> None:
+        """Refuse, before anything runs, a script that the query mode or the shell rule cannot run."""
+        shell = next((c for c in script.commands if isinstance(c, ShellCommand)), None)
         if shell is not None and not allow_shell:
-            raise self._static_error(shell, f"{shell.text.split()[0]} runs a shell command, which is not allowed "
-                                            "here; allow shell commands explicitly to run this script")
-        if self.mode == "simple" and s.uses_pipeline:
-            pipe = next(c for c in s.commands if isinstance(c, PipelineCommand))
-            raise self._static_error(pipe, "a pipeline needs query mode extended or prepared, not simple")
-        if self.mode != "simple" and s.compound_commands:
-            raise self._static_error(s.compound_commands[0], f"a compound SQL command (\\;) runs only in query "
-                                                             f"mode simple, not {self.mode}")
-
-    def _static_error(self, cmd: Command, message: str) -> ScriptError:
-        return ScriptError(f"{where(self.script.name, cmd.line, cmd.column)}: {sentence(message)}",
-                           source=self.script.name, line=cmd.line, column=cmd.column)
+            raise _static_error(script, shell, f"{shell.text.split()[0]} runs a shell command, which capmark "
+                                               "runs only when allowed; add --allow-shell to run this script")
+        if query_mode == "simple" and script.uses_pipeline:
+            pipe = next(c for c in script.commands if isinstance(c, PipelineCommand))
+            raise _static_error(script, pipe, "a pipeline needs query mode extended or prepared, not simple")
+        if query_mode != "simple" and script.compound_commands:
+            raise _static_error(script, script.compound_commands[0], "a compound SQL command (\\;) runs only in "
+                                                                     f"query mode simple, not {query_mode}")
 
     # -- running --
 
