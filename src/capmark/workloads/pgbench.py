@@ -4,14 +4,16 @@ The tables are pgbench's own, made by the data model in schema capmark and sized
 sizes them, so a capmark result compares with a pgbench one at the same scale. Each slice procedure runs the
 statements of pgbench 18's built-in script, one transaction per unit with one commit, with the script's random
 draws (pgbench's random(lb, ub): an integer drawn uniformly from lb..ub, both included). The scripts' own text is
-kept here too, with the tables in schema capmark, for running them client-side through a pgbench script
-interpreter; until then these workloads run server-side only.
+kept here too, with the tables in schema capmark: client-side, capmark's pgbench script interpreter runs them
+as they are (prepared statements, one connection per job), so that client-side less server-side shows the client
+and network tier, and a capmark result compares with pgbench's own on the same server.
 """
 
 from __future__ import annotations
 
-from capmark.workloads.base import Unit, Workload, kpms, procedure_sql
+from capmark.workloads.base import ParamSpec, Unit, Workload, kpms, procedure_sql
 from capmark.workloads.datamodel import PGBENCH_ACCOUNTS, PGBENCH_BRANCHES, PGBENCH_TELLERS
+from capmark.workloads.scripts import MAX_SEED, ScriptOptions, ScriptSource, script_functions
 
 # pgbench 18's built-in scripts as `pgbench --show-script=NAME` prints them (less its "-- NAME: ..." title line),
 # with the tables qualified by schema capmark.
@@ -108,12 +110,21 @@ SELECT_ONLY = Unit(_RANGES + " " + _VARS, f"""
       {{rec}}""")
 
 
-def _pgbench(name: str, description: str, unit: Unit, *, writes: bool, batch: int) -> Workload:
+SEED = ParamSpec("seed", 0, "client side: random seed (pgbench --random-seed); 0 draws a new one for each job",
+                 minimum=0, maximum=MAX_SEED)
+
+
+def _pgbench(name: str, description: str, unit: Unit, script: str, *, writes: bool, batch: int) -> Workload:
     proc = "slice_" + name.replace("-", "_")
+    builtin = name.removeprefix("pgbench-").replace("tpcb", "tpcb-like")
+    client_unit, client_stats = script_functions(
+        (ScriptSource("transaction", f"pgbench's built-in {builtin} script", script),), ScriptOptions(),
+        zero_seed_is_fresh=True)
     return Workload(name=name, family="pgbench", description=description, unit="transaction",
                     throughput_label="tps", txn_types=("transaction",), procedure=proc,
                     procedure_sql=procedure_sql(proc, unit.declare, unit.body, batch=batch), kpms=PGBENCH_KPMS,
-                    writes=writes, warm=PGBENCH_WARM, prepare_sql=PGBENCH_PREPARE if writes else ())
+                    writes=writes, warm=PGBENCH_WARM, prepare_sql=PGBENCH_PREPARE if writes else (),
+                    client_unit=client_unit, client_stats=client_stats, params=(SEED,))
 
 
 # batch: units between two deadline checks; a read-only unit takes a few microseconds, an updating one far longer
@@ -121,16 +132,16 @@ PGBENCH_TPCB = _pgbench(
     "pgbench-tpcb",
     "pgbench's default TPC-B-like transaction on pgbench's tables: add a random amount to an account's, a teller's "
     "and a branch's balance, read the account's back, record it in the history; one commit.",
-    TPCB_LIKE, writes=True, batch=1)
+    TPCB_LIKE, TPCB_LIKE_SCRIPT, writes=True, batch=1)
 PGBENCH_SIMPLE_UPDATE = _pgbench(
     "pgbench-simple-update",
     "pgbench's simple update (pgbench -N) on pgbench's tables: add a random amount to an account's balance, read it "
     "back, record it in the history; one commit.",
-    SIMPLE_UPDATE, writes=True, batch=1)
+    SIMPLE_UPDATE, SIMPLE_UPDATE_SCRIPT, writes=True, batch=1)
 PGBENCH_SELECT_ONLY = _pgbench(
     "pgbench-select-only",
     "pgbench's select only (pgbench -S) on pgbench's tables: read a random account's balance via primary key; "
     "one commit.",
-    SELECT_ONLY, writes=False, batch=4)
+    SELECT_ONLY, SELECT_ONLY_SCRIPT, writes=False, batch=4)
 
 WORKLOADS = (PGBENCH_TPCB, PGBENCH_SIMPLE_UPDATE, PGBENCH_SELECT_ONLY)

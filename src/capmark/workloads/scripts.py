@@ -11,8 +11,9 @@ the unit, counted by SQLSTATE class.
 
 from __future__ import annotations
 
+import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -202,18 +203,26 @@ def workload_name(sources: tuple[ScriptSource, ...]) -> str:
     return SCRIPT_PREFIX + "+".join(s.name for s in sources)
 
 
-def script_workload(sources: tuple[ScriptSource, ...], options: ScriptOptions) -> Workload:
-    """The workload that runs the scripts client-side, each a transaction type, chosen by weight."""
+def script_functions(sources: tuple[ScriptSource, ...], options: ScriptOptions,
+                     zero_seed_is_fresh: bool = False) -> tuple[Any, Any]:
+    """The client unit that runs one transaction of the scripts on a job's session, and the function that reads
+    the job's statistics of them. The seed is the test's `seed` parameter where it has one, else the options';
+    with zero_seed_is_fresh a seed of 0 draws a new one for every job (pgbench's default, a seed from the time)."""
     if options.query_mode not in QUERY_MODES:
         raise CapmarkError(f"The query mode '{options.query_mode}' is unknown; use one of {', '.join(QUERY_MODES)}.")
     scripts = [parse_script(s.text, s.path) for s in sources]
     for script in scripts:  # a script the options cannot run stops the run before anything is created
         ScriptRunner.check(script, options.query_mode, options.allow_shell)
+    labels = [[(c.line, c.text.splitlines()[0].strip() if c.text else "") for c in s.commands] for s in scripts]
 
     def unit(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
         client = getattr(session, "script_client", None)
         if client is None:
-            client = session.script_client = _Client(session, scripts, sources, options, params["job"],
+            seed = params.get("seed")
+            if zero_seed_is_fresh and not seed:
+                seed = int.from_bytes(os.urandom(8)) >> 1
+            chosen = replace(options, seed=int(seed)) if seed is not None else options
+            client = session.script_client = _Client(session, scripts, sources, chosen, params["job"],
                                                      size.pgbench_scale)
         kind = client.choose()
         try:
@@ -227,14 +236,19 @@ def script_workload(sources: tuple[ScriptSource, ...], options: ScriptOptions) -
             raise ScriptFailed(f"{sources[kind].name}: {result.failure} after {result.tries} tries", kind)
         return kind
 
-    def stats(session: Any) -> ScriptStats | None:
+    def stats(session: Any) -> ScriptStats:
         client = getattr(session, "script_client", None)
         if client is None:  # no unit has run on this job yet: nothing counted so far
             return ScriptStats([CommandStats.zeros(len(s.commands)) for s in scripts], [{} for _ in scripts],
-                               [[(c.line, c.text.splitlines()[0].strip() if c.text else "") for c in s.commands]
-                                for s in scripts], [s.name for s in sources])
+                               labels, [s.name for s in sources])
         return client.stats()
 
+    return unit, stats
+
+
+def script_workload(sources: tuple[ScriptSource, ...], options: ScriptOptions) -> Workload:
+    """The workload that runs the scripts client-side, each a transaction type, chosen by weight."""
+    unit, stats = script_functions(sources, options)
     mix = ", ".join(f"{s.name} ({s.path}, weight {s.weight})" for s in sources)
     return Workload(
         name=workload_name(sources), family="SCRIPT",
