@@ -31,8 +31,8 @@ from capmark.workloads.scripts import ScriptOptions, ScriptSource, script_worklo
 
 CUSTOM = """\\set aid random_zipfian(1, 100000 * :scale, 1.1)
 \\set delta random(-5000, 5000)
-SELECT abalance, bid FROM capmark.pgbench_accounts WHERE aid = :aid \\gset acct_
-\\if :acct_abalance > 0
+SELECT aid % 4 AS quarter, bid FROM capmark.pgbench_accounts WHERE aid = :aid \\gset acct_
+\\if :acct_quarter = 0
   UPDATE capmark.pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :aid % 10 + 1;
 \\else
   UPDATE capmark.pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :acct_bid;
