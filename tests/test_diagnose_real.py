@@ -16,6 +16,8 @@ from capmark import api
 from capmark.config import RunSpec, default_jobs
 from capmark.diagnose.diagnosis import diagnose_run
 from capmark.errors import CapmarkError
+from capmark.measure import kpm
+from capmark.measure.validity import problems
 
 pytestmark = pytest.mark.db
 
@@ -126,7 +128,10 @@ def test_random_reads_beyond_the_cache_are_poor_caching(embedded_dsn, folder):
     if "data" not in direct:
         pytest.skip("without direct IO the OS cache serves the reads and the device stays idle")
     out = _run(embedded_dsn, folder, ["sto-random"], [CORES])
-    assert "poor_caching" in _keys(out["doc"]["tests"][0])
+    step = out["run"].tests[0].steps[0]
+    values, _ = kpm.compute(step)
+    seen = {k: values.get(k) for k in ("buffer_hit_pct", "physical_reads_per_s", "cpu_iowait_pct")}
+    assert "poor_caching" in _keys(out["doc"]["tests"][0]), (seen, problems(step), step.os.get("disks"))
 
 
 def test_open_loop_beyond_the_generator_is_an_invalid_step(embedded_dsn, folder):

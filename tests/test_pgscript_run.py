@@ -181,7 +181,8 @@ def test_a_pipeline_runs_its_commands_in_order(conn):
 @pytest.mark.parametrize(("text", "options", "phrase"), [
     ("\\startpipeline\nselect 1;\n\\endpipeline\n", {"query_mode": "simple"}, "line 1, column 1: a pipeline needs"),
     ("select 1 \\; select 2;\n", {"query_mode": "prepared"}, "line 1, column 1: a compound SQL command"),
-    ("select 1;\n\\shell echo hi\n", {}, "line 2, column 1: \\shell runs a shell command, which is not allowed"),
+    ("select 1;\n\\shell echo hi\n", {}, "line 2, column 1: \\shell runs a shell command, which capmark runs only "
+     "when allowed; add --allow-shell"),
     ("select 1;\n", {"query_mode": "fast"}, "unknown query mode 'fast'"),
 ])
 def test_what_cannot_run_is_refused_before_the_run(conn, text, options, phrase):

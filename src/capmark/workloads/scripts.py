@@ -225,11 +225,15 @@ def script_functions(sources: tuple[ScriptSource, ...], options: ScriptOptions,
             client = session.script_client = _Client(session, scripts, sources, chosen, params["job"],
                                                      size.pgbench_scale)
         kind = client.choose()
+        runner = client.runners[kind]
+        trips = runner.round_trips
         try:
-            result = client.runners[kind].run(client.max_tries)
+            result = runner.run(client.max_tries)
         except psycopg.Error as err:
             err.unit_kind = kind  # type: ignore[attr-defined]
             raise
+        finally:
+            session.round_trips += runner.round_trips - trips  # the job counts round trips on its session
         if not result.ok:
             sqlclass = (result.sqlstate or "??")[:2]
             client.failures[kind][sqlclass] = client.failures[kind].get(sqlclass, 0) + 1
