@@ -354,3 +354,12 @@ def test_cli_accepts_all_statements(embedded_dsn, tmp_path):
     run = api.open_run(None, tmp_path)
     assert run.spec["all_statements"] is True
     assert any("--all-statements" in n for n in run.setup_notes)
+
+
+def test_autovacuum_in_the_window_is_noted():
+    from capmark.driver.step import autovacuum_note
+
+    assert autovacuum_note([{"t": 1, "checkpoint": 0.0, "autovacuum": 0.0}]) == ""
+    note = autovacuum_note([{"t": 1, "checkpoint": 0.0, "autovacuum": 0.0}, {"t": 2, "checkpoint": 0.0, "autovacuum": 0.5},
+                            {"t": 3, "checkpoint": 0.0, "autovacuum": 1.0}, {"t": 4, "checkpoint": 0.0, "autovacuum": 0.0}])
+    assert note.startswith("autovacuum worked during 38% of the window's samples (in seconds 2, 3)")
