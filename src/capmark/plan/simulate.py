@@ -180,7 +180,8 @@ def simulate(model: DbModel, jobs: float, think_s: float | None = None, config: 
         headroom=(0.8 / util[top] - 1) if util[top] > 0 else None, flushes_per_unit=flushes, batch=batch,
         demands_s={s.name: s.total_demand for s in stations}, converged=True, rounds=0,
         method=f"discrete-event simulation, {replications} replications of {units:,} units",
-        interval={"throughput": (x.low, x.high), "response_time_s": (rt.low, rt.high)}, notes=notes)
+        interval={"throughput": (float(x.low), float(x.high)),
+                  "response_time_s": (float(rt.low), float(rt.high))}, notes=notes)
 
 
 def solver(name: str) -> Callable[..., Prediction]:
