@@ -170,6 +170,8 @@ def print_whatif(t: dict[str, Any], console: Console) -> None:
     console.print(f"  models: closed rows {t['scenarios'][0]['prediction']['model']}; growth rows the open model; "
                   f"calibrated on {t['model']} jobs", highlight=False)
     _say_platform(t, console)
+    for note in dict.fromkeys(n for s in t["scenarios"] for n in s["prediction"].get("notes") or []):
+        console.print(f"  note: {note}", highlight=False, markup=False)
     _say_unconverged([s["prediction"] for s in t["scenarios"]], console)
 
 
