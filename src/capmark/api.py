@@ -147,15 +147,17 @@ def _database_host(ref: str | None, results_dir: Path, cores: int | None) -> tup
 
 def calibrate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR,
               from_jobs: list[int] | None = None, up_to: int | None = None, progress: Progress | None = None,
-              cores: int | None = None) -> dict:
+              cores: int | None = None, solver: str = "mva") -> dict:
     """Calibrate a queueing model per test of a stored run, validate it against every step and predict the
     curve beyond the measured range (default: up to twice the most jobs measured). A test that cannot be
-    calibrated gets {"answered": false, "reason": ...}. `cores` states the database host's cores (--cores)."""
+    calibrated gets {"answered": false, "reason": ...}. `cores` states the database host's cores (--cores);
+    `solver` 'sim' validates the steps by simulation beside MVA."""
     from capmark.plan.calibrate import validate
 
     _check_jobs_bound(up_to, "--up-to")
     run_result, tests, host = _database_host(ref, results_dir, cores)
-    docs = _answers(run_result, tests, "calibrate a model", lambda t: validate(t, from_jobs, up_to, progress, host))
+    docs = _answers(run_result, tests, "calibrate a model", lambda t: validate(t, from_jobs, up_to, progress, host,
+                                                                                      solver))
     return {"schema": "capmark.calibrate/2", "run": run_result.run_id, "tests": [d for _, d in docs]}
 
 
@@ -194,9 +196,10 @@ def _save(run_result: RunResult, kind: str, docs: list[tuple[int, dict]]) -> Non
 
 def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from_jobs: list[int] | None = None,
            at_jobs: int | None = None, changes: dict[str, Any] | None = None, scenario_file: Path | None = None,
-           save: bool = False, progress: Progress | None = None, cores: int | None = None) -> dict:
+           save: bool = False, progress: Progress | None = None, cores: int | None = None,
+           solver: str = "mva") -> dict:
     """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report.
-    `cores` states the database host's cores (--cores)."""
+    `cores` states the database host's cores (--cores); `solver` 'sim' simulates the closed loads."""
     from capmark.plan.whatif import evaluate, expand, load_scenarios
 
     changes = {k: v for k, v in (changes or {}).items() if v is not None}
@@ -209,7 +212,7 @@ def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from
 
     def plan(t: TestResult, model: Any) -> dict:
         return {"unit": t.unit, "platform": _platform(model),
-                **evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress)}
+                **evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress, solver)}
 
     run_result, docs = _planned(ref, results_dir, from_jobs, "answer what-if questions", plan, cores)
     if save:

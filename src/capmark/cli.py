@@ -80,6 +80,16 @@ ResultsDir = Annotated[Path, typer.Option("--results-dir", help="Folder holding 
 FormatOpt = Annotated[Format, typer.Option("--format", help="table for people, json for scripts.")]
 
 
+class Solver(StrEnum):
+    mva = "mva"
+    sim = "sim"
+
+
+SolverOpt = Annotated[Solver, typer.Option("--solver", help="mva: mean-value analysis (fast, averages synchronisation "
+                                           "away); sim: discrete-event simulation with 95 % intervals (plays out "
+                                           "group-commit batches; a second or two per load).")]
+
+
 class LiveObserver(api.RunObserver):
     """Shows which test and step runs and the time left; prints each test's table when it ends."""
 
@@ -325,6 +335,7 @@ def calibrate(
     up_to: Annotated[int | None, typer.Option("--up-to", help="Predict up to this many jobs (default: twice the "
                                               "most measured).")] = None,
     cores: CoresOpt = None,
+    solver: SolverOpt = Solver.mva,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -334,7 +345,8 @@ def calibrate(
     _positive_count(up_to, "--up-to", "16")
     _positive_count(cores, "--cores", "8")
     with progress_on_stderr() as progress:
-        doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to, progress=progress, cores=cores)
+        doc = api.calibrate(run_ref, results_dir, _from(from_steps), up_to, progress=progress, cores=cores,
+                            solver=solver.value)
     _show_tests(doc, fmt, print_calibration)
 
 
@@ -355,6 +367,7 @@ def whatif(
     from_steps: FromStepsOpt = None,
     cores: CoresOpt = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
+    solver: SolverOpt = Solver.mva,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
@@ -369,7 +382,7 @@ def whatif(
                "disk_speed": disk_speed, "disks": disks}
     with progress_on_stderr() as progress:
         doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save, progress=progress,
-                         cores=cores)
+                         cores=cores, solver=solver.value)
     _show_tests(doc, fmt, print_whatif)
 
 
@@ -383,11 +396,17 @@ def size(
     from_steps: FromStepsOpt = None,
     cores: CoresOpt = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
+    solver: SolverOpt = Solver.mva,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Size to a service level: the highest load within it, and what a target load needs."""
     from capmark.report.planning import print_size, progress_on_stderr
+
+    if solver is Solver.sim:
+        raise CapmarkError("size works with the MVA solver only: it searches arrival rates with the open model, which "
+                           "the simulation (a closed load of jobs) cannot give; check a load it finds with "
+                           "`capmark whatif --solver sim --jobs N`.")
 
     _positive_number(target_tps, "--target-tps", "5000")
     _positive_count(cores, "--cores", "8")

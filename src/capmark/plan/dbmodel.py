@@ -122,7 +122,10 @@ class Prediction:
     demands_s: dict[str, float]  # per unit at this load
     converged: bool = True  # the closed solver's fixed point settled (see solve)
     rounds: int = 0  # fixed-point rounds the closed solver took
-    method: str = ""  # how the closed network was solved (exact or approximate MVA)
+    method: str = ""  # how the closed network was solved (exact or approximate MVA, or simulation)
+    # 95 % confidence intervals (low, high) per figure, where the solver has them (the simulation's replications)
+    interval: dict[str, tuple[float, float]] | None = None
+    notes: list[str] = field(default_factory=list)  # what the solver could not model as asked, said to the user
 
     @property
     def cpu_busy_pct(self) -> float:

@@ -26,7 +26,6 @@ from capmark.plan.dbmodel import (
     Config,
     DbModel,
     Prediction,
-    solve,
     solve_open,
 )
 
@@ -172,8 +171,13 @@ def load_scenarios(path: Path) -> list[Scenario]:
 
 
 def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: list[Scenario],
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Baseline and every scenario, each with the change vs the baseline solved the same way."""
+             progress: Callable[[str], None] | None = None, solver: str = "mva") -> dict[str, Any]:
+    """Baseline and every scenario, each with the change vs the baseline solved the same way. With solver 'sim'
+    the closed loads are simulated; growth and arrival rates stay with the open model (the simulation plays
+    a closed load only)."""
+    from capmark.plan.simulate import solver as solver_for
+
+    solve = solver_for(solver)
     closed_base = solve(model, base_jobs, base_think_s)
     base_rate = closed_base.throughput or 0.0
     open_base = solve_open(model, base_rate) if any(s.growth or s.rate for s in scenarios) else None

@@ -83,6 +83,7 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     v, c = t["verdict"], t["calibration"]
     say = console.print
     say(f"  model: {t['model']}", highlight=False)
+    _say_simulated(t, console)
     say(f"  calibration: CPU {c['cpu_s'] * 1e6:.1f} us/unit outside flushes{_from_text(c.get('cpu_from'))} on "
         f"{c['cores']} cores{_from_text(c.get('cores_from'))}; WAL flush "
         f"requests {c['flush_requests']:.3f}/unit, flush CPU {c['flush_cpu_s'] * 1e6:.1f} us + device "
@@ -101,6 +102,28 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
         f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
     _say_unconverged([r["model"] for r in t["steps"]] + pr["points"], console)
+
+
+def _say_simulated(t: dict[str, Any], console: Console) -> None:
+    """With the simulation: each step's 95 % intervals, MVA's figures beside them, and where the two disagree."""
+    rows = [r for r in t["steps"] if r.get("mva")]
+    if not rows:
+        return
+    say = console.print
+    say(f"  {rows[0]['model'].get('method') or 'simulation'}; 95 % intervals from the replications, MVA beside:",
+        highlight=False, markup=False)
+    for r in rows:
+        p, iv, a = r["model"], r["model"]["interval"] or {}, r["mva"]
+        x_lo, x_hi = iv.get("throughput", (None, None))
+        r_lo, r_hi = iv.get("response_time_s", (None, None))
+        say(f"    {r['jobs']} jobs: X {num(p['throughput'], 0)} ({num(x_lo, 0)}-{num(x_hi, 0)}), MVA "
+            f"{num(a['throughput'], 0)}; R {ms(p['response_time_s'])} ({ms(r_lo)}-{ms(r_hi)}) ms, MVA "
+            f"{ms(a['response_time_s'])} ms; batch {num(p['batch'], 2)}, MVA {num(a['batch'], 2)}",
+            highlight=False, markup=False)
+        if r.get("solver_note"):
+            say(f"      note: {r['solver_note']}", highlight=False, markup=False)
+    for note in dict.fromkeys(n for r in rows for n in r["model"].get("notes") or []):
+        say(f"  note: {note}", highlight=False, markup=False)
 
 
 def _from_text(origin: str | None) -> str:
@@ -147,6 +170,8 @@ def print_whatif(t: dict[str, Any], console: Console) -> None:
     console.print(f"  models: closed rows {t['scenarios'][0]['prediction']['model']}; growth rows the open model; "
                   f"calibrated on {t['model']} jobs", highlight=False)
     _say_platform(t, console)
+    for note in dict.fromkeys(n for s in t["scenarios"] for n in s["prediction"].get("notes") or []):
+        console.print(f"  note: {note}", highlight=False, markup=False)
     _say_unconverged([s["prediction"] for s in t["scenarios"]], console)
 
 
