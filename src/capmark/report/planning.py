@@ -75,8 +75,11 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     for r in t["steps"]:
         m, p, e = r["measured"], r["model"], r["error_pct"]
         mark = "*" if r["calibration"] else ("!" if not r["valid"] else "")
-        table.add_row(f"{r['jobs']}{mark}", num(m["throughput"], 0), num(p["throughput"], 0), pct(e["throughput"]),
-                      ms(m["response_time_s"]), ms(p["response_time_s"]), pct(e["response_time_s"]), pct(e["p95_s"]),
+        iv = r.get("measured_interval") or {}
+        table.add_row(f"{r['jobs']}{mark}", _pm(m["throughput"], iv.get("throughput"), 1, 0), num(p["throughput"], 0),
+                      pct(e["throughput"]) + _noise_mark(r, "throughput"), _pm(m["response_time_s"],
+                      iv.get("response_time_s"), 1000, 3), ms(p["response_time_s"]),
+                      pct(e["response_time_s"]) + _noise_mark(r, "response_time_s"), pct(e["p95_s"]),
                       num(m["cpu_busy_pct"]), num(p["cpu_busy_pct"]), num(r["batch"]["measured"], 2),
                       num(r["batch"]["model"], 2), "; ".join(r["invalid_because"]) or p["bottleneck"])
     console.print(table)
@@ -92,7 +95,15 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     say(f"  verdict over steps {v['steps_scored']}: throughput error median {num(v['throughput']['median_abs_pct'])} %, "
         f"max {num(v['throughput']['max_abs_pct'])} %; response time median "
         f"{num(v['response_time_s']['median_abs_pct'])} %, max {num(v['response_time_s']['max_abs_pct'])} %; CPU "
-        f"within {num(v['cpu_busy_max_points'])} points (* calibration, ! invalid step, excluded)", highlight=False)
+        f"within {num(v['cpu_busy_max_points'])} points (* calibration, ! invalid step, excluded; ~ within the measured "
+        "interval)", highlight=False)
+    if "noise" in v:
+        for k, label in (("throughput", "throughput"), ("response_time_s", "response time")):
+            n = v["noise"][k]
+            say(f"  {label}: {n['model_error']} step(s) outside the measured interval (model error, median "
+                f"{num(n['model_error_median_abs_pct'])} %), {n['within_noise']} inside it (measurement noise ~), "
+                f"{n['no_interval']} without an interval", highlight=False)
+        say(f"  {t['interval_note']}", highlight=False, markup=False)
     say(f"  {t['p95_note']}", highlight=False)
     u = t["usl"]
     say("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}. {u['summary']}"
@@ -101,6 +112,19 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
         f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
     _say_unconverged([r["model"] for r in t["steps"]] + pr["points"], console)
+
+
+def _pm(value: float | None, interval: dict[str, Any] | None, scale: float, digits: int) -> str:
+    """A measured figure with its 95 % half-width where it has one: '12,345 ± 210'."""
+    if value is None:
+        return "n/a"
+    text = f"{value * scale:,.{digits}f}"
+    return text if not interval else f"{text} ± {interval['half_width'] * scale:,.{digits}f}"
+
+
+def _noise_mark(row: dict[str, Any], key: str) -> str:
+    """'~' beside an error the measured interval covers: measurement noise, not model error."""
+    return "~" if (row.get("error_kind") or {}).get(key) == "measurement noise" else ""
 
 
 def _from_text(origin: str | None) -> str:
