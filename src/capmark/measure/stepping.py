@@ -91,8 +91,8 @@ def stop(measured: list[Point], max_jobs: int) -> Knee | None:
             return Knee(k[0], "response time", top, f"the knee is at {k[0]} jobs: the mean response time passed "
                         f"{RT_BLOWUP:g} x its one-job value there ({k[2] * 1000:.3f} ms against "
                         f"{one[2] * 1000:.3f} ms)")
-    if len(pts) > FLAT_STEPS and all(_rise(a, b) < FLAT_RISE for a, b in zip(pts[-FLAT_STEPS - 1:], pts[-FLAT_STEPS:],
-                                                                             strict=True)):
+    tail = pts[-FLAT_STEPS - 1:]
+    if len(pts) > FLAT_STEPS and all(_rise(a, b) < FLAT_RISE for a, b in zip(tail, tail[1:], strict=False)):
         k = pts[-FLAT_STEPS - 1]
         return Knee(k[0], "throughput flat", top, f"the knee is at {k[0]} jobs: the throughput rose by less than "
                     f"{FLAT_RISE:.0%} in each of the {FLAT_STEPS} steps after it")
