@@ -85,6 +85,17 @@ class JobNoise:
                 "within": {str(r): (i.to_dict() if i else None) for r, i in self.within.items()}}
 
 
+# a half-width shown with two significant digits at most this many decimals (sub-microsecond in ms)
+MAX_DIGITS = 6
+
+
+def shown_digits(half_width: float | None, digits: int) -> int:
+    """Decimals that show a half-width with two significant digits, never fewer than the figure's own."""
+    if not half_width or not math.isfinite(half_width) or half_width <= 0:
+        return digits
+    return max(digits, min(MAX_DIGITS, 1 - math.floor(math.log10(half_width))))
+
+
 def t_interval(values: list[float], method: str = REPETITIONS) -> Interval:
     """The Student t interval of the mean of values (half-width None for fewer than two)."""
     n = len(values)

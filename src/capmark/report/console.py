@@ -52,7 +52,8 @@ def plus_minus(interval: noise.Interval | None, digits: int) -> str:
         return "n/a"
     if interval.half_width is None:
         return fmt(interval.mean, digits)
-    return f"{interval.mean:,.{digits}f} ± {interval.half_width:,.{digits}f}"
+    d = noise.shown_digits(interval.half_width, digits)
+    return f"{interval.mean:,.{d}f} ± {interval.half_width:,.{d}f}"
 
 
 REPEATABILITY_NOTE = ("± is the 95 % confidence half-width: across repetitions, Student t over the repetition "

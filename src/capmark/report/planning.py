@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from capmark.measure.noise import shown_digits
+
 
 def pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:+.1f}"
@@ -100,9 +102,10 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     if "noise" in v:
         for k, label in (("throughput", "throughput"), ("response_time_s", "response time")):
             n = v["noise"][k]
-            say(f"  {label}: {n['model_error']} step(s) outside the measured interval (model error, median "
-                f"{num(n['model_error_median_abs_pct'])} %), {n['within_noise']} inside it (measurement noise ~), "
-                f"{n['no_interval']} without an interval", highlight=False)
+            median = (f", median error {num(n['model_error_median_abs_pct'])} %" if n["model_error"] else "")
+            say(f"  {label}: {n['model_error']} step(s) outside the measured interval (model error{median}), "
+                f"{n['within_noise']} inside it (measurement noise, ~), {n['no_interval']} without an interval",
+                highlight=False)
         say(f"  {t['interval_note']}", highlight=False, markup=False)
     say(f"  {t['p95_note']}", highlight=False)
     u = t["usl"]
@@ -118,8 +121,10 @@ def _pm(value: float | None, interval: dict[str, Any] | None, scale: float, digi
     """A measured figure with its 95 % half-width where it has one: '12,345 ± 210'."""
     if value is None:
         return "n/a"
-    text = f"{value * scale:,.{digits}f}"
-    return text if not interval else f"{text} ± {interval['half_width'] * scale:,.{digits}f}"
+    if not interval:
+        return f"{value * scale:,.{digits}f}"
+    d = shown_digits(interval["half_width"] * scale, digits)
+    return f"{value * scale:,.{d}f} ± {interval['half_width'] * scale:,.{d}f}"
 
 
 def _noise_mark(row: dict[str, Any], key: str) -> str:
