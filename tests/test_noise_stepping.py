@@ -171,6 +171,18 @@ def test_auto_stepping_stops_at_the_bound():
     assert chain(12) == [1, 2, 4, 8, 12] and chain(16) == [1, 2, 4, 8, 16]
 
 
+def test_at_the_bound_a_bend_still_gets_its_midpoint_and_a_flat_end_is_named():
+    def flat_at_two(j):  # the throughput falls from 2 to 4 jobs: one flat step, then the bound
+        x = {1: 100.0, 2: 200.0, 3: 195.0}.get(j, 190.0)
+        return x, j / x
+    taken = walk(flat_at_two, 4)
+    assert taken == [1, 2, 4, 3]
+    knee = stop([(j, *flat_at_two(j)) for j in taken], 4)
+    assert knee.rule == "throughput flat" and knee.jobs == 2
+    half = stop([(j, *flat_at_two(j)) for j in (1, 2, 4)], 4)  # without the midpoint: the bound, but not "rising"
+    assert half.rule == "bound" and "probably near 2 jobs" in half.text and "still rising" not in half.text
+
+
 def test_one_flat_step_is_not_enough():
     pts = [(1, 100.0, 0.01), (2, 200.0, 0.01), (4, 400.0 * (1 + FLAT_RISE / 2) / 2, 0.01)]
     assert next_jobs(pts, 64) is not None

@@ -89,9 +89,14 @@ def test_validation_compares_the_model_with_the_mean_over_repetitions(repeated):
 
 
 def test_auto_stepping_stops_at_the_bound_or_the_knee_and_says_so(embedded_dsn, tmp_path):
+    said: list[str] = []
+    observer = api.RunObserver()
+    observer.say = said.append
     run = api.run(RunSpec(workloads=["srv-query1"], jobs_auto=True, max_jobs=4, dsn=embedded_dsn,
-                          results_dir=tmp_path, **SHORT))
+                          results_dir=tmp_path, **SHORT), observer)
     assert run.status == "complete", run.reason
+    # announced before the run: 1, 2, 4 and at most one halfway point
+    assert any(m.startswith("Stepping until the knee, up to 4 jobs: at most 4 step(s)") for m in said), said
     test = run.tests[0]
     jobs = [s.jobs for s in test.steps]
     assert jobs[:2] == [1, 2] and max(jobs) <= 4 and len(set(jobs)) == len(jobs)

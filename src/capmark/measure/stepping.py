@@ -77,11 +77,8 @@ class Knee:
     text: str
 
 
-def stop(measured: list[Point], max_jobs: int) -> Knee | None:
-    """The reason to stop stepping, or None to go on."""
-    pts = sorted(measured)
-    if not pts:
-        return None
+def _knee(pts: list[Point]) -> Knee | None:
+    """The knee the measured curve shows: the response time blew up, or the throughput went flat."""
     top = pts[-1][0]
     one = next((p for p in pts if p[0] == 1), None)
     if one is not None and one[2] > 0:
@@ -93,22 +90,40 @@ def stop(measured: list[Point], max_jobs: int) -> Knee | None:
                         f"{one[2] * 1000:.3f} ms)")
     tail = pts[-FLAT_STEPS - 1:]
     if len(pts) > FLAT_STEPS and all(_rise(a, b) < FLAT_RISE for a, b in zip(tail, tail[1:], strict=False)):
-        k = pts[-FLAT_STEPS - 1]
+        k = tail[0]
         return Knee(k[0], "throughput flat", top, f"the knee is at {k[0]} jobs: the throughput rose by less than "
-                    f"{FLAT_RISE:.0%} in each of the {FLAT_STEPS} steps after it")
-    if top >= max_jobs:
-        return Knee(None, "bound", top, f"no knee up to the bound of {max_jobs} jobs: the throughput was still "
-                    "rising; raise --max-jobs to look further")
+                    f"{FLAT_RISE * 100:g} % in each of the {FLAT_STEPS} steps after it")
     return None
 
 
+def _bound(pts: list[Point], max_jobs: int) -> Knee:
+    """Stopped by --max-jobs before the curve showed its knee: say whether it had begun to flatten."""
+    top = pts[-1][0]
+    if len(pts) >= 2 and _rise(pts[-2], pts[-1]) < FLAT_RISE:
+        k = pts[-2][0]
+        return Knee(None, "bound", top, f"stopped at the bound of {max_jobs} jobs: the throughput rose by less than "
+                    f"{FLAT_RISE * 100:g} % from {k} to {top} jobs, so the knee is probably near {k} jobs (a second flat "
+                    "step would confirm it: raise --max-jobs)")
+    return Knee(None, "bound", top, f"no knee up to the bound of {max_jobs} jobs: the throughput was still rising; "
+                "raise --max-jobs to look further")
+
+
+def stop(measured: list[Point], max_jobs: int) -> Knee | None:
+    """Where and why stepping ends on these measurements (the knee, or the bound), or None to go on."""
+    pts = sorted(measured)
+    if not pts:
+        return None
+    return _knee(pts) or (_bound(pts, max_jobs) if pts[-1][0] >= max_jobs else None)
+
+
 def next_jobs(measured: list[Point], max_jobs: int) -> int | None:
-    """The next job count to measure from the steps measured so far, or None when auto stepping is done."""
+    """The next job count to measure from the steps measured so far, or None when auto stepping is done. A bend
+    in the last interval gets its midpoint measured even at the bound: it is where the knee lies."""
     if not measured:
         return 1
-    if stop(measured, max_jobs) is not None:
-        return None
     pts = sorted(measured)
+    if _knee(pts) is not None:
+        return None
     doubling = set(chain(max_jobs))
     on_chain = [p for p in pts if p[0] in doubling]
     if len(on_chain) >= 2:
@@ -117,4 +132,6 @@ def next_jobs(measured: list[Point], max_jobs: int) -> int | None:
         inside = any(a[0] < p[0] < b[0] for p in pts)
         if b[0] - a[0] >= 2 and not inside and _gain(a, b) < BEND_GAIN <= before:
             return (a[0] + b[0]) // 2
+    if pts[-1][0] >= max_jobs:
+        return None
     return min(2 * pts[-1][0], max_jobs)
