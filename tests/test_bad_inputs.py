@@ -72,6 +72,8 @@ def as_json(doc) -> bytes:
 
 # name -> bytes of the files the cases read ({FILE:name} in a case's arguments)
 FILES: dict[str, bytes] = {
+    "repeat-zero.toml": b'[defaults]\nrepeat = 0\n[[test]]\nworkload = "tp-light"\n',
+    "repeat-float.toml": b'[[test]]\nworkload = "tp-light"\nrepeat = 2.5\n',
     "latin1.toml": '[[test]]\nworkload = "tp-light"  # caf\u00e9\n'.encode("latin-1"),
     "ok.sql": b"SELECT 1;\n",
     "bad-meta.sql": b"SELECT 1;\n\\sett x 1\n",
@@ -235,6 +237,17 @@ CASES = [
     run_case("srv-query1", "--jobs", "1.5", word="job list"),
     run_case("srv-query1", "--jobs", "1000", word="512"),
     run_case("srv-query1", "--jobs", "\u0661,\u0662", word="job list"),  # Arabic-Indic digits pass str.isdigit
+    run_case("srv-query1", "--repeat", "0", word="repetitions"),
+    run_case("srv-query1", "--repeat", "11", word="from 1 to 10"),
+    run_case("srv-query1", "--repeat", "twice", word="--repeat"),
+    run_case("srv-query1", "--jobs", "auto", "--max-jobs", "600", word="--max-jobs"),
+    run_case("srv-query1", "--jobs", "auto", "--max-jobs", "0", word="--max-jobs"),
+    run_case("srv-query1", "--jobs", "1,2", "--max-jobs", "8", word="--jobs auto"),
+    run_case("srv-query1", "--jobs", "automatic", word="job list"),
+    run_case("srv-query1", "--jobs", "auto", "--soak", "1m", word="one job count"),
+    run_case("srv-query1", "--repeat", "2", "--soak", "1m", word="not repeated"),
+    run_case("--suite", "{FILE:repeat-zero.toml}", word="repetitions"),
+    run_case("--suite", "{FILE:repeat-float.toml}", word="repetitions"),
     run_case("tp-light", "--param", "update_pct=20", "--param", "update_pct=30", word="given twice"),
     run_case("tp-light", "--param", "update_pct=500", word="between 0 and 100"),
     run_case("tp-light", "--param", "update_pct=lots", word="integer"),

@@ -61,3 +61,16 @@ def test_suite_file_run(embedded_dsn, tmp_path):
     assert fibo.mode == "server" and [s.jobs for s in fibo.steps] == [1, 2]
     assert light.steps[0].round_trips >= light.steps[0].units
     assert run.spec["expected_s"] > 0
+
+
+def test_suite_file_repeats_and_steps_automatically(tmp_path):
+    text = ('[defaults]\nrepeat = 2\nduration = "1s"\nwarmup = "0s"\n[[test]]\nworkload = "srv-query1"\njobs = [1, 4]\n'
+            '[[test]]\nworkload = "pls-fibo"\njobs = "auto"\nrepeat = 1\n')
+    fixed, auto = from_file(write(tmp_path, text), [1, 2], 5.0, 15.0, "server", auto_max=12)
+    assert fixed.repeat == 2 and fixed.auto_max is None
+    assert fixed.order() == [(1, 1), (1, 4), (2, 4), (2, 1)]
+    assert fixed.expected_s == pytest.approx(4 * (0 + 1 + 1.5))
+    assert auto.repeat == 1 and auto.auto_max == 12 and auto.jobs == [1, 2, 4, 8, 12]
+    assert auto.steps == 5 + 2  # the doubling steps and at most one halfway point per bend
+    plans = api.plan_tests(RunSpec(workloads=["srv-query1"], jobs_auto=True, repeat=3), cores=2)
+    assert plans[0].auto_max == 8 and plans[0].repeat == 3  # 4 x the cores without --max-jobs

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from capmark import api
 from capmark.config import (
+    AUTO_JOBS,
     DEFAULT_RESULTS_DIR,
     MAX_SCALE,
     RunSpec,
@@ -31,7 +32,7 @@ from capmark.config import (
     redact_text,
 )
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
-from capmark.report.console import kpm_tables, print_run, type_table
+from capmark.report.console import knee_line, kpm_tables, print_run, repeatability_table, type_table
 from capmark.report.export import run_to_json
 from capmark.results import StepResult, TestResult
 
@@ -108,14 +109,15 @@ class LiveObserver(api.RunObserver):
         self.live.start()
 
     def step_progress(self, test: TestResult, jobs: int, phase: str, seconds_left: float) -> None:
-        step = self.plan.index(jobs) + 1 if jobs in self.plan else "?"
-        self.live.update(Text(f"{test.workload} ({test.mode}-side): step {step}/{len(self.plan)}, {jobs} jobs, "
+        of = "" if test.stepping.get("auto") else f"/{len(self.plan)}"
+        self.live.update(Text(f"{test.workload} ({test.mode}-side): step {self.done + 1}{of}, {jobs} jobs, "
                               f"{phase}: {seconds_left:4.0f} s left"))
 
     def step_done(self, test: TestResult, step: StepResult) -> None:
         self.done += 1
         k = step.kpm
-        self.console.print(f"  {test.workload} step {step.ordinal} ({step.jobs} jobs): "
+        rep = f", repetition {step.repeat}" if test.stepping.get("repeat", 1) > 1 else ""
+        self.console.print(f"  {test.workload} step {step.ordinal} ({step.jobs} jobs{rep}): "
                            f"{k.get('throughput', 0):,.0f} {test.throughput_label}, "
                            f"p95 {k.get('rt_p95_ms') or 0:.3f} ms")
 
@@ -124,9 +126,11 @@ class LiveObserver(api.RunObserver):
         if self.show_tables:
             for table in kpm_tables(test, self.console.width):
                 self.console.print(table)
-            per_type = type_table(test)
-            if per_type:
-                self.console.print(per_type)
+            for extra in (repeatability_table(test), type_table(test)):
+                if extra:
+                    self.console.print(extra)
+        if knee_line(test):
+            self.console.print(knee_line(test), markup=False, highlight=False)
 
 
 @app.command()
@@ -134,7 +138,13 @@ def run(
     workloads: Annotated[list[str] | None, typer.Argument(help="Workloads or suites (quick, full) by name; "
                                                                "default: quick. `capmark list` shows all.")] = None,
     jobs: Annotated[str | None, typer.Option("--jobs", help="Step plan, e.g. 1,2,4,8 (default: 1, 2, 4 ... "
-                                                             "up to 2 x the host's cores).")] = None,
+                                                             "up to 2 x the host's cores), or auto: step 1, 2, 4 "
+                                                             "... until the throughput stops rising.")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", help="Run the step plan this many times (1-10), every other "
+                                        "pass in reverse order, for confidence intervals across "
+                                        "repetitions.")] = 1,
+    max_jobs: Annotated[int | None, typer.Option("--max-jobs", help="With --jobs auto: the most jobs to step to "
+                                                 "(default: 4 x the database host's cores).")] = None,
     warmup: Annotated[str, typer.Option("--warmup", help="Warm-up per step: 30, 30s, 2m.")] = "5s",
     duration: Annotated[str, typer.Option("--duration", help="Measured time per step: 30, 30s, 2m.")] = "15s",
     mode: Annotated[str, typer.Option("--mode", help="server: PL/pgSQL loops in the database (default); "
@@ -192,7 +202,8 @@ def run(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
-    spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs is not None else None,
+    auto = jobs is not None and jobs.strip().lower() == AUTO_JOBS
+    spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs is not None and not auto else None,
                    warmup_s=parse_duration(warmup, "warm-up"), duration_s=parse_duration(duration, "duration"),
                    mode=mode, scale=scale, params=parse_params(param), dsn=dsn, data_dir=data_dir,
                    results_dir=results_dir, collectors=not no_collectors, suite_file=suite_file,
@@ -201,7 +212,8 @@ def run(
                    soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements,
                    host_metrics=host_metrics, node_exporter=node_exporter, driver_procs=driver_procs,
                    cluster=cluster, scripts=list(script or []), defines=list(define or []), seed=seed,
-                   query_mode=query_mode, max_tries=max_tries, allow_shell=allow_shell)
+                   query_mode=query_mode, max_tries=max_tries, allow_shell=allow_shell, repeat=repeat,
+                   jobs_auto=auto, max_jobs=max_jobs)
     console = err_console if fmt == Format.json else Console(emoji=False)
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:

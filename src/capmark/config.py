@@ -31,6 +31,10 @@ MAX_THINK_S = 60.0
 # generator's backlog, and rates far beyond it are typing mistakes.
 MAX_RATE = 1_000_000.0
 MAX_JOBS = 512  # capmark opens one connection (and one thread) per job
+# Each repetition runs the whole step plan again; ten give the t interval 9 degrees of freedom (t = 2.26, near the
+# normal 1.96), and more would mostly lengthen the run.
+MAX_REPEAT = 10
+AUTO_JOBS = "auto"  # --jobs auto: step 1, 2, 4, ... until the knee (measure/stepping.py)
 # Keys are 4-byte integers (at most 2^31 rows per table), and 10,000 units is already 10^9 rows per table:
 # hundreds of GB and hours of loading before the first step.
 MAX_SCALE = 10_000
@@ -103,6 +107,27 @@ def parse_jobs(text: str) -> list[int]:
         raise CapmarkError(f"The job list '{text}' asks for more than {MAX_JOBS} jobs; capmark opens one connection "
                            "per job.")
     return jobs
+
+
+def check_repeat(repeat: object, where: str = "") -> int:
+    """--repeat K or repeat = K: a whole number of repetitions of the step plan from 1 to MAX_REPEAT."""
+    of = f" of {where}" if where else ""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise CapmarkError(f"The number of repetitions{of} must be a whole number from 1 to {MAX_REPEAT}; got "
+                           f"{repeat!r}, e.g. --repeat 3.")
+    return repeat
+
+
+def check_max_jobs(max_jobs: int | None, auto: bool) -> None:
+    """--max-jobs bounds --jobs auto, within the job limit."""
+    if max_jobs is None:
+        return
+    if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or not 1 <= max_jobs <= MAX_JOBS:
+        raise CapmarkError(f"--max-jobs must be a whole number from 1 to {MAX_JOBS} (capmark opens one connection "
+                           f"per job); got {max_jobs!r}, e.g. --max-jobs 64.")
+    if not auto:
+        raise CapmarkError("--max-jobs bounds automatic stepping; add --jobs auto, or drop --max-jobs and list the "
+                           "steps with --jobs.")
 
 
 def default_jobs(cores: int) -> list[int]:
@@ -184,6 +209,9 @@ class RunSpec:
     query_mode: str = "prepared"  # how the scripts' statements are sent: simple, extended, prepared
     max_tries: int = 1  # tries of a script transaction that hits a serialization failure or deadlock
     allow_shell: bool = False  # scripts may run \shell and \setshell
+    repeat: int = 1  # runs of the step plan, interleaved (measure/stepping.py)
+    jobs_auto: bool = False  # --jobs auto: step until the knee (measure/stepping.py)
+    max_jobs: int | None = None  # the bound of --jobs auto (None: 4 x the database host's cores)
 
     def validate(self) -> RunSpec:
         """Every setting checked before anything is created or any server is contacted."""
@@ -193,6 +221,10 @@ class RunSpec:
             check_times(self.warmup_s, self.duration_s, self.think_s)
         check_pacing(self.mode, self.think_s, self.rate)
         check_scale(self.scale)
+        check_repeat(self.repeat)
+        check_max_jobs(self.max_jobs, self.jobs_auto or self.suite_file is not None)
+        if self.jobs_auto and self.jobs:
+            raise CapmarkError("Give either a job list or --jobs auto, not both.")
         if self.suite_file is not None and (self.workloads or self.params):
             raise CapmarkError("A suite file names its own workloads and parameters; drop the workload names and "
                                "--param, or drop --suite.")
@@ -215,8 +247,11 @@ class RunSpec:
         if self.suite_file or len(self.workloads) != 1:
             raise CapmarkError("A soak runs one workload: give exactly one, e.g. capmark run --soak 2h tp-light "
                                "--jobs 4.")
-        if self.jobs and len(self.jobs) != 1:
+        if self.jobs_auto or (self.jobs and len(self.jobs) != 1):
             raise CapmarkError("A soak runs one step: give one job count, e.g. --jobs 4.")
+        if self.repeat != 1:
+            raise CapmarkError("A soak runs one long step and is not repeated; drop --repeat, or measure steps with "
+                               "--duration instead of --soak.")
         if not MIN_SOAK_S <= self.soak_s <= MAX_SOAK_S:
             raise CapmarkError(f"A soak must last between {MIN_SOAK_S:g} seconds and 7 days (one throughput point "
                                f"per second is kept); got {self.soak_s:g} s, e.g. --soak 30m.")

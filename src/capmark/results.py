@@ -42,6 +42,7 @@ class StepResult:
     memory_series: list[dict[str, Any]] = field(default_factory=list)  # per interval: rss of every instance process
     interference: dict[str, Any] = field(default_factory=dict)  # other sessions and programs seen in the window
     instruments: dict[str, Any] = field(default_factory=dict)  # capmark's own transactions, eviction, statements
+    repeat: int = 1  # which repetition of the step plan (--repeat) measured it, from 1; runs stored before: 1
 
     @property
     def units(self) -> int:
@@ -84,6 +85,9 @@ class TestResult:
     status: str = "ok"  # ok | failed | interrupted
     reason: str = ""  # why the test is not ok, in words for the user
     quiesce_s: float = 0.0  # settling before the first step: CHECKPOINT, idle data device, no vacuum on capmark's tables
+    # how the steps were chosen: {"repeat": K, "auto": bool, "max_jobs": int, "knee": {...}} (empty in runs
+    # stored before repetitions and auto stepping existed)
+    stepping: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "steps"}

@@ -20,7 +20,7 @@ from capmark import suite
 from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
 from capmark.collect.pgstats import statements_rule
-from capmark.config import RunSpec, default_jobs, env_dsn, redact_dsn
+from capmark.config import AUTO_JOBS, MAX_JOBS, RunSpec, default_jobs, env_dsn, redact_dsn
 from capmark.driver import cluster
 from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
@@ -29,7 +29,7 @@ from capmark.engines import embedded
 from capmark.engines.base import Capability, TargetInfo
 from capmark.engines.postgres import connect, describe
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
-from capmark.measure import kpm
+from capmark.measure import kpm, stepping
 from capmark.results import RunResult, StepResult, TestResult
 from capmark.store import DB_NAME, RunStore, load_run, new_run_id
 from capmark.suite import TestPlan
@@ -87,7 +87,9 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
     follows the database host's cores (this machine's until the database host's are known)."""
     spec.validate()
     cores = cores or os.cpu_count() or 1
-    jobs = spec.jobs or default_jobs(cores)
+    jobs: list[int] | str = AUTO_JOBS if spec.jobs_auto else (spec.jobs or default_jobs(cores))
+    auto_max = spec.max_jobs or min(MAX_JOBS, stepping.AUTO_CORES_FACTOR * cores)
+    more = {"repeat": spec.repeat, "auto_max": auto_max}
     if spec.soak_s is not None:
         plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, spec.jobs or [cores],
                                         spec.warmup_s, spec.soak_s, spec.think_s, spec.rate)
@@ -97,18 +99,18 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
         return plans
     if spec.suite_file:
         return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
-                               spec.rate)
+                               spec.rate, **more)
     plans = []
     if spec.workloads or not spec.scripts:
         plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s,
-                                        spec.duration_s, spec.think_s, spec.rate)
+                                        spec.duration_s, spec.think_s, spec.rate, **more)
     if spec.scripts:
         if spec.seed is None:  # chosen once and kept with the run, so that it can be repeated
             spec.seed = int.from_bytes(os.urandom(8)) >> 1
         options = {"seed": spec.seed, "query_mode": spec.query_mode, "max_tries": spec.max_tries,
                    "allow_shell": spec.allow_shell}
         plans.append(suite.script_plan(spec.scripts, spec.defines, options, jobs, spec.warmup_s, spec.duration_s,
-                                       spec.think_s, spec.rate))
+                                       spec.think_s, spec.rate, **more))
     return plans
 
 
@@ -156,7 +158,8 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         info = describe(control, dsn, embedded=is_embedded)
         host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, connect, spec.node_exporter)
         _describe_host(info, host)
-        if not spec.jobs and host.facts.cores and host.facts.cores != (os.cpu_count() or 1):
+        if (not spec.jobs and not spec.max_jobs and host.facts.cores
+                and host.facts.cores != (os.cpu_count() or 1)):
             plans = plan_tests(spec, host.facts.cores)
             observer.say(f"The database host has {host.facts.cores} cores: the default plan runs up to "
                          f"{max(max(p.jobs) for p in plans)} jobs.")
@@ -178,9 +181,14 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         notes.extend(f"n/a on the database host: {what}" for what in host.facts.cannot_see)
         if info.has("pg_stat_statements"):
             notes.append(statements_rule(spec.all_statements))
-        steps = sum(len(p.jobs) for p in plans)
+        steps = sum(p.steps for p in plans)
         expected = sum(p.expected_s for p in plans)
-        observer.say(f"Measuring {len(plans)} test(s) in {steps} step(s): about {expected / 60:.1f} minutes.")
+        auto = [p for p in plans if p.auto_max]
+        if auto:
+            observer.say(f"Stepping until the knee, up to {auto[0].auto_max} jobs: at most {steps} step(s), at most "
+                         f"{expected / 60:.1f} minutes.")
+        else:
+            observer.say(f"Measuring {len(plans)} test(s) in {steps} step(s): about {expected / 60:.1f} minutes.")
         spec_stored = {**asdict(spec), "dsn": redact_dsn(dsn) if spec.dsn or env_dsn() else None,
                        "jobs": sorted({j for p in plans for j in p.jobs}),
                        "data_dir": str(spec.data_dir) if spec.data_dir else None,
@@ -295,8 +303,9 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
         test.quiesce_s = quiesced.seconds
         if quiesced.note():
             observer.say(quiesced.note())
-        observer.test_started(test, plan.jobs)
-        for step_no, jobs in enumerate(plan.jobs, start=1):
+        test.stepping = {"repeat": plan.repeat, "auto": bool(plan.auto_max), "max_jobs": plan.auto_max}
+        observer.test_started(test, [j for _, j in plan.order()])
+        for step_no, (repeat, jobs) in enumerate(_schedule(plan, test), start=1):
             where = f"during step {step_no} ({_jobs(jobs)}) of {workload.name}"
             store.heartbeat(run_result.run_id)
             step_plan = StepPlan(step_no, jobs, plan.warmup_s, plan.duration_s, plan.mode, spec.collectors,
@@ -320,6 +329,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                                   "device.")
             if step_no == 1 and quiesced.note():
                 step.notes.append(quiesced.note())
+            step.repeat = repeat
             values, reasons = kpm.compute(step, test.per_unit)
             step.kpm = {**values, "na_reasons": reasons}
             test.steps.append(step)
@@ -345,6 +355,28 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
         raise _TestAborted(reason) from err
     observer.test_done(test)
     return test
+
+
+def _schedule(plan: TestPlan, test: TestResult) -> Iterator[tuple[int, int]]:
+    """(repeat, jobs) of each step in running order. With auto stepping the first pass decides each next step from
+    the steps measured so far (test.steps grows as the caller measures them) and records the knee in
+    test.stepping; the later passes repeat the job counts it found, interleaved."""
+    if not plan.auto_max:
+        yield from plan.order()
+        return
+    while (jobs := stepping.next_jobs(_measured(test), plan.auto_max)) is not None:
+        yield 1, jobs
+    knee = stepping.stop(_measured(test), plan.auto_max)
+    if knee is not None:
+        test.stepping["knee"] = asdict(knee)
+    found = sorted({s.jobs for s in test.steps})
+    yield from stepping.interleave(found, plan.repeat)[len(found):]
+
+
+def _measured(test: TestResult) -> list[stepping.Point]:
+    """(jobs, throughput, mean response time) of the first pass's completed steps."""
+    return [(s.jobs, s.units / s.elapsed_s, s.latency.mean_s or 0.0) for s in test.steps
+            if s.repeat == 1 and s.status == "ok" and s.elapsed_s]
 
 
 def _stop_test(store: RunStore, run_result: RunResult, test: TestResult, status: str, reason: str,

@@ -3,7 +3,8 @@
 A suite file names its tests and, optionally, defaults for all of them:
 
     [defaults]
-    jobs = [1, 2, 4]
+    jobs = [1, 2, 4]      # or "auto": step 1, 2, 4, ... until the knee (bounded by --max-jobs)
+    repeat = 2            # run the step plan twice, interleaved: 1, 2, 4, 4, 2, 1
     warmup = "5s"
     duration = "15s"
     mode = "server"
@@ -26,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from capmark.config import (
+    AUTO_JOBS,
     MODES,
     check_pacing,
+    check_repeat,
     check_script_options,
     check_times,
     parse_duration,
@@ -36,6 +39,7 @@ from capmark.config import (
     read_toml,
 )
 from capmark.errors import CapmarkError
+from capmark.measure.stepping import chain, interleave, worst_case_steps
 from capmark.workloads import registry, scripts
 from capmark.workloads.base import ParamValue, Workload
 from capmark.workloads.pgscript import parse_define
@@ -55,23 +59,43 @@ class TestPlan:
     duration_s: float
     think_s: float = 0.0
     rate: float = 0.0
+    repeat: int = 1  # runs of the step plan, every other one reversed
+    auto_max: int | None = None  # stepping until the knee, bounded by this many jobs (jobs: the doubling chain)
+
+    @property
+    def steps(self) -> int:
+        """Steps the test measures; with auto stepping, at most this many."""
+        return self.repeat * (worst_case_steps(self.auto_max) if self.auto_max else len(self.jobs))
 
     @property
     def expected_s(self) -> float:
-        return len(self.jobs) * (self.warmup_s + self.duration_s + STEP_OVERHEAD_S)
+        return self.steps * (self.warmup_s + self.duration_s + STEP_OVERHEAD_S)
+
+    def order(self) -> list[tuple[int, int]]:
+        """(repeat, jobs) of every step in running order (auto stepping: the first pass's doubling chain)."""
+        return interleave(self.jobs, self.repeat)
 
 
-def from_command_line(names: list[str], params: dict[str, str], mode: str, jobs: list[int], warmup_s: float,
-                      duration_s: float, think_s: float = 0.0, rate: float = 0.0) -> list[TestPlan]:
+def _stepping(jobs: list[int] | str, auto_max: int) -> tuple[list[int], int | None]:
+    """A job list as given, or the doubling chain and its bound for "auto"."""
+    return (chain(auto_max), auto_max) if jobs == AUTO_JOBS else (list(jobs), None)
+
+
+def from_command_line(names: list[str], params: dict[str, str], mode: str, jobs: list[int] | str, warmup_s: float,
+                      duration_s: float, think_s: float = 0.0, rate: float = 0.0, repeat: int = 1,
+                      auto_max: int = 1) -> list[TestPlan]:
+    """jobs is a job list or "auto" (stepping until the knee, bounded by auto_max)."""
     workloads = registry.select(names)
     values = registry.check_params(workloads, params)
     registry.check_mode(workloads, mode)
-    return [TestPlan(w, values[w.name], mode, jobs, warmup_s, duration_s, think_s, rate) for w in workloads]
+    steps, bound = _stepping(jobs, auto_max)
+    return [TestPlan(w, values[w.name], mode, steps, warmup_s, duration_s, think_s, rate, repeat, bound)
+            for w in workloads]
 
 
-def script_plan(given: list[str], defines: list[str] | dict[str, Any], options: dict[str, Any], jobs: list[int],
-                warmup_s: float, duration_s: float, think_s: float = 0.0, rate: float = 0.0,
-                base: Path | None = None) -> TestPlan:
+def script_plan(given: list[str], defines: list[str] | dict[str, Any], options: dict[str, Any],
+                jobs: list[int] | str, warmup_s: float, duration_s: float, think_s: float = 0.0, rate: float = 0.0,
+                base: Path | None = None, repeat: int = 1, auto_max: int = 1) -> TestPlan:
     """The test that runs the user's pgbench scripts (client side: a script is a client's transaction)."""
     pairs = [parse_define(d) for d in defines] if isinstance(defines, list) else [
         parse_define(f"{k}={v}") for k, v in defines.items()]
@@ -83,11 +107,13 @@ def script_plan(given: list[str], defines: list[str] | dict[str, Any], options: 
     workload = scripts.script_workload(scripts.load_sources(given, base),
                                        scripts.ScriptOptions(tuple(pairs), **options))
     check_pacing("client", think_s, rate)
-    return TestPlan(workload, workload.resolve_params({}), "client", jobs, warmup_s, duration_s, think_s, rate)
+    steps, bound = _stepping(jobs, auto_max)
+    return TestPlan(workload, workload.resolve_params({}), "client", steps, warmup_s, duration_s, think_s, rate,
+                    repeat, bound)
 
 
-def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: float, mode: str,
-              think_s: float = 0.0, rate: float = 0.0) -> list[TestPlan]:
+def from_file(path: Path, default_jobs: list[int] | str, warmup_s: float, duration_s: float, mode: str,
+              think_s: float = 0.0, rate: float = 0.0, repeat: int = 1, auto_max: int = 1) -> list[TestPlan]:
     data = read_toml(path, "suite file")
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
@@ -103,7 +129,7 @@ def from_file(path: Path, default_jobs: list[int], warmup_s: float, duration_s: 
     if "workload" in defaults or "params" in defaults:
         raise CapmarkError(f"[defaults] of {path} may not set workload or params; set them in each [[test]].")
     base = {"jobs": default_jobs, "warmup": warmup_s, "duration": duration_s, "mode": mode, "think": think_s,
-            "rate": rate}
+            "rate": rate, "repeat": repeat, "auto_max": auto_max}
     base.update(_settings(defaults, path, "[defaults]"))
     plans = []
     for i, entry in enumerate(tests, start=1):
@@ -132,8 +158,9 @@ def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int) -> list[Te
     for w in registry.select([workload]):
         values = registry.check_params([w], given)[w.name]
         registry.check_mode([w], merged["mode"])
-        plans.append(TestPlan(w, values, merged["mode"], merged["jobs"], merged["warmup"], merged["duration"],
-                              merged["think"], merged["rate"]))
+        steps, bound = _stepping(merged["jobs"], merged["auto_max"])
+        plans.append(TestPlan(w, values, merged["mode"], steps, merged["warmup"], merged["duration"],
+                              merged["think"], merged["rate"], merged["repeat"], bound))
     return plans
 
 
@@ -164,7 +191,8 @@ def _script_test(entry: dict[str, Any], base: dict[str, Any], path: Path, i: int
         raise CapmarkError(f"{where} runs pgbench scripts, which run client-side; drop mode = \"server\".")
     check_times(merged["warmup"], merged["duration"], merged["think"], where)
     return script_plan(items, {k: str(v) for k, v in defines.items()}, options, merged["jobs"], merged["warmup"],
-                       merged["duration"], merged["think"], merged["rate"], base=path.parent)
+                       merged["duration"], merged["think"], merged["rate"], base=path.parent,
+                       repeat=merged["repeat"], auto_max=merged["auto_max"])
 
 
 def _params(table: Any, path: Path, i: int) -> dict[str, str]:
@@ -178,7 +206,7 @@ def _params(table: Any, path: Path, i: int) -> dict[str, str]:
 
 
 def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
-    known = {"workload", "params", "jobs", "warmup", "duration", "mode", "think", "rate"}
+    known = {"workload", "params", "jobs", "warmup", "duration", "mode", "think", "rate", "repeat"}
     unknown = set(table) - known
     if unknown:
         raise CapmarkError(f"{where} of {path} has unknown key(s) {', '.join(sorted(unknown))}; "
@@ -187,6 +215,8 @@ def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     of = f"of {where} of {path}"
     if "jobs" in table:
         out["jobs"] = _jobs(table["jobs"], path, where)
+    if "repeat" in table:
+        out["repeat"] = check_repeat(table["repeat"], f"{where} of {path}")
     if "warmup" in table:
         out["warmup"] = parse_duration(table["warmup"], f"warm-up {of}")
     if "duration" in table:
@@ -202,8 +232,10 @@ def _settings(table: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     return out
 
 
-def _jobs(value: Any, path: Path, where: str) -> list[int]:
-    """jobs = [1, 2, 4] (or the command line's "1,2,4"); whole numbers only, not true or 2.0."""
+def _jobs(value: Any, path: Path, where: str) -> list[int] | str:
+    """jobs = [1, 2, 4] (or the command line's "1,2,4", or "auto"); whole numbers only, not true or 2.0."""
+    if value == AUTO_JOBS:
+        return AUTO_JOBS
     items = value if isinstance(value, list) else [value]
     if not items or not all(isinstance(j, int | str) and not isinstance(j, bool) for j in items):
         raise CapmarkError(f"The jobs of {where} of {path} are {value!r}; write a list of whole numbers, e.g. "

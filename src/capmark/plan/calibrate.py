@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from capmark.errors import CapmarkError
-from capmark.measure import kpm
+from capmark.measure import kpm, noise
 from capmark.measure.demands import devices, step_demands, wait_sampled_cpu_s
 from capmark.measure.validity import problems
 from capmark.model import usl
@@ -120,8 +120,9 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
             have = ", ".join(str(s.jobs) for s in valid)
             raise CapmarkError(f"Test {test.workload} has no valid step with {from_jobs} jobs to calibrate on; "
                                f"valid steps have {have} jobs.")
-    else:
-        chosen = [min(valid, key=lambda s: s.jobs)]
+    else:  # every valid repetition of the lowest valid job count: its parameters are averaged below
+        lowest = min(s.jobs for s in valid)
+        chosen = [s for s in valid if s.jobs == lowest]
     unmeasured = _check_host_cpu(test, chosen, host)
     cores = cores_for(chosen[0], host, f"Test {test.workload}")
     params = [_step_parameters(s, host) for s in chosen]
@@ -137,7 +138,7 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
         flush_device_s=mean(p["flush_device"] for p in params), delay_s=0.0,
         client_s=mean(p["client"] for p in params), think_s=chosen[0].pacing.get("think_s", 0.0),
         p95_over_mean=mean(p["p95"] for p in params), p99_over_mean=mean(p["p99"] for p in params),
-        calibrated_from=[s.jobs for s in chosen], cores_from=cores.origin,
+        calibrated_from=sorted({s.jobs for s in chosen}), cores_from=cores.origin,
         cpu_from=CPU_ESTIMATED if unmeasured else CPU_MEASURED)
     if cores.origin == CORES_STATED:
         model.notes.append(stated_cores_note(host, chosen[0]))
@@ -208,30 +209,87 @@ def solver_disagreement(sim: Prediction, mva: Prediction) -> str | None:
     return f"MVA differs from the simulation beyond its 95 % interval ({', '.join(outside)}); {trust}"
 
 
+def _mean_point(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The measured point of a job count: the mean over its repetitions (None where one of them has none)."""
+    def mean(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]
+
+    devs = set.intersection(*(set(p["device_util_pct"]) for p in points))
+    return {**{k: mean([p[k] for p in points]) for k in ("throughput", "response_time_s", "p95_s", "p99_s",
+                                                           "cpu_busy_pct", "flushes_per_unit")},
+            "device_util_pct": {k: mean([p["device_util_pct"][k] for p in points]) for k in sorted(devs)}}
+
+
+# the measured figures whose interval tells model error from measurement noise, and their KPM (in ms)
+NOISE_KPMS = {"throughput": ("throughput", 1.0), "response_time_s": ("rt_mean_ms", 1e-3), "p95_s": ("rt_p95_ms", 1e-3)}
+WITHIN_NOISE, MODEL_ERROR, NO_INTERVAL = "measurement noise", "model error", "no interval"
+
+
+def _intervals(spread: noise.JobNoise) -> dict[str, dict[str, Any] | None]:
+    """The measured interval of each figure the model predicts, in the figure's unit (seconds for times)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for name, (key, scale) in NOISE_KPMS.items():
+        got = spread.best(key)
+        out[name] = None if got is None or got.half_width is None else {
+            "half_width": got.half_width * scale, "method": got.method, "n": got.n}
+    return out
+
+
+def _error_kind(model: float | None, measured: float | None, interval: dict[str, Any] | None) -> str:
+    """A model figure inside the measured interval misses by no more than the measurement itself varies."""
+    if interval is None or model is None or measured is None:
+        return NO_INTERVAL
+    return WITHIN_NOISE if abs(model - measured) <= interval["half_width"] else MODEL_ERROR
+
+
+def _separation(scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure: how many steps the model misses by less than the measured interval (noise), how many by more
+    (model error), how many have no interval, and the median error over the model-error steps."""
+    out = {}
+    for k in ("throughput", "response_time_s"):
+        kinds = [r["error_kind"][k] for r in scored]
+        errs = [abs(r["error_pct"][k]) for r in scored if r["error_kind"][k] == MODEL_ERROR
+                and r["error_pct"][k] is not None]
+        out[k] = {"within_noise": kinds.count(WITHIN_NOISE), "model_error": kinds.count(MODEL_ERROR),
+                  "no_interval": kinds.count(NO_INTERVAL),
+                  "model_error_median_abs_pct": statistics.median(errs) if errs else None}
+    return out
+
+
 def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | None = None,
              progress: Callable[[str], None] | None = None, host: DatabaseHost | None = None,
              solver: str = "mva") -> dict[str, Any]:
-    """Measured vs model for every step, the verdict, the USL as an empirical second model, and the model's
-    prediction up to `up_to` jobs (default: twice the most measured). With solver 'sim' the steps are
-    simulated (with 95 % intervals) and compared with MVA as well; the calibration itself and the prediction
-    curve stay MVA's (the curve solves many loads, which the simulation would take long over)."""
+    """Measured vs model for every job count (the mean over its valid repetitions, with its interval), the
+    verdict, the USL as an empirical second model, and the model's prediction up to `up_to` jobs (default:
+    twice the most measured). With solver 'sim' the job counts are simulated (with 95 % intervals) and compared
+    with MVA as well; the calibration itself and the prediction curve stay MVA's (the curve solves many loads,
+    which the simulation would take long over)."""
     if progress:
         progress(f"{test.workload}: calibrating")
     model = calibrate(test, from_jobs, host)
     solve_closed = solver_for(solver)
     rows = []
-    for step in test.steps:
-        why = problems(step)
-        measured = measured_point(step, test.per_unit)
+    for spread in noise.analyse(test.steps, [k for _, (k, _) in NOISE_KPMS.items()], test.per_unit):
+        mine = [s for s in test.steps if s.jobs == spread.jobs]
+        use = [s for s in mine if noise.repeat_of(s) in spread.used] or mine
+        why = [] if spread.used else list(dict.fromkeys(w for s in mine for w in problems(s)))
+        left_out = {str(noise.repeat_of(s)): problems(s) for s in mine if noise.repeat_of(s) not in spread.used}
+        measured = _mean_point([measured_point(s, test.per_unit) for s in use])
+        think = use[0].pacing.get("think_s", 0.0)
         if progress and solver == "sim":
-            progress(f"{test.workload}: simulating {step.jobs} job{'s' if step.jobs != 1 else ''}")
-        p = solve_closed(model, step.jobs, step.pacing.get("think_s", 0.0))
-        mva_p = solve(model, step.jobs, step.pacing.get("think_s", 0.0)) if solver == "sim" else None
+            progress(f"{test.workload}: simulating {spread.jobs} job{'s' if spread.jobs != 1 else ''}")
+        p = solve_closed(model, spread.jobs, think)
+        mva_p = solve(model, spread.jobs, think) if solver == "sim" else None
         dev_model = {k: v * 100 for k, v in p.utilizations.items() if k.startswith("disk ")}
+        interval = _intervals(spread)
         rows.append({
-            "jobs": step.jobs, "valid": not why, "invalid_because": why, "calibration": step.jobs in model.calibrated_from,
-            "measured": measured, "model": _point(p),
+            "jobs": spread.jobs, "valid": not why, "invalid_because": why, "calibration": spread.jobs in
+            model.calibrated_from, "repetitions": len(mine), "repetitions_used": len(use) if not why else 0,
+            "repetitions_left_out": left_out if spread.used else {},
+            "measured": measured, "measured_interval": interval, "model": _point(p),
             "error_pct": {k: _err(getattr(p, k), measured[k]) for k in ("throughput", "response_time_s", "p95_s")},
+            "error_kind": {k: _error_kind(getattr(p, k), measured[k], interval[k])
+                           for k in ("throughput", "response_time_s", "p95_s")},
             "cpu_error_points": (p.cpu_busy_pct - measured["cpu_busy_pct"]
                                  if measured["cpu_busy_pct"] is not None else None),
             "device_error_points": {k: dev_model[k] - v for k, v in measured["device_util_pct"].items()
@@ -248,11 +306,15 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
     verdict["cpu_busy_max_points"] = max(cpu_pts) if cpu_pts else None
     verdict["cpu_busy_median_points"] = statistics.median(cpu_pts) if cpu_pts else None
     verdict["steps_scored"] = [r["jobs"] for r in scored]
+    verdict["noise"] = _separation(scored)
     return {"workload": test.workload, "unit": test.unit, "model": SIM_MODEL if solver == "sim" else CLOSED_MODEL,
             "solver": solver, "calibrated_from_jobs":
             model.calibrated_from, "calibration": model.to_dict(),
             "p95_note": "p95/p99 = the calibration step's latency shape for the unqueued part + an exponential tail "
                         "(x3.0 / x4.6) for the queueing delay the model adds",
+            "interval_note": "measured figures are means over the valid repetitions of a job count; ± is their 95 % "
+                             "confidence half-width (" + "; ".join(f"{k}: {v}" for k, v in noise.METHODS.items())
+                             + "); a model figure inside it counts as measurement noise, not model error",
             "steps": rows, "verdict": verdict, "usl": usl_comparison(rows),
             "prediction": curve(model, up_to or 2 * max(s.jobs for s in test.steps), progress=progress).to_dict()}
 

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from capmark.measure import kpm
+from capmark.measure import kpm, noise
 from capmark.results import RunResult, TestResult
 
 
@@ -46,11 +46,59 @@ def kpm_tables(test: TestResult, width: int) -> list[Table]:
     return [kpm_table(test, ["jobs", *part], continued=i > 0) for i, part in enumerate(parts)]
 
 
+def plus_minus(interval: noise.Interval | None, digits: int) -> str:
+    """'12,345 ± 210' (95 % half-width), or the mean alone where there is no spread to estimate."""
+    if interval is None:
+        return "n/a"
+    if interval.half_width is None:
+        return fmt(interval.mean, digits)
+    d = noise.shown_digits(interval.half_width, digits)
+    return f"{interval.mean:,.{d}f} ± {interval.half_width:,.{d}f}"
+
+
+REPEATABILITY_NOTE = ("± is the 95 % confidence half-width: across repetitions, Student t over the repetition "
+                      "values of the job count (valid repetitions only); with one repetition, throughput by batch "
+                      "means (Student t over up to 5 batch means of the step's 1 s throughput, batches of at least "
+                      "2 s); 'within step' is that batch-means interval of each repetition")
+
+
+def repeatability_table(test: TestResult) -> Table | None:
+    """Per job count: the mean and confidence interval of throughput and response time over the repetitions,
+    and each repetition's own throughput interval; None when no interval could be estimated."""
+    rows = noise.analyse(test.steps, list(test.kpms), test.per_unit)
+    if not any(r.best(k) is not None and r.best(k).half_width is not None for r in rows for k in noise.SHOWN):
+        return None
+    table = Table(title=escape(f"{test.workload}: repeatability (95 % confidence intervals)"), title_justify="left",
+                  header_style="bold", padding=(0, 1), box=None)
+    cols = [kpm.COLUMNS[k] for k in noise.SHOWN if k in test.kpms]
+    table.add_column("Jobs", justify="right")
+    table.add_column(escape("Repetitions\nused"), justify="right")
+    for c in cols:
+        table.add_column(escape(f"{c.label}\n[{kpm.unit_of(c, test.throughput_label)}]"), justify="right")
+    table.add_column(escape(f"Within step: throughput\n[{test.throughput_label}]"), justify="left")
+    for r in rows:
+        within = "; ".join(plus_minus(i, 0) for i in r.within.values() if i is not None) or "n/a (step too short)"
+        used = f"{len(r.used)} of {len(r.repeats)}" + ("" if r.used else " (none valid)")
+        table.add_row(str(r.jobs), used, *(plus_minus(r.best(c.key), c.digits) for c in cols), escape(within))
+    table.caption = escape(REPEATABILITY_NOTE)
+    table.caption_justify = "left"
+    return table
+
+
+def knee_line(test: TestResult) -> str | None:
+    """Where automatic stepping found the knee (or that it reached its bound first)."""
+    knee = (test.stepping or {}).get("knee")
+    return f"{test.workload}: {knee['text']}." if knee else None
+
+
 def kpm_table(test: TestResult, keys: list[str] | None = None, continued: bool = False) -> Table:
     title = ("(continued) " if continued else "") + (f"{test.workload} ({test.mode}-side; unit: {test.unit}"
              + (f"; {', '.join(f'{k}={v}' for k, v in test.params.items())}" if test.params else "") + ")")
     table = Table(title=escape(title), title_justify="left", header_style="bold")
     cols = [kpm.COLUMNS[k] for k in (keys or test.kpms) if k in kpm.COLUMNS]
+    repeated = noise.repeats_of(test.steps) > 1
+    if repeated:
+        table.add_column("Rep", justify="right")
     for c in cols:
         unit = kpm.unit_of(c, test.throughput_label)
         table.add_column(escape(f"{c.label}\n[{unit}]") if unit else c.label, justify="right")
@@ -58,7 +106,8 @@ def kpm_table(test: TestResult, keys: list[str] | None = None, continued: bool =
     for step in test.steps:
         values, why = kpm.compute(step, test.per_unit)
         reasons.update({k: v for k, v in why.items() if k in {c.key for c in cols}})
-        table.add_row(*(fmt(values.get(c.key), c.digits) for c in cols))
+        table.add_row(*([str(noise.repeat_of(step))] if repeated else []),
+                      *(fmt(values.get(c.key), c.digits) for c in cols))
     if reasons:
         table.caption = escape("n/a: " + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
         table.caption_justify = "left"
@@ -126,9 +175,11 @@ def print_run(run: RunResult, console: Console | None = None) -> None:
     for test in run.tests:
         for table in kpm_tables(test, console.width):
             console.print(table)
-        for extra in (type_table(test), command_table(test)):
+        for extra in (repeatability_table(test), type_table(test), command_table(test)):
             if extra:
                 console.print(extra)
+        if knee_line(test):
+            console.print(knee_line(test), markup=False, highlight=False)
         for step in test.steps:
             for note in step.notes:
                 console.print(f"  step {step.ordinal} ({step.jobs} jobs): {note}", markup=False, highlight=False)

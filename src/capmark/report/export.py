@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capmark.measure import kpm
+from capmark.measure import kpm, noise
 from capmark.results import RunResult, TestResult
 
 SCHEMA_ID = "capmark.run/1"
@@ -21,7 +21,8 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
         values, reasons = kpm.compute(step, test.per_unit)
         lat = step.latency.summary()
         steps.append({
-            "ordinal": step.ordinal, "jobs": step.jobs, "status": step.status, "started_at": step.started_at,
+            "ordinal": step.ordinal, "jobs": step.jobs, "repeat": noise.repeat_of(step), "status": step.status,
+            "started_at": step.started_at,
             "units": step.units, "errors": sum(step.errors.values()),
             "kpm": {k: values.get(k) for k in test.kpms},
             "na_reasons": reasons,
@@ -38,7 +39,20 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
             "ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
             "throughput_unit": test.throughput_label, "mode": test.mode, "params": test.params,
             "status": test.status, "reason": test.reason, "quiesce_s": test.quiesce_s, "columns": columns(test),
-            "steps": steps}
+            "steps": steps, "stepping": stepping_doc(test), "repeatability": repeatability_doc(test)}
+
+
+def stepping_doc(test: TestResult) -> dict[str, Any]:
+    """How the steps were chosen, and where automatic stepping found the knee."""
+    st = test.stepping or {}
+    return {"repeat": noise.repeats_of(test.steps) if not st else st.get("repeat", 1), "auto": bool(st.get("auto")),
+            "max_jobs": st.get("max_jobs"), "knee": st.get("knee")}
+
+
+def repeatability_doc(test: TestResult) -> dict[str, Any]:
+    """Per job count and KPM: mean, 95 % half-width, method and n; the methods in words."""
+    return {"confidence": noise.CONFIDENCE, "methods": noise.METHODS,
+            "jobs": [r.to_dict() for r in noise.analyse(test.steps, list(test.kpms), test.per_unit)]}
 
 
 def run_to_json(run: RunResult) -> dict[str, Any]:

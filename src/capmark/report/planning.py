@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from capmark.measure.noise import shown_digits
+
 
 def pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:+.1f}"
@@ -75,8 +77,11 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     for r in t["steps"]:
         m, p, e = r["measured"], r["model"], r["error_pct"]
         mark = "*" if r["calibration"] else ("!" if not r["valid"] else "")
-        table.add_row(f"{r['jobs']}{mark}", num(m["throughput"], 0), num(p["throughput"], 0), pct(e["throughput"]),
-                      ms(m["response_time_s"]), ms(p["response_time_s"]), pct(e["response_time_s"]), pct(e["p95_s"]),
+        iv = r.get("measured_interval") or {}
+        table.add_row(f"{r['jobs']}{mark}", _pm(m["throughput"], iv.get("throughput"), 1, 0), num(p["throughput"], 0),
+                      pct(e["throughput"]) + _noise_mark(r, "throughput"), _pm(m["response_time_s"],
+                      iv.get("response_time_s"), 1000, 3), ms(p["response_time_s"]),
+                      pct(e["response_time_s"]) + _noise_mark(r, "response_time_s"), pct(e["p95_s"]),
                       num(m["cpu_busy_pct"]), num(p["cpu_busy_pct"]), num(r["batch"]["measured"], 2),
                       num(r["batch"]["model"], 2), "; ".join(r["invalid_because"]) or p["bottleneck"])
     console.print(table)
@@ -93,7 +98,16 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     say(f"  verdict over steps {v['steps_scored']}: throughput error median {num(v['throughput']['median_abs_pct'])} %, "
         f"max {num(v['throughput']['max_abs_pct'])} %; response time median "
         f"{num(v['response_time_s']['median_abs_pct'])} %, max {num(v['response_time_s']['max_abs_pct'])} %; CPU "
-        f"within {num(v['cpu_busy_max_points'])} points (* calibration, ! invalid step, excluded)", highlight=False)
+        f"within {num(v['cpu_busy_max_points'])} points (* calibration, ! invalid step, excluded; ~ within the measured "
+        "interval)", highlight=False)
+    if "noise" in v:
+        for k, label in (("throughput", "throughput"), ("response_time_s", "response time")):
+            n = v["noise"][k]
+            median = (f", median error {num(n['model_error_median_abs_pct'])} %" if n["model_error"] else "")
+            say(f"  {label}: {n['model_error']} step(s) outside the measured interval (model error{median}), "
+                f"{n['within_noise']} inside it (measurement noise, ~), {n['no_interval']} without an interval",
+                highlight=False)
+        say(f"  {t['interval_note']}", highlight=False, markup=False)
     say(f"  {t['p95_note']}", highlight=False)
     u = t["usl"]
     say("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}. {u['summary']}"
@@ -124,6 +138,21 @@ def _say_simulated(t: dict[str, Any], console: Console) -> None:
             say(f"      note: {r['solver_note']}", highlight=False, markup=False)
     for note in dict.fromkeys(n for r in rows for n in r["model"].get("notes") or []):
         say(f"  note: {note}", highlight=False, markup=False)
+
+
+def _pm(value: float | None, interval: dict[str, Any] | None, scale: float, digits: int) -> str:
+    """A measured figure with its 95 % half-width where it has one: '12,345 ± 210'."""
+    if value is None:
+        return "n/a"
+    if not interval:
+        return f"{value * scale:,.{digits}f}"
+    d = shown_digits(interval["half_width"] * scale, digits)
+    return f"{value * scale:,.{d}f} ± {interval['half_width'] * scale:,.{d}f}"
+
+
+def _noise_mark(row: dict[str, Any], key: str) -> str:
+    """'~' beside an error the measured interval covers: measurement noise, not model error."""
+    return "~" if (row.get("error_kind") or {}).get(key) == "measurement noise" else ""
 
 
 def _from_text(origin: str | None) -> str:

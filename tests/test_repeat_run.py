@@ -1,0 +1,112 @@
+"""Repetitions and auto stepping on the embedded server: what runs, in which order, and what is stored and shown."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from capmark import api
+from capmark.config import RunSpec
+from capmark.measure import noise
+from capmark.measure.stepping import stop
+from capmark.measure.validity import problems
+from capmark.plan.calibrate import validate
+from capmark.report.console import print_run
+from capmark.report.export import run_to_json
+from capmark.store import DB_NAME, load_run
+
+pytestmark = pytest.mark.db
+SHORT = {"warmup_s": 0.5, "duration_s": 2.0}
+
+
+def printed(run) -> str:
+    console = Console(record=True, width=200, emoji=False)
+    print_run(run, console)
+    return console.export_text()
+
+
+@pytest.fixture(scope="module")
+def repeated(embedded_dsn, tmp_path_factory):
+    return api.run(RunSpec(workloads=["srv-query1"], jobs=[1, 2], repeat=2, dsn=embedded_dsn,
+                           results_dir=tmp_path_factory.mktemp("repeat"), **SHORT))
+
+
+def test_repetitions_run_interleaved_and_are_stored_with_their_index(repeated):
+    assert repeated.status == "complete", repeated.reason
+    test = repeated.tests[0]
+    assert [(s.ordinal, s.jobs, s.repeat) for s in test.steps] == [(1, 1, 1), (2, 2, 1), (3, 2, 2), (4, 1, 2)]
+    assert [s.started_at for s in test.steps] == sorted(s.started_at for s in test.steps)
+    db = sqlite3.connect(Path(repeated.folder) / DB_NAME)
+    raws = [json.loads(r) for (r,) in db.execute("select raw from step order by ordinal")]
+    db.close()
+    assert [r["repeat"] for r in raws] == [1, 1, 2, 2]
+    assert test.stepping["repeat"] == 2 and not test.stepping["auto"]
+
+
+def test_every_job_count_has_an_interval_that_contains_its_mean(repeated):
+    test = repeated.tests[0]
+    full = 0
+    for row in noise.analyse(test.steps, list(test.kpms), test.per_unit):
+        mine = [s for s in test.steps if s.jobs == row.jobs and s.repeat in row.used]
+        x = row.kpms["throughput"]
+        assert row.repeats == [1, 2] and row.used == [s.repeat for s in test.steps
+                                                       if s.jobs == row.jobs and not problems(s)]
+        if len(mine) < 2:  # an invalid repetition (another program busy on this machine) is left out of the mean
+            assert x.half_width is None and (not mine or x.mean == pytest.approx(mine[0].units / mine[0].elapsed_s))
+            continue
+        full += 1
+        assert x.n == 2 and x.method == noise.REPETITIONS and x.half_width > 0
+        assert x.mean == pytest.approx(statistics.fmean(s.units / s.elapsed_s for s in mine))
+        assert x.contains(x.mean) and all(x.contains(s.units / s.elapsed_s) for s in mine)  # n = 2: both values
+        assert row.kpms["rt_mean_ms"].half_width is not None
+    if not full:
+        pytest.skip("a repetition of every job count was invalid on this busy machine")
+    doc = run_to_json(load_run(Path(repeated.folder)))["tests"][0]
+    assert [s["repeat"] for s in doc["steps"]] == [1, 1, 2, 2]
+    rows = doc["repeatability"]["jobs"]
+    assert [r["jobs"] for r in rows] == [1, 2] and rows[0]["kpms"]["throughput"]["half_width"] > 0
+    text = printed(repeated)
+    assert "repeatability (95 % confidence intervals)" in text and " ± " in text and "Rep" in text
+
+
+def test_validation_compares_the_model_with_the_mean_over_repetitions(repeated):
+    test = repeated.tests[0]
+    doc = validate(test)
+    assert [r["jobs"] for r in doc["steps"]] == [1, 2]  # one row per job count, not per repetition
+    assert doc["calibrated_from_jobs"] == [1]
+    two = doc["steps"][1]
+    used = [s for s in test.steps if s.jobs == 2 and not problems(s)]
+    if len(used) == 2:
+        assert two["measured"]["throughput"] == pytest.approx(statistics.fmean(s.units / s.elapsed_s for s in used))
+        assert two["measured_interval"]["throughput"]["half_width"] > 0
+    sep = doc["verdict"]["noise"]["throughput"]
+    assert sep["within_noise"] + sep["model_error"] + sep["no_interval"] == len(doc["verdict"]["steps_scored"])
+
+
+def test_auto_stepping_stops_at_the_bound_or_the_knee_and_says_so(embedded_dsn, tmp_path):
+    said: list[str] = []
+    observer = api.RunObserver()
+    observer.say = said.append
+    run = api.run(RunSpec(workloads=["srv-query1"], jobs_auto=True, max_jobs=4, dsn=embedded_dsn,
+                          results_dir=tmp_path, **SHORT), observer)
+    assert run.status == "complete", run.reason
+    # announced before the run: 1, 2, 4 and at most one halfway point
+    assert any(m.startswith("Stepping until the knee, up to 4 jobs: at most 4 step(s)") for m in said), said
+    test = run.tests[0]
+    jobs = [s.jobs for s in test.steps]
+    assert jobs[:2] == [1, 2] and max(jobs) <= 4 and len(set(jobs)) == len(jobs)
+    knee = test.stepping["knee"]
+    measured = [(s.jobs, s.units / s.elapsed_s, s.latency.mean_s) for s in test.steps]
+    again = stop(measured, 4)
+    assert again is not None and knee["rule"] == again.rule and knee["jobs"] == again.jobs  # stopped for a reason
+    if knee["rule"] == "bound":
+        assert max(jobs) == 4 and "bound of 4 jobs" in knee["text"]
+    else:
+        assert knee["jobs"] in jobs
+    assert knee["text"] in printed(run)
+    assert run_to_json(run)["tests"][0]["stepping"]["knee"] == knee
