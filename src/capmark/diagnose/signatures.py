@@ -250,11 +250,29 @@ def lock_contention(t: TestView) -> Finding | None:
 
 # --- 7. poor caching ----------------------------------------------------------------------------------------
 
+# The cache is the problem where the busy device is busy reading what the database missed, whatever the hit ratio:
+# a random read through a B-tree hits 3-10 cached index pages per missed heap page, so its hit ratio stays above
+# 90 % while the device does the work (sto-random measured 91 % hits, 0.34 misses per unit, 23,000 reads/s that
+# were all of the device's 23,300 IOPS, 57 % busy, 28 % iowait).
+POOR_HIT_PCT = 90.0  # below this share of block requests served from shared buffers, the cache is the problem
+BUSY_DEVICE_PCT = 50.0  # a device at least this busy is where the misses go
+READ_SHARE = 0.5  # the database's reads are at least this share of the busy device's IOPS: reading, not writing
+
+
+def _reads_keep_the_device_busy(s: StepView, busiest: dict[str, Any]) -> bool:
+    iops = busiest.get("iops") or 0.0
+    reads_per_s = (s.reads_per_unit or 0.0) * (s.throughput or 0.0)
+    return iops > 0 and reads_per_s >= READ_SHARE * iops
+
+
 def poor_caching(t: TestView) -> Finding | None:
     hits = []
     for s in t.valid_steps:
-        util = max((d.get("utilization_pct") or 0) for d in s.devices.values()) if s.devices else 0
-        if s.buffer_hit_pct is None or s.buffer_hit_pct >= 90 or util < 50:
+        busiest = max(s.devices.values(), key=lambda d: d.get("utilization_pct") or 0) if s.devices else {}
+        util = busiest.get("utilization_pct") or 0
+        if s.buffer_hit_pct is None or util < BUSY_DEVICE_PCT:
+            continue
+        if s.buffer_hit_pct >= POOR_HIT_PCT and not _reads_keep_the_device_busy(s, busiest):
             continue
         if s.instance_rss and s.ram and s.instance_rss > 0.5 * s.ram:
             continue
