@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import sqlite3
 import statistics
@@ -16,7 +17,7 @@ from capmark.measure import noise
 from capmark.measure.stepping import stop
 from capmark.measure.validity import problems
 from capmark.plan.calibrate import validate
-from capmark.report.console import print_run
+from capmark.report.console import print_run, repeatability_rows
 from capmark.report.export import run_to_json
 from capmark.store import DB_NAME, load_run
 
@@ -110,3 +111,18 @@ def test_auto_stepping_stops_at_the_bound_or_the_knee_and_says_so(embedded_dsn, 
         assert knee["jobs"] in jobs
     assert knee["text"] in printed(run)
     assert run_to_json(run)["tests"][0]["stepping"]["knee"] == knee
+    assert html.escape(knee["text"]) in (Path(run.folder) / "report.html").read_text()
+
+
+def test_the_html_report_shows_the_repeatability_table(repeated):
+    """The rows the console shows, in the HTML report (none where no repetition pair was valid on a busy host)."""
+    page = (Path(repeated.folder) / "report.html").read_text()
+    rows = repeatability_rows(repeated.tests[0])
+    if rows is None:
+        assert "<h3>Repeatability" not in page
+        return
+    table = page[page.index("<h3>Repeatability (95 % confidence intervals)</h3>"):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr><td>") == len(rows[1]) == 2
+    for row in rows[1]:
+        assert "<td>" + "</td><td>".join(html.escape(v) for v in row) + "</td>" in table

@@ -62,24 +62,35 @@ REPEATABILITY_NOTE = ("± is the 95 % confidence half-width: across repetitions,
                       "2 s); 'within step' is that batch-means interval of each repetition")
 
 
-def repeatability_table(test: TestResult) -> Table | None:
+def repeatability_rows(test: TestResult) -> tuple[list[str], list[list[str]]] | None:
     """Per job count: the mean and confidence interval of throughput and response time over the repetitions,
-    and each repetition's own throughput interval; None when no interval could be estimated."""
+    and each repetition's own throughput interval, as column headers and text rows; None when no interval
+    could be estimated. The console and the HTML report show the same rows."""
     rows = noise.analyse(test.steps, list(test.kpms), test.per_unit)
     if not any(r.best(k) is not None and r.best(k).half_width is not None for r in rows for k in noise.SHOWN):
         return None
-    table = Table(title=escape(f"{test.workload}: repeatability (95 % confidence intervals)"), title_justify="left",
-                  header_style="bold", padding=(0, 1), box=None)
     cols = [kpm.COLUMNS[k] for k in noise.SHOWN if k in test.kpms]
-    table.add_column("Jobs", justify="right")
-    table.add_column(escape("Repetitions\nused"), justify="right")
-    for c in cols:
-        table.add_column(escape(f"{c.label}\n[{kpm.unit_of(c, test.throughput_label)}]"), justify="right")
-    table.add_column(escape(f"Within step: throughput\n[{test.throughput_label}]"), justify="left")
+    headers = ["Jobs", "Repetitions\nused", *(f"{c.label}\n[{kpm.unit_of(c, test.throughput_label)}]" for c in cols),
+               f"Within step: throughput\n[{test.throughput_label}]"]
+    out = []
     for r in rows:
         within = "; ".join(plus_minus(i, 0) for i in r.within.values() if i is not None) or "n/a (step too short)"
         used = f"{len(r.used)} of {len(r.repeats)}" + ("" if r.used else " (none valid)")
-        table.add_row(str(r.jobs), used, *(plus_minus(r.best(c.key), c.digits) for c in cols), escape(within))
+        out.append([str(r.jobs), used, *(plus_minus(r.best(c.key), c.digits) for c in cols), within])
+    return headers, out
+
+
+def repeatability_table(test: TestResult) -> Table | None:
+    got = repeatability_rows(test)
+    if got is None:
+        return None
+    headers, rows = got
+    table = Table(title=escape(f"{test.workload}: repeatability (95 % confidence intervals)"), title_justify="left",
+                  header_style="bold", padding=(0, 1), box=None)
+    for i, header in enumerate(headers):
+        table.add_column(escape(header), justify="left" if i == len(headers) - 1 else "right")
+    for row in rows:
+        table.add_row(*(escape(v) for v in row))
     table.caption = escape(REPEATABILITY_NOTE)
     table.caption_justify = "left"
     return table

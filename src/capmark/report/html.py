@@ -16,7 +16,15 @@ from markupsafe import Markup
 from capmark.measure import kpm
 from capmark.measure.validity import cautions, problems
 from capmark.report import plots
-from capmark.report.console import command_rows, fmt, fmt_scaled, type_rows
+from capmark.report.console import (
+    REPEATABILITY_NOTE,
+    command_rows,
+    fmt,
+    fmt_scaled,
+    knee_line,
+    repeatability_rows,
+    type_rows,
+)
 from capmark.results import RunResult, TestResult
 
 
@@ -75,11 +83,13 @@ def test_section(run: RunResult, test: TestResult) -> Section:
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
     commands = [(s, rows) for s in test.steps if (rows := command_rows(s))]
+    repeatability = repeatability_rows(test) if test.steps else None
     invalid = [(s.jobs, why) for s in test.steps if (why := problems(s))]
     flagged = [(s.jobs, why) for s in test.steps if (why := cautions(s))]
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts, invalid=invalid,
                    cautions=flagged,
-                   step_charts=step_charts, types=types, commands=commands, fmt=fmt)
+                   step_charts=step_charts, types=types, commands=commands, repeatability=repeatability,
+                   repeatability_note=REPEATABILITY_NOTE, knee=knee_line(test), fmt=fmt)
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 
