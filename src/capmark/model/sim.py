@@ -59,7 +59,27 @@ class Simulator:
             fn(arg)
 
 
-class Fcfs:
+class _BusyStation:
+    """What both kinds of station share: busy time integrated since the last reset, as utilization per server.
+    A subclass keeps `servers` and `busy_time` and brings busy_time up to now in _account()."""
+
+    servers: int
+    busy_time: float
+
+    def _account(self) -> None:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Start measuring busy time afresh (after warm-up)."""
+        self._account()
+        self.busy_time = 0.0
+
+    def utilization(self, elapsed: float) -> float:
+        self._account()
+        return self.busy_time / (self.servers * elapsed) if elapsed > 0 else 0.0
+
+
+class Fcfs(_BusyStation):
     """A first-come-first-served queue with `servers` identical servers; busy_time integrates busy servers."""
 
     def __init__(self, sim: Simulator, servers: int = 1) -> None:
@@ -92,17 +112,8 @@ class Fcfs:
             self.busy -= 1
         job[0](job[1])
 
-    def reset(self) -> None:
-        """Start measuring busy time afresh (after warm-up)."""
-        self._account()
-        self.busy_time = 0.0
 
-    def utilization(self, elapsed: float) -> float:
-        self._account()
-        return self.busy_time / (self.servers * elapsed) if elapsed > 0 else 0.0
-
-
-class ProcessorSharing:
+class ProcessorSharing(_BusyStation):
     """m cores shared by n jobs: each gets min(1, m/n) of a core, so remaining work falls at that rate.
 
     All jobs progress alike, so one virtual clock (work served per job so far) suffices: a job finishes
@@ -155,14 +166,6 @@ class ProcessorSharing:
         self.virtual = max(self.virtual, finish)  # no drift from rounding in the rate
         self._reschedule()
         fn(arg)
-
-    def reset(self) -> None:
-        self._account()
-        self.busy_time = 0.0
-
-    def utilization(self, elapsed: float) -> float:
-        self._account()
-        return self.busy_time / (self.servers * elapsed) if elapsed > 0 else 0.0
 
 
 class GroupCommit:

@@ -154,7 +154,7 @@ class _Client:
     """One job as a pgbench client: a runner per script, sharing variables and random numbers."""
 
     def __init__(self, session: Any, scripts: list[Script], sources: tuple[ScriptSource, ...],
-                 options: ScriptOptions, job: int, scale: int) -> None:
+                 options: ScriptOptions, job: int, scale: int, labels: list[list[tuple[int, str]]]) -> None:
         seeds = pgbench_seeds(options.seed, job)
         variables = pgbench_variables(client_id=job - 1, scale=scale, random_seed=options.seed,
                                       default_seed=seeds.default_seed, defines=dict(options.defines))
@@ -169,8 +169,7 @@ class _Client:
         self.chooser = random.Random(options.seed * 1_000_003 + job)  # which script: repeatable with the seed
         self.max_tries = options.max_tries
         self.failures: list[dict[str, int]] = [{} for _ in scripts]
-        self.labels = [[(c.line, c.text.splitlines()[0].strip() if c.text else "") for c in s.commands]
-                       for s in scripts]
+        self.labels = labels
         self.names = [s.name for s in sources]
 
     def choose(self) -> int:
@@ -223,7 +222,7 @@ def script_functions(sources: tuple[ScriptSource, ...], options: ScriptOptions,
                 seed = int.from_bytes(os.urandom(8)) >> 1
             chosen = replace(options, seed=int(seed)) if seed is not None else options
             client = session.script_client = _Client(session, scripts, sources, chosen, params["job"],
-                                                     size.pgbench_scale)
+                                                     size.pgbench_scale, labels)
         kind = client.choose()
         runner = client.runners[kind]
         trips = runner.round_trips
