@@ -91,6 +91,9 @@ def _utilization(station: Station, throughput: float, marginals: list[float] | N
     if station.kind == "delay":
         return throughput * station.total_demand
     if station.service_time_with_n_present is not None and marginals is not None:
+        if station.servers > 1:  # the busy fraction of all servers: min(j, m) of them busy with j present
+            m = station.servers
+            return sum(p * min(j, m) for j, p in enumerate(marginals)) / m
         return 1 - marginals[0]
     return throughput * station.total_demand / station.servers
 

@@ -120,8 +120,8 @@ class ProcessorSharing(_BusyStation):
     when the clock reaches its arrival reading plus its work. Whenever n changes the next completion is
     rescheduled; completions scheduled before carry an old generation number and are ignored."""
 
-    def __init__(self, sim: Simulator, servers: int = 1) -> None:
-        self.sim, self.servers = sim, servers
+    def __init__(self, sim: Simulator, servers: int = 1, growth: float = 0.0) -> None:
+        self.sim, self.servers, self.growth = sim, servers, growth
         self.jobs: list[tuple[float, int, Callback, Any]] = []  # (virtual finish, sequence, fn, arg)
         self.virtual = 0.0
         self.busy_time = 0.0  # integral of min(n, m): core-seconds at work
@@ -134,22 +134,21 @@ class ProcessorSharing(_BusyStation):
         dt = now - self._since
         n = len(self.jobs)
         if dt > 0 and n:
-            m = self.servers
-            if n <= m:
-                self.virtual += dt
-                self.busy_time += n * dt
-            else:
-                self.virtual += dt * m / n
-                self.busy_time += m * dt
+            self.virtual += dt * self._rate(n)
+            self.busy_time += min(n, self.servers) * dt
         self._since = now
+
+    def _rate(self, n: int) -> float:
+        """Work served per job per second with n jobs: a core each up to m, shared beyond; each busy core
+        beyond the first slows every core by `growth` (capmark.plan.cpuscaling)."""
+        busy = min(n, self.servers)
+        return busy / n / (1 + self.growth * (busy - 1))
 
     def _reschedule(self) -> None:
         self._gen += 1
         jobs = self.jobs
         if jobs:
-            n, m = len(jobs), self.servers
-            rate = 1.0 if n <= m else m / n
-            self.sim.at(self.sim.now + (jobs[0][0] - self.virtual) / rate, self._complete, self._gen)
+            self.sim.at(self.sim.now + (jobs[0][0] - self.virtual) / self._rate(len(jobs)), self._complete, self._gen)
 
     def request(self, work: float, fn: Callback, arg: Any = None) -> None:
         """Do `work` seconds of one core's work, then call fn(arg)."""

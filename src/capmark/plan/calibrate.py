@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from capmark.errors import CapmarkError
 from capmark.measure import kpm, noise
-from capmark.measure.demands import devices, step_demands, wait_sampled_cpu_s
+from capmark.measure.demands import devices, host_busy_s, step_demands, wait_sampled_cpu_s
 from capmark.measure.validity import problems
 from capmark.model import usl
+from capmark.plan import cpuscaling
 from capmark.plan.dbhost import (
     CORES_STATED,
     DatabaseHost,
@@ -33,6 +34,7 @@ from capmark.plan.dbhost import (
     stated_cores_note,
 )
 from capmark.plan.dbmodel import CLOSED_MODEL, CPU_ESTIMATED, CPU_MEASURED, WAL_FLUSH, DbModel, Prediction, solve
+from capmark.plan.mix import type_demands
 from capmark.plan.predict import curve
 from capmark.plan.simulate import SIM_MODEL
 from capmark.plan.simulate import solver as solver_for
@@ -106,6 +108,19 @@ def _check_host_cpu(test: TestResult, chosen: list[StepResult], host: DatabaseHo
     return unmeasured
 
 
+def _busy_cores(step: StepResult) -> float:
+    busy = host_busy_s(step)
+    return busy / step.elapsed_s if busy is not None and step.elapsed_s > 0 else 1.0
+
+
+def _cpu_scaling(valid: list[StepResult], cores: int, host: DatabaseHost) -> cpuscaling.CpuScaling:
+    """CPU per unit against busy cores over the valid steps with at most as many jobs as cores (where the CPU
+    was measured): the cores' effective capacity, whatever steps the rest of the model is calibrated on."""
+    points = [cpuscaling.CpuPoint(s.jobs, _busy_cores(s), _step_parameters(s, host)["cpu"])
+              for s in valid if s.jobs <= cores and has_host_cpu(s)]
+    return cpuscaling.fit(points, cores)
+
+
 def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: DatabaseHost | None = None) -> DbModel:
     """The model of a test from its calibration step(s). `host` is what the run recorded of the database host
     (database_host(run)) and the cores the user stated; without it, the steps' own measurements only."""
@@ -127,6 +142,11 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     cores = cores_for(chosen[0], host, f"Test {test.workload}")
     params = [_step_parameters(s, host) for s in chosen]
     mean = statistics.fmean
+    scaling = _cpu_scaling(valid, cores.count, host) if not unmeasured else cpuscaling.CpuScaling(
+        0.0, (), "the database host's CPU was estimated, not measured: capacity taken as linear in the busy cores")
+    for s, p in zip(chosen, params, strict=True):  # CPU as one busy core would spend it
+        at_one = scaling.per_unit(1.0, _busy_cores(s))
+        p["cpu"], p["flush_cpu"] = p["cpu"] / at_one, p["flush_cpu"] / at_one
     names = sorted({k for p in params for k in p["devices"]})
     wal_devs = [p["wal_device"] for p in params if p["wal_device"]]
     model = DbModel(
@@ -139,7 +159,11 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
         client_s=mean(p["client"] for p in params), think_s=chosen[0].pacing.get("think_s", 0.0),
         p95_over_mean=mean(p["p95"] for p in params), p99_over_mean=mean(p["p99"] for p in params),
         calibrated_from=sorted({s.jobs for s in chosen}), cores_from=cores.origin,
-        cpu_from=CPU_ESTIMATED if unmeasured else CPU_MEASURED)
+        cpu_from=CPU_ESTIMATED if unmeasured else CPU_MEASURED, cpu_growth=scaling.growth,
+        cpu_scaling={"growth_per_core": scaling.growth, "note": scaling.note,
+                     "points": [asdict(p) for p in scaling.points],
+                     "effective_cores": {k: cpuscaling.effective_cores(k, scaling.growth)
+                                         for k in range(1, cores.count + 1)}})
     if cores.origin == CORES_STATED:
         model.notes.append(stated_cores_note(host, chosen[0]))
     if unmeasured:
@@ -157,6 +181,10 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
             gaps = [s.jobs / (s.units / s.elapsed_s) - (solve(model, s.jobs).response_time_s or 0.0) - model.think_s
                     for s in chosen]
             model = replace(model, delay_s=model.delay_s + mean(gaps))
+    lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
+    model.types = type_demands(lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
+    if model.types:
+        model.type_reference = solve(model, lowest[0].jobs).parts
     if model.delay_s < 0:
         model.notes.append(f"the measured response time is {-model.delay_s * 1e6:.1f} us per unit shorter than the "
                            "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
@@ -296,6 +324,7 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
                                     if v is not None and k in dev_model},
             "batch": {"measured": (model.flush_requests / measured["flushes_per_unit"])
                       if measured["flushes_per_unit"] else None, "model": p.batch}})
+        rows[-1]["by_type"] = _type_rows(use, (mva_p or p).by_type)
         if mva_p is not None:
             rows[-1]["mva"] = _point(mva_p)
             rows[-1]["solver_note"] = solver_disagreement(p, mva_p)
@@ -306,6 +335,8 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
     verdict["cpu_busy_max_points"] = max(cpu_pts) if cpu_pts else None
     verdict["cpu_busy_median_points"] = statistics.median(cpu_pts) if cpu_pts else None
     verdict["steps_scored"] = [r["jobs"] for r in scored]
+    for k in ("response_time_s", "p95_s"):
+        verdict[f"{k}_by_type"] = _abs_stats([t["error_pct"][k] for r in scored for t in r["by_type"].values()])
     verdict["noise"] = _separation(scored)
     return {"workload": test.workload, "unit": test.unit, "model": SIM_MODEL if solver == "sim" else CLOSED_MODEL,
             "solver": solver, "calibrated_from_jobs":
@@ -319,9 +350,29 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
             "prediction": curve(model, up_to or 2 * max(s.jobs for s in test.steps), progress=progress).to_dict()}
 
 
+def _type_rows(steps: list[StepResult], model: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Per transaction type of a mix: the measured mean, p95 and p99 (means over the repetitions) beside the
+    model's class, and the errors."""
+    out = {}
+    for name, predicted in model.items():
+        hists = [s.histograms.get(name) for s in steps]
+        if any(h is None or not h.total for h in hists):
+            continue
+        summaries = [h.summary() for h in hists if h is not None]
+        measured = {k: statistics.fmean(x[k] or 0.0 for x in summaries) for k in ("mean_s", "p95_s", "p99_s")}
+        measured_point = {"throughput": statistics.fmean(h.total / s.elapsed_s for h, s in zip(hists, steps, strict=True)
+                                                         if h is not None),
+                          "response_time_s": measured["mean_s"], "p95_s": measured["p95_s"], "p99_s": measured["p99_s"]}
+        out[name] = {"measured": measured_point, "model": predicted,
+                     "error_pct": {k: _err(predicted[k], measured_point[k])
+                                   for k in ("throughput", "response_time_s", "p95_s", "p99_s")}}
+    return out
+
+
 def _point(p: Prediction) -> dict[str, Any]:
     return {"throughput": p.throughput, "response_time_s": p.response_time_s, "p95_s": p.p95_s, "p99_s": p.p99_s,
             "cpu_busy_pct": p.cpu_busy_pct, "utilizations": p.utilizations, "bottleneck": p.bottleneck,
+            "by_type": p.by_type,
             "flushes_per_unit": p.flushes_per_unit, "batch": p.batch, "stretch": p.stretch, "method": p.method,
             "interval": {k: list(v) for k, v in p.interval.items()} if p.interval else None, "notes": p.notes}
 

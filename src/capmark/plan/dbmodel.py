@@ -17,18 +17,22 @@ infinite-source batch b = a + exp(-a), a = commit arrivals during one flush.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from capmark.errors import CapmarkError
 from capmark.model import mva
 from capmark.model.open import erlang_c
+from capmark.plan.cpuscaling import demand_table
 from capmark.plan.groupcommit import flush_state
 
 CLOSED_MODEL = "closed MVA: CPU m-server + devices + delays, WAL flush as a layered group-commit server"
 OPEN_MODEL = "open network: CPU M/M/m (Erlang C) + devices M/M/1 + delays, WAL flush as a group-commit server"
 LN20, LN100 = math.log(20), math.log(100)
 WAL_FLUSH = "WAL flush"  # the one-flusher software server
+# A type's CPU service at another load is at least this fraction of its calibrated one (a what-if with a faster
+# CPU shortens it; nothing makes it vanish)
+MIN_SERVICE_FACTOR = 0.05
 SCHED_SLICE_S = 3e-3  # Linux CFS minimum granularity: how long a runnable process keeps a core
 # The closed solver's fixed point (batch size <-> flush wait <-> network): rounds move a fraction of the way
 # to what the last solution implies; 0.5 circled a limit cycle on measured commit loads, 0.2-0.3 settle in
@@ -77,6 +81,20 @@ CPU_ESTIMATED = "estimated from wait samples"  # the database host's CPU was not
 
 
 @dataclass
+class TypeDemand:
+    """One transaction type of a mix: a class of the model. Its demands are the mean unit's, scaled: the work
+    outside WAL flushes by `scale`, the flushes by its own `flush_requests` (see calibrate.type_demands)."""
+
+    name: str
+    share: float  # fraction of the units
+    scale: float  # its work outside flushes relative to the mean unit's
+    flush_requests: float  # commits per unit of this type that need a flush (before batching)
+    base_s: float  # measured mean latency at calibration
+    base_p95_s: float
+    base_p99_s: float
+
+
+@dataclass
 class DbModel:
     workload: str
     unit: str
@@ -96,6 +114,14 @@ class DbModel:
     notes: list[str] = field(default_factory=list)
     cores_from: str = "measured"  # measured | recorded with the run | stated with --cores
     cpu_from: str = CPU_MEASURED  # or CPU_ESTIMATED: the CPU per unit is an estimate, not a measurement
+    # CPU per unit rises by this fraction per busy core beyond the first (plan/cpuscaling.py); cpu_s and
+    # flush_cpu_s are then the CPU with one core busy
+    cpu_growth: float = 0.0
+    cpu_scaling: dict[str, Any] = field(default_factory=dict)  # the fit's points and note, for the report
+    types: list[TypeDemand] = field(default_factory=list)  # the classes of a mix (empty: one type)
+    # the response time's parts (cpu, devices, fixed, flush) the model gives at the calibration load: a type's
+    # latency at another load is its measured one plus its share of how far each part has moved
+    type_reference: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +152,9 @@ class Prediction:
     # 95 % confidence intervals (low, high) per figure, where the solver has them (the simulation's replications)
     interval: dict[str, tuple[float, float]] | None = None
     notes: list[str] = field(default_factory=list)  # what the solver could not model as asked, said to the user
+    # the response time in parts: CPU outside flushes, data devices, fixed delays, commits' flush waits
+    parts: dict[str, float] = field(default_factory=dict)
+    by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # per class: throughput, mean, p95, p99
 
     @property
     def cpu_busy_pct(self) -> float:
@@ -158,10 +187,14 @@ def _demands(model: DbModel, cfg: Config) -> _Demands:
     return _Demands(cpu, devices, model.flush_cpu_s / cfg.cpu_speed, model.flush_device_s / cfg.disk_speed, wal)
 
 
-def _stations(d: _Demands, flushes: float, cores: int) -> list[mva.Station]:
+def _stations(d: _Demands, flushes: float, cores: int, growth: float = 0.0) -> list[mva.Station]:
     """CPU carries the flushes' CPU too (it competes with the backends); devices carry only the other IO: one
-    flusher never queues behind its own writes, so the flush's device time is part of the flush server."""
-    out = [mva.Station("CPU", demand=max(d.cpu + flushes * d.flush_cpu, 1e-12), servers=max(1, cores))]
+    flusher never queues behind its own writes, so the flush's device time is part of the flush server. With a
+    CPU growth the cores serve less than linearly (plan/cpuscaling.py): a load-dependent station."""
+    cpu = max(d.cpu + flushes * d.flush_cpu, 1e-12)
+    m = max(1, cores)
+    table = demand_table(cpu, growth, m) if growth and m > 1 else None
+    out = [mva.Station("CPU", demand=cpu, servers=m, service_time_with_n_present=table)]
     out += [mva.Station(name, demand=max(v, 1e-12)) for name, v in d.devices.items()]
     return out
 
@@ -221,7 +254,7 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     flush_s = _flush_time(d, state.cpu_stretch, state.wal_other)
     extra = q * state.wait - f * d.flush_cpu * state.cpu_stretch  # the batch's flush, less the CPU already queued
     extra += _burst_wait(q, state.batch, d.cpu + f * d.flush_cpu, cfg.cores)
-    stations = _stations(d, f, cfg.cores)
+    stations = _stations(d, f, cfg.cores, model.cpu_growth)
     solver = mva.exact_mva if n <= EXACT_JOBS else mva.approximate_mva
     result = solver(stations, n, z + model.delay_s + model.client_s + extra)
     x = result.throughput
@@ -274,13 +307,64 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
             window_start = residual
     assert result is not None
     x, b = state.throughput, state.batch
-    stations = _stations(d, q / b, cfg.cores)
+    stations = _stations(d, q / b, cfg.cores, model.cpu_growth)
     r = n / x - z
     util = _utilizations([st.name for st in stations], result.utilizations, d, x, q / b, flush_s, q)
+    # the cores' slowdown at this load (plan/cpuscaling.py): longer service, not queueing, so it scales the
+    # unqueued response time rather than adding to the tail
+    slow = 1 + model.cpu_growth * (max(1.0, result.utilizations[0] * cfg.cores) - 1)
     r0 = _no_queue_response(model, d)
-    p95, p99 = _shape(model, d, r, r0, result.residence_times[0] - stations[0].total_demand)
+    r0_slowed = r0 + (slow - 1) * (d.cpu + q * d.flush_cpu)
+    stretch = result.residence_times[0] / stations[0].total_demand
+    p95, p99 = _shape(model, d, r, r0_slowed, result.residence_times[0] - stations[0].total_demand * slow)
     out = _prediction(CLOSED_MODEL, model, jobs, None, z, False, x, r, p95, p99, util, r0, q, b, stations)
     out.converged, out.rounds, out.method = converged, rounds, result.method
+    out.parts = _parts(model, d, r, slow, stretch, sum(result.residence_times[1:]))
+    out.by_type = by_type(model, d, out.parts, x)
+    return out
+
+
+def _parts(model: DbModel, d: _Demands, r: float, slow: float, cpu_stretch: float,
+           devices: float) -> dict[str, float]:
+    """The response time in parts: CPU service outside flushes (slowed where busy cores slow each other),
+    its queueing, the data devices, the fixed delays, and what is left, the commits' waits for their flushes
+    (the flushes' own CPU included)."""
+    cpu, cpu_queue = d.cpu * slow, d.cpu * (cpu_stretch - slow)
+    fixed = model.delay_s + model.client_s
+    return {"cpu": cpu, "cpu_queue": cpu_queue, "devices": devices, "fixed": fixed,
+            "flush": r - cpu - cpu_queue - devices - fixed}
+
+
+def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: float | None) -> dict[str, dict[str, float]]:
+    """Each class of a mix at this load. Jobs draw a type for every unit, so a job switches class from unit to
+    unit: the network is solved as one chain (the mean unit), and each type meets the same queues in proportion
+    to its own demands (product form: residence per unit of demand is the same for every class at a station).
+    A type's latency is its measured one at calibration, scaled by how much longer its CPU service has become
+    (slower busy cores), plus its share of how far each queueing part of the mean unit's response time has moved
+    since: CPU queue and devices by its scale, the flush waits by its commits. Its p95 and p99 scale alike and
+    add an exponential tail for the queueing (as for the mean unit, see _shape)."""
+    ref = model.type_reference
+    if not model.types or not ref or throughput is None:
+        return {}
+    q = model.flush_requests
+    blocks_on_io = sum(d.devices.values()) > 0.05 * d.cpu
+    out = {}
+    for t in model.types:
+        longer = 1 + t.scale * (parts["cpu"] - ref["cpu"]) / t.base_s if t.base_s > 0 else 1.0
+        longer = max(MIN_SERVICE_FACTOR, longer)
+        cpu_queue = t.scale * (parts["cpu_queue"] - ref["cpu_queue"])
+        other = t.scale * (parts["devices"] - ref["devices"])
+        flush = (t.flush_requests / q if q > 0 else 0.0) * (parts["flush"] - ref["flush"])
+        mean = max(0.0, t.base_s * longer + cpu_queue + other + flush)
+        preempted_only = not (t.flush_requests > 0 or blocks_on_io) and t.scale * d.cpu / SCHED_SLICE_S < 0.05
+        tail = other + flush + (0.0 if preempted_only else cpu_queue)
+        if tail >= 0:
+            p95, p99 = t.base_p95_s * longer + tail * LN20, t.base_p99_s * longer + tail * LN100
+        else:  # less queueing than at calibration (a faster platform): the shape scales with the mean
+            shrink = mean / t.base_s if t.base_s > 0 else 1.0
+            p95, p99 = t.base_p95_s * shrink, t.base_p99_s * shrink
+        out[t.name] = {"share": t.share, "throughput": throughput * t.share, "response_time_s": mean, "p95_s": p95,
+                       "p99_s": p99}
     return out
 
 
@@ -288,6 +372,16 @@ def _no_queue_response(model: DbModel, d: _Demands) -> float:
     """Response time of one unit alone on the platform: every demand once, one flush per flush request."""
     return (d.cpu + sum(d.devices.values()) + model.flush_requests * (d.flush_cpu + d.flush_device)
             + model.delay_s + model.client_s)
+
+
+def _open_slowdown(load: float, growth: float, cores: int) -> float:
+    """How much slower each core works at an open load: the busy cores b solve b = load (1 + g (b - 1)) with
+    load the busy cores one core's speed would give (plan/cpuscaling.py); at least 1, at most all cores."""
+    if not growth or cores < 2:
+        return 1.0
+    denominator = 1 - load * growth
+    busy = load * (1 - growth) / denominator if denominator > 0 else cores
+    return 1 + growth * (min(cores, max(1.0, busy)) - 1)
 
 
 def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Prediction:
@@ -303,9 +397,12 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
     stations = _stations(d, q, cfg.cores)
     util: dict[str, float] = {}
     converged, rounds = False, 0
+    base = d
     while rounds < MAX_ROUNDS:
         rounds += 1
         f = q / b
+        slow = _open_slowdown(rate * (base.cpu + f * base.flush_cpu), model.cpu_growth, cfg.cores)
+        d = replace(base, cpu=base.cpu * slow, flush_cpu=base.flush_cpu * slow)
         stations = _stations(d, f, cfg.cores)
         util = {s.name: rate * s.total_demand / s.servers for s in stations}
         if d.wal_station and q > 0:
@@ -335,9 +432,12 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
             break
         b = 0.5 * b + 0.5 * b_new
     util = _utilizations(list(util), list(util.values()), d, rate, q / b, flush_s, q)
-    p95, p99 = _shape(model, d, r, r0, res["CPU"] - stations[0].total_demand)
+    p95, p99 = _shape(model, d, r, _no_queue_response(model, d), res["CPU"] - stations[0].total_demand)
     out = _prediction(OPEN_MODEL, model, None, rate, 0.0, False, rate, r, p95, p99, util, r0, q, b, stations)
     out.converged, out.rounds, out.method = converged, rounds, "M/M/m and M/M/1 (Erlang C)"
+    out.parts = _parts(model, d, r, 1.0, res["CPU"] / stations[0].total_demand,
+                       sum(v for k, v in res.items() if k != "CPU"))
+    out.by_type = by_type(model, d, out.parts, rate)
     return out
 
 

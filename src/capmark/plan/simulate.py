@@ -57,7 +57,7 @@ class _Replication:
         self.rng = random.Random(seed)
         d = _demands(model, cfg)
         self.sim = sim = Simulator()
-        self.cpu = ProcessorSharing(sim, cfg.cores)
+        self.cpu = ProcessorSharing(sim, cfg.cores, model.cpu_growth)
         self.devices = {name: Fcfs(sim) for name, demand in d.devices.items() if demand > 0 or name == d.wal_station}
         self.device_demands = [(self.devices[name], demand) for name, demand in d.devices.items() if demand > 0]
         self.wal = self.devices[d.wal_station] if d.wal_station else None
@@ -165,7 +165,7 @@ def simulate(model: DbModel, jobs: float, think_s: float | None = None, config: 
     commits = sum(r["commits"] for r in runs)
     batch = commits / sum(r["flushes"] * units for r in runs) if q > 0 and commits else None
     d = _demands(model, cfg)
-    stations = _stations(d, flushes or 0.0, cfg.cores)
+    stations = _stations(d, flushes or 0.0, cfg.cores, model.cpu_growth)
     r0 = _no_queue_response(model, d)
     top = max(util, key=lambda k: util[k])
     notes = []

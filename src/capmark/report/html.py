@@ -112,6 +112,7 @@ def model_section(run: RunResult, test: TestResult) -> Section | None:
     from capmark.plan.anticipate import anticipate
     from capmark.plan.calibrate import validate
     from capmark.plan.dbhost import database_host
+    from capmark.report.planning import capacity_sentence
     from capmark.store import load_derived
 
     try:
@@ -127,6 +128,7 @@ def model_section(run: RunResult, test: TestResult) -> Section | None:
         quick = {"note": str(err)}
     folder = Path(run.folder)
     html = _render("model.html.j2", doc=doc, fmt=fmt, unit=test.unit, quick=quick,
+                   capacity=capacity_sentence(doc["calibration"]),
                    whatif=load_derived(folder, "whatif").get(test.ordinal),
                    size=load_derived(folder, "size").get(test.ordinal), charts=[Markup(c) for c in charts])
     return Section(f"Model: {test.workload}", html, f"model-{test.ordinal}")

@@ -93,13 +93,17 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
         f"{c['cores']} cores{_from_text(c.get('cores_from'))}; WAL flush "
         f"requests {c['flush_requests']:.3f}/unit, flush CPU {c['flush_cpu_s'] * 1e6:.1f} us + device "
         f"{c['flush_device_s'] * 1e6:.1f} us; delay {c['delay_s'] * 1e6:.1f} us", highlight=False)
+    capacity = capacity_sentence(c)
+    if capacity:
+        say(f"  {capacity}", highlight=False, markup=False)
     for note in c["notes"]:
         say(f"  note: {note}", highlight=False)
+    _print_types(t, console)
     say(f"  verdict over steps {v['steps_scored']}: throughput error median {num(v['throughput']['median_abs_pct'])} %, "
         f"max {num(v['throughput']['max_abs_pct'])} %; response time median "
         f"{num(v['response_time_s']['median_abs_pct'])} %, max {num(v['response_time_s']['max_abs_pct'])} %; CPU "
-        f"within {num(v['cpu_busy_max_points'])} points (* calibration, ! invalid step, excluded; ~ within the measured "
-        "interval)", highlight=False)
+        f"within {num(v['cpu_busy_max_points'])} points{_type_verdict(v)} (* calibration, ! invalid step, excluded; ~ "
+        "within the measured interval)", highlight=False)
     if "noise" in v:
         for k, label in (("throughput", "throughput"), ("response_time_s", "response time")):
             n = v["noise"][k]
@@ -116,6 +120,50 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
     say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
         f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
     _say_unconverged([r["model"] for r in t["steps"]] + pr["points"], console)
+
+
+def _type_verdict(v: dict[str, Any]) -> str:
+    by_type = v.get("p95_s_by_type") or {}
+    if by_type.get("median_abs_pct") is None:
+        return ""
+    return (f"; per type: mean response time median {num(v['response_time_s_by_type']['median_abs_pct'])} %, p95 "
+            f"median {num(by_type['median_abs_pct'])} %, max {num(by_type['max_abs_pct'])} %")
+
+
+def capacity_sentence(c: dict[str, Any]) -> str | None:
+    """The cores' effective capacity as calibrated: how many cores' worth each number of busy cores does."""
+    scaling = c.get("cpu_scaling") or {}
+    if not scaling:
+        return None
+    points = ", ".join(f"{p['jobs']} job{'s' if p['jobs'] != 1 else ''}: {p['busy_cores']:.2f} busy, "
+                       f"{p['cpu_s'] * 1e6:.1f} us" for p in scaling["points"])
+    cores = scaling["effective_cores"]
+    worth = ", ".join(f"{k} busy = {v:.2f}" for k, v in cores.items())
+    growth = scaling["growth_per_core"]
+    head = (f"CPU capacity: {worth} cores' worth (CPU per unit {growth * 100:+.1f} % per busy core beyond the first"
+            if growth else "CPU capacity: linear in the busy cores (")
+    why = f"; {scaling['note']}" if scaling.get("note") else ""
+    return f"{head}; from the steps up to the core count: {points or 'none with the CPU measured'}{why})"
+
+
+def _print_types(t: dict[str, Any], console: Console) -> None:
+    """For a mix: each transaction type as a class of the model, and its mean and p95 measured vs model."""
+    types = t["calibration"].get("types") or []
+    rows = [r for r in t["steps"] if r.get("by_type")]
+    if not types or not rows:
+        return
+    classes = ", ".join(f"{c['name']} {c['share'] * 100:.0f} % (work x{c['scale']:.2f}, {c['flush_requests']:.2f} "
+                        "flushes)" for c in types)
+    console.print(f"  classes (one per transaction type): {classes}", highlight=False, markup=False)
+    table = _table("  by type: measured vs model", ["jobs", "type", "R meas ms", "R model ms", "R err %", "p95 meas ms",
+                                                    "p95 model ms", "p95 err %"])
+    for r in rows:
+        for name, v in r["by_type"].items():
+            m, p, e = v["measured"], v["model"], v["error_pct"]
+            table.add_row(f"{r['jobs']}{'*' if r['calibration'] else ''}", name, ms(m["response_time_s"]),
+                          ms(p["response_time_s"]), pct(e["response_time_s"]), ms(m["p95_s"]), ms(p["p95_s"]),
+                          pct(e["p95_s"]))
+    console.print(table)
 
 
 def _say_simulated(t: dict[str, Any], console: Console) -> None:

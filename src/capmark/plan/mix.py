@@ -1,0 +1,68 @@
+"""The transaction types of a mix as classes of the model, from the calibration step's per-type latencies.
+
+The calibrated model knows the mean unit: its CPU, device time and WAL flush requests. A mix's types differ:
+tp-light's reads commit without a WAL flush while its updates wait for one; stress-mixed's query is a lookup
+and its insert, update and delete each commit. The statistics views count WAL flushes per run, not per type,
+so the flushes are given to the types whose measured latency can hold them, longest first: a type whose
+unit took L at calibration can hold at most L / T flushes of T each (whole ones where one fits). What the
+flushes leave of each type's latency sets its share of the other work, relative to the mean unit's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from capmark.plan.dbmodel import TypeDemand
+from capmark.results import StepResult
+
+RESIDUAL = 1e-9  # flush requests per unit left over from the greedy assignment that still count
+
+
+def _per_type(steps: Sequence[StepResult]) -> dict[str, dict[str, float]]:
+    """Share of units and latency figures per type, averaged over the steps (repetitions of one job count)."""
+    names = [t for t in steps[0].txn_types if all(s.histograms.get(t) is not None for s in steps)]
+    out = {}
+    for name in names:
+        shares, means, p95s, p99s = [], [], [], []
+        for s in steps:
+            h = s.histograms[name]
+            if not h.total or not s.units:
+                break
+            summary = h.summary()
+            shares.append(h.total / s.units)
+            means.append(summary["mean_s"] or 0.0)
+            p95s.append(summary["p95_s"] or 0.0)
+            p99s.append(summary["p99_s"] or 0.0)
+        else:
+            out[name] = {k: statistics.fmean(v) for k, v in
+                         (("share", shares), ("mean", means), ("p95", p95s), ("p99", p99s))}
+    return out
+
+
+def type_demands(steps: Sequence[StepResult], flush_requests: float, flush_s: float) -> list[TypeDemand]:
+    """The classes of the calibration steps' mix (empty for a single type). `flush_requests` is the mean unit's
+    flush requests before batching, `flush_s` the time of one flush alone."""
+    types = _per_type(steps)
+    if len(types) < 2:
+        return []
+    flushes = dict.fromkeys(types, 0.0)
+    left = flush_requests
+    if flush_requests > 0 and flush_s > 0:
+        for name in sorted(types, key=lambda n: types[n]["mean"], reverse=True):
+            fits = types[name]["mean"] / flush_s
+            fits = float(int(fits)) if fits >= 1 else fits
+            flushes[name] = min(fits, left / types[name]["share"])
+            left -= flushes[name] * types[name]["share"]
+            if left <= RESIDUAL:
+                break
+        if left > RESIDUAL:  # the latencies cannot hold them all: the rest in proportion to each type's latency
+            weight = sum(t["share"] * t["mean"] for t in types.values())
+            for name, t in types.items():
+                flushes[name] += left * t["mean"] / weight
+    mean_unit = sum(t["share"] * t["mean"] for t in types.values())
+    other = mean_unit - flush_requests * flush_s
+    return [TypeDemand(name=name, share=t["share"],
+                       scale=max(0.0, t["mean"] - flushes[name] * flush_s) / other if other > 0 else 1.0,
+                       flush_requests=flushes[name], base_s=t["mean"], base_p95_s=t["p95"], base_p99_s=t["p99"])
+            for name, t in types.items()]
