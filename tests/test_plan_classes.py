@@ -7,7 +7,7 @@ import pytest
 
 from capmark.driver.histogram import LatencyHistogram
 from capmark.plan import cpuscaling
-from capmark.plan.dbmodel import Config, DbModel, solve, solve_open
+from capmark.plan.dbmodel import Config, DbModel, mix_percentiles, solve, solve_open
 from capmark.plan.mix import type_demands
 from capmark.plan.simulate import simulate
 from capmark.results import StepResult
@@ -99,6 +99,19 @@ def test_a_type_holds_whole_flushes_only():
     assert [types[n].flush_requests for n in ("query", "insert", "update", "delete")] == pytest.approx([0, 1, 1, 1])
 
 
+def test_flushes_no_type_can_hold_were_not_waited_for():
+    """stress-mixed as measured: 0.444 flushes per unit of 24.7 us each, but only the inserts (25 %, 25 us)
+    can have waited for one; the updates (60 %, 14 us) cannot hold a flush and did not slow down when the
+    inserts' flushes did. The other 0.19 flushes per unit were no unit's wait (the WAL writer's), so no type
+    gets them, and the types' work outside flushes still averages to the mean unit's."""
+    step = _step({"query": (1000, 5e-6), "insert": (2500, 25e-6), "update": (6000, 14e-6), "delete": (500, 13e-6)})
+    types = {t.name: t for t in type_demands([step], 0.444, 24.7e-6)}
+    assert types["insert"].flush_requests == pytest.approx(1.0)
+    assert types["update"].flush_requests == types["query"].flush_requests == types["delete"].flush_requests == 0
+    assert sum(t.share * t.scale for t in types.values()) == pytest.approx(1.0)
+    assert types["update"].scale / types["query"].scale == pytest.approx(14 / 5, rel=0.03)
+
+
 def _mix_model() -> DbModel:
     """A tp-light-like calibrated model: reads 80 % never flush, updates wait for a 1 ms flush."""
     model = DbModel(workload="mix", unit="transaction", cores=2, cpu_s=60e-6, devices={"wal": 0.0}, wal_device="wal",
@@ -120,3 +133,64 @@ def test_reads_of_a_mix_do_not_wait_for_the_updates_flushes():
     assert read["response_time_s"] < 0.5 * p.response_time_s < update["response_time_s"]
     assert read["throughput"] == pytest.approx(0.8 * p.throughput)
     assert update["p95_s"] > update["response_time_s"] > 1.2e-3
+
+
+def test_a_mix_p95_is_the_slow_types_upper_quantile():
+    """tp-light's reads (80 %) all finish within 10 us, so 5 % of all units slower than t means a quarter of the
+    updates (20 %): the mix's p95 is the updates' 75th percentile and its p99 their 95th. A weighted mean of the
+    types' p95 (0.8 x 8 + 0.2 x 250 = 56 us) or one class's exponential tail would miss it by a factor."""
+    types = {"read": {"share": 0.8, "quantiles_s": [5e-6, 6e-6, 7e-6, 8e-6, 10e-6]},
+             "update": {"share": 0.2, "quantiles_s": [100e-6, 150e-6, 200e-6, 250e-6, 400e-6]}}
+    p95, p99 = mix_percentiles(types)
+    assert p95 == pytest.approx(150e-6, rel=1e-6)
+    assert p99 == pytest.approx(250e-6, rel=1e-6)
+    # one type alone: its own percentiles back
+    alone = mix_percentiles({"update": {"share": 1.0, "quantiles_s": types["update"]["quantiles_s"]}})
+    assert alone == pytest.approx((250e-6, 400e-6), rel=1e-6)
+
+
+def test_the_flush_waits_for_a_core_only_where_the_cpu_queues():
+    """The flusher sleeps in fsync and must then get a core: its flush grows with the CPU's queue, not with the
+    jobs. Alone it takes its CPU and device time; at 8 jobs on a CPU-bound commit load it takes longer; at 8 jobs
+    on a load whose CPU is nearly idle it does not."""
+    def commit_model(cpu_s: float) -> DbModel:
+        return DbModel(workload="c", unit="transaction", cores=2, cpu_s=cpu_s, devices={"wal": 0.0},
+                       wal_device="wal", flush_requests=1.0, flush_cpu_s=10e-6, flush_device_s=20e-6, delay_s=0.0,
+                       client_s=0.0, think_s=0.0, p95_over_mean=1.0, p99_over_mean=1.0)
+
+    busy, idle = commit_model(40e-6), commit_model(0.5e-6)
+    assert solve(busy, 1).flush_s == pytest.approx(30e-6, rel=1e-9)
+    assert solve(busy, 8).flush_s > 1.5 * 30e-6
+    assert solve(idle, 8).flush_s == pytest.approx(30e-6, rel=0.05)
+
+
+def test_cpu_rise_goes_to_commit_waits_where_the_steps_differ_in_them():
+    """wal-lat1 as measured on 2 cores: 24 us of CPU per commit alone (0.8 cores busy), 38 us at 2 jobs (1.13
+    busy) where 0.64 commits per unit met another's flush. Per busy core that rise would be +170 % (bounded,
+    and 8 cores would then do 1.2 cores' worth); per wait it is 22 us, which a sleep, a wake-up and a lock
+    hand-off cost. Steps that do not differ in their waits leave it to the cores."""
+    c = cpuscaling.CpuPoint
+    commits = cpuscaling.fit([c(1, 0.80, 24e-6, 0.0), c(2, 1.13, 38e-6, 0.64)], cores=2)
+    assert commits.growth == 0 and commits.wait_cpu_s == pytest.approx(14e-6 / 0.64, rel=1e-6)
+    lookups = cpuscaling.fit([c(1, 1.0, 4.1e-6, 0.0), c(2, 1.9, 4.6e-6, 0.0)], cores=2)
+    assert lookups.wait_cpu_s == 0 and lookups.growth == pytest.approx(0.5e-6 / 0.9 / 4.1e-6, rel=1e-6)
+    # no more than a wait can cost: a rise of 200 us per wait is something else
+    assert cpuscaling.fit([c(1, 0.8, 24e-6, 0.0), c(2, 1.1, 150e-6, 0.6)], cores=2).wait_cpu_s == \
+        cpuscaling.MAX_WAIT_CPU_S
+
+
+def test_commit_waits_raise_the_cpu_per_commit_and_saturate_with_the_flusher():
+    """The model calibrated as above: one job pays no wait; from a few jobs on almost every commit meets another's
+    flush, so the CPU per commit rises by most of one wait's cost and then stays, whatever the jobs (wal-lat1
+    measured 38-41 us at 4-16 jobs). A wait charged per job or per batch-mate would keep growing."""
+    model = DbModel(workload="wal", unit="transaction", cores=2, cpu_s=24e-6, devices={"wal": 0.0},
+                    wal_device="wal", flush_requests=1.0, flush_cpu_s=4e-6, flush_device_s=16e-6, delay_s=0.0,
+                    client_s=0.0, think_s=0.0, p95_over_mean=1.2, p99_over_mean=1.5, wait_cpu_s=22e-6)
+    lone = solve(model, 1)
+    assert lone.demands_s["CPU"] == pytest.approx(24e-6 + 4e-6, rel=1e-6)
+    per_commit = {}
+    for jobs in (8, 16, 64):
+        p = solve(model, jobs)
+        per_commit[jobs] = p.demands_s["CPU"] - p.flushes_per_unit * 4e-6  # outside the flushes' own CPU
+        assert 24e-6 + 0.5 * 22e-6 <= per_commit[jobs] <= 24e-6 + 22e-6 + 1e-12, (jobs, per_commit)
+    assert per_commit[64] == pytest.approx(per_commit[8], rel=0.02)

@@ -113,10 +113,27 @@ def _busy_cores(step: StepResult) -> float:
     return busy / step.elapsed_s if busy is not None and step.elapsed_s > 0 else 1.0
 
 
-def _cpu_scaling(valid: list[StepResult], cores: int, host: DatabaseHost) -> cpuscaling.CpuScaling:
-    """CPU per unit against busy cores over the valid steps with at most as many jobs as cores (where the CPU
-    was measured): the cores' effective capacity, whatever steps the rest of the model is calibrated on."""
-    points = [cpuscaling.CpuPoint(s.jobs, _busy_cores(s), _step_parameters(s, host)["cpu"])
+def _commit_waits(step: StepResult, flush_requests: float) -> float:
+    """Commits per unit that found another job's flush in progress: the flush requests times the chance, from
+    the flusher's measured busy fraction (pg_stat_io's write and fsync time over the window)."""
+    wio = kpm.wal_io(step)
+    if not flush_requests or not wio or step.elapsed_s <= 0:
+        return 0.0
+    busy = (wio["write_ms"] + wio["fsync_ms"]) / 1000 / step.elapsed_s
+    return flush_requests * cpuscaling.waiting_share(busy, step.jobs)
+
+
+def _flush_requests(valid: list[StepResult]) -> float:
+    """Flush requests per unit before batching: the lowest valid step's flushes (one job batches nothing)."""
+    lowest = min(s.jobs for s in valid)
+    return statistics.fmean(flushes(s)[0] for s in valid if s.jobs == lowest)
+
+
+def _cpu_scaling(valid: list[StepResult], cores: int, host: DatabaseHost, requests: float) -> cpuscaling.CpuScaling:
+    """CPU per unit against busy cores and commit waits over the valid steps with at most as many jobs as cores
+    (where the CPU was measured), whatever steps the rest of the model is calibrated on."""
+    points = [cpuscaling.CpuPoint(s.jobs, _busy_cores(s), _step_parameters(s, host)["cpu"],
+                                  _commit_waits(s, requests))
               for s in valid if s.jobs <= cores and has_host_cpu(s)]
     return cpuscaling.fit(points, cores)
 
@@ -142,9 +159,11 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     cores = cores_for(chosen[0], host, f"Test {test.workload}")
     params = [_step_parameters(s, host) for s in chosen]
     mean = statistics.fmean
-    scaling = _cpu_scaling(valid, cores.count, host) if not unmeasured else cpuscaling.CpuScaling(
+    requests = _flush_requests(valid)
+    scaling = _cpu_scaling(valid, cores.count, host, requests) if not unmeasured else cpuscaling.CpuScaling(
         0.0, (), "the database host's CPU was estimated, not measured: capacity taken as linear in the busy cores")
-    for s, p in zip(chosen, params, strict=True):  # CPU as one busy core would spend it
+    for s, p in zip(chosen, params, strict=True):  # CPU as one busy core would spend it with no commit waits
+        p["cpu"] = max(0.0, p["cpu"] - scaling.wait_cpu_s * _commit_waits(s, requests))
         at_one = scaling.per_unit(1.0, _busy_cores(s))
         p["cpu"], p["flush_cpu"] = p["cpu"] / at_one, p["flush_cpu"] / at_one
     names = sorted({k for p in params for k in p["devices"]})
@@ -160,9 +179,10 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
         p95_over_mean=mean(p["p95"] for p in params), p99_over_mean=mean(p["p99"] for p in params),
         calibrated_from=sorted({s.jobs for s in chosen}), cores_from=cores.origin,
         cpu_from=CPU_ESTIMATED if unmeasured else CPU_MEASURED, cpu_growth=scaling.growth,
-        cpu_scaling={"growth_per_core": scaling.growth, "note": scaling.note,
+        wait_cpu_s=scaling.wait_cpu_s,
+        cpu_scaling={"growth_per_core": scaling.growth, "wait_cpu_s": scaling.wait_cpu_s, "note": scaling.note,
                      "points": [asdict(p) for p in scaling.points],
-                     "effective_cores": {k: cpuscaling.effective_cores(k, scaling.growth)
+                     "effective_cores": {str(k): cpuscaling.effective_cores(k, scaling.growth)
                                          for k in range(1, cores.count + 1)}})
     if cores.origin == CORES_STATED:
         model.notes.append(stated_cores_note(host, chosen[0]))
@@ -235,6 +255,10 @@ def solver_disagreement(sim: Prediction, mva: Prediction) -> str | None:
         trust += ("; part of the throughput gap is the CPU and IO overlap the simulation cannot play out (see the "
                   "note below), which MVA keeps")
     return f"MVA differs from the simulation beyond its 95 % interval ({', '.join(outside)}); {trust}"
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]
 
 
 def _mean_point(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -323,7 +347,9 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
             "device_error_points": {k: dev_model[k] - v for k, v in measured["device_util_pct"].items()
                                     if v is not None and k in dev_model},
             "batch": {"measured": (model.flush_requests / measured["flushes_per_unit"])
-                      if measured["flushes_per_unit"] else None, "model": p.batch}})
+                      if measured["flushes_per_unit"] else None, "model": p.batch},
+            "flush_time_s": {"measured": _mean_or_none([flushes(s)[1] for s in use]),
+                             "model": (mva_p or p).flush_s}})
         rows[-1]["by_type"] = _type_rows(use, (mva_p or p).by_type)
         if mva_p is not None:
             rows[-1]["mva"] = _point(mva_p)

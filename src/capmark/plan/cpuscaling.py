@@ -8,10 +8,19 @@ least squares. The effective capacity of k busy cores is then k / (1 + g (k - 1)
 one, and the model's CPU station serves that much when k jobs are at it (a load-dependent m-server station).
 Beyond the measured cores (a what-if with more) the same line extrapolates: capacity tends to 1 / g cores'
 worth, as in Amdahl's law, which is the most a line through two points can say.
+
+Commits that wait for another job's WAL flush cost CPU a lone commit never spends: the waiter sleeps on the WAL
+write lock, is woken when the flush ends (two context switches and the lock hand-off) and, if its record is not
+yet flushed, flushes again. One job never waits for another's flush; from two jobs on most commits do. So where
+the steps differ in their commits' waits, the rise of CPU per unit is given to the waits: c = c1 + w W, W the
+commits per unit that found another's flush in progress (commit_waits), w the CPU of one such wait. wal-lat1 on
+2 cores: 24 us per commit alone, 37-40 us at 2 jobs and 38-41 us at 4-16, while the busy cores moved only from
+0.8 to 1.15: the waits, not the cores.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +28,12 @@ from dataclasses import dataclass
 # by 2-5 % from run to run on a shared host, and over less than half a core that noise would read as a slope
 # of 5-10 % per core.
 MIN_SPREAD_CORES = 0.5
+# The steps' commits must differ by at least this many waits per unit for a wait cost: below it the flushes are
+# too few to carry the CPU per unit's noise
+MIN_WAIT_SPREAD = 0.05
+# One commit's wait for another's flush (sleep, wake-up, lock hand-off) costs at most this much CPU: a few context
+# switches are 2-20 us; more is not the wait but something else the steps' CPU per unit varies by
+MAX_WAIT_CPU_S = 100e-6
 # Per extra busy core the CPU per unit may rise at most 100 % (each extra core adds no capacity at all beyond
 # that) and fall at most 20 % (a fall means work amortised over concurrent units, e.g. shared cache warmth,
 # which is not a capacity and must not let the model promise more than the cores).
@@ -33,6 +48,7 @@ class CpuPoint:
     jobs: int
     busy_cores: float
     cpu_s: float
+    commit_waits: float = 0.0  # commits per unit that found another job's WAL flush in progress
 
 
 @dataclass(frozen=True)
@@ -40,10 +56,23 @@ class CpuScaling:
     growth: float  # relative rise of CPU per unit per busy core beyond the first (0: linear capacity)
     points: tuple[CpuPoint, ...]
     note: str | None = None  # why the growth is 0 or was bounded, for the user
+    wait_cpu_s: float = 0.0  # CPU of one commit's wait for another's flush (0: the rise is the cores')
 
     def per_unit(self, cpu_one_core: float, busy_cores: float) -> float:
-        """CPU per unit with `busy_cores` cores at work."""
+        """CPU per unit with `busy_cores` cores at work (no commit waits)."""
         return cpu_one_core * (1 + self.growth * (max(1.0, busy_cores) - 1))
+
+
+def waiting_share(flusher_busy: float, jobs: float) -> float:
+    """The chance that a commit finds another job's flush in progress. With n jobs the flusher is busy U of the
+    time, U / n of it with each job's own flushes; a job never commits during its own flush, so it meets one of
+    the others' in U (n - 1) / n of the rest, 1 - U / n. One job never waits for another."""
+    if jobs <= 1:
+        return 0.0
+    busy = min(max(flusher_busy, 0.0), 0.999)
+    if math.isinf(jobs):  # an open load: the others are everyone
+        return busy
+    return min(1.0, busy * (jobs - 1) / jobs / (1 - busy / jobs))
 
     def capacity(self, cores: int) -> float:
         """How many cores' worth of one busy core's work `cores` busy cores do."""
@@ -60,9 +89,27 @@ def demand_table(cpu_one_core: float, growth: float, cores: int) -> list[float]:
     return [cpu_one_core * (1 + growth * (k - 1)) / k for k in range(1, cores + 1)]
 
 
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares intercept and slope."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
 def fit(points: Sequence[CpuPoint], cores: int) -> CpuScaling:
-    """The growth of CPU per unit with busy cores from steps with at most `cores` jobs (least squares)."""
+    """What makes CPU per unit rise over the steps with at most `cores` jobs: the commits' waits where the steps
+    differ in them, else the busy cores (least squares either way)."""
     pts = tuple(p for p in points if p.cpu_s > 0 and p.busy_cores > 0)
+    waits = [p.commit_waits for p in pts]
+    if pts and max(waits) - min(waits) >= MIN_WAIT_SPREAD:
+        _, per_wait = _line(waits, [p.cpu_s for p in pts])
+        if 0 <= per_wait <= MAX_WAIT_CPU_S:
+            return CpuScaling(0.0, pts, None, per_wait)
+        bound = min(MAX_WAIT_CPU_S, max(0.0, per_wait))
+        return CpuScaling(0.0, pts, f"CPU per unit changes by {per_wait * 1e6:+.1f} us per commit that waits for "
+                                    f"another's flush, more than such a wait costs; taken as {bound * 1e6:.1f} us",
+                          bound)
     if cores < 2:
         return CpuScaling(0.0, pts, "one core: nothing to scale")
     if len({p.jobs for p in pts}) < 2:
@@ -73,12 +120,8 @@ def fit(points: Sequence[CpuPoint], cores: int) -> CpuScaling:
         return CpuScaling(0.0, pts, f"the steps up to the core count kept {min(p.busy_cores for p in pts):.2f}-"
                                     f"{max(p.busy_cores for p in pts):.2f} cores busy, too close together to tell a "
                                     "change of CPU per unit from noise: capacity taken as linear")
-    n = len(pts)
-    mean_b = sum(p.busy_cores for p in pts) / n
-    mean_c = sum(p.cpu_s for p in pts) / n
-    slope = (sum((p.busy_cores - mean_b) * (p.cpu_s - mean_c) for p in pts)
-             / sum((p.busy_cores - mean_b) ** 2 for p in pts))
-    at_one = mean_c + slope * (1 - mean_b)
+    intercept, slope = _line([p.busy_cores for p in pts], [p.cpu_s for p in pts])
+    at_one = intercept + slope
     if at_one <= 0:
         return CpuScaling(MAX_GROWTH, pts, f"CPU per unit rises too steeply with busy cores to extrapolate to one; "
                                            f"bounded at +{MAX_GROWTH * 100:.0f} % per core")

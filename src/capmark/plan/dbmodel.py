@@ -20,16 +20,20 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from scipy.stats import gamma
+
 from capmark.errors import CapmarkError
 from capmark.model import mva
 from capmark.model.open import erlang_c
-from capmark.plan.cpuscaling import demand_table
+from capmark.plan.cpuscaling import demand_table, waiting_share
 from capmark.plan.groupcommit import flush_state
 
 CLOSED_MODEL = "closed MVA: CPU m-server + devices + delays, WAL flush as a layered group-commit server"
 OPEN_MODEL = "open network: CPU M/M/m (Erlang C) + devices M/M/1 + delays, WAL flush as a group-commit server"
 LN20, LN100 = math.log(20), math.log(100)
 WAL_FLUSH = "WAL flush"  # the one-flusher software server
+# The percentiles each type's latency distribution is kept at, to combine the types' distributions into the mix's
+QUANTILES = (0.5, 0.75, 0.9, 0.95, 0.99)
 # A type's CPU service at another load is at least this fraction of its calibrated one (a what-if with a faster
 # CPU shortens it; nothing makes it vanish)
 MIN_SERVICE_FACTOR = 0.05
@@ -92,6 +96,7 @@ class TypeDemand:
     base_s: float  # measured mean latency at calibration
     base_p95_s: float
     base_p99_s: float
+    base_quantiles_s: list[float] = field(default_factory=list)  # at QUANTILES, measured at calibration
 
 
 @dataclass
@@ -117,6 +122,7 @@ class DbModel:
     # CPU per unit rises by this fraction per busy core beyond the first (plan/cpuscaling.py); cpu_s and
     # flush_cpu_s are then the CPU with one core busy
     cpu_growth: float = 0.0
+    wait_cpu_s: float = 0.0  # CPU of one commit's wait for another job's flush (plan/cpuscaling.py)
     cpu_scaling: dict[str, Any] = field(default_factory=dict)  # the fit's points and note, for the report
     types: list[TypeDemand] = field(default_factory=list)  # the classes of a mix (empty: one type)
     # the response time's parts (cpu, devices, fixed, flush) the model gives at the calibration load: a type's
@@ -155,6 +161,7 @@ class Prediction:
     # the response time in parts: CPU outside flushes, data devices, fixed delays, commits' flush waits
     parts: dict[str, float] = field(default_factory=dict)
     by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # per class: throughput, mean, p95, p99
+    flush_s: float | None = None  # the elapsed time of one WAL flush at this load (MVA)
 
     @property
     def cpu_busy_pct(self) -> float:
@@ -171,6 +178,14 @@ class _Demands:
     flush_cpu: float
     flush_device: float
     wal_station: str | None
+    wait_cpu: float = 0.0  # CPU of one commit's wait for another's flush
+
+
+def _with_waits(d: _Demands, flush_requests: float, flusher_busy: float, jobs: float) -> _Demands:
+    """The demands with the CPU that commits spend waiting for other jobs' flushes at this flusher load."""
+    if not d.wait_cpu or not flush_requests:
+        return d
+    return replace(d, cpu=d.cpu + flush_requests * waiting_share(flusher_busy, jobs) * d.wait_cpu)
 
 
 def _demands(model: DbModel, cfg: Config) -> _Demands:
@@ -184,7 +199,8 @@ def _demands(model: DbModel, cfg: Config) -> _Demands:
         wal = f"disk 1 of {cfg.disks}" if model.wal_device else None
     if wal and wal not in devices:
         devices[wal] = 0.0
-    return _Demands(cpu, devices, model.flush_cpu_s / cfg.cpu_speed, model.flush_device_s / cfg.disk_speed, wal)
+    return _Demands(cpu, devices, model.flush_cpu_s / cfg.cpu_speed, model.flush_device_s / cfg.disk_speed, wal,
+                    model.wait_cpu_s / cfg.cpu_speed)
 
 
 def _stations(d: _Demands, flushes: float, cores: int, growth: float = 0.0) -> list[mva.Station]:
@@ -199,16 +215,44 @@ def _stations(d: _Demands, flushes: float, cores: int, growth: float = 0.0) -> l
     return out
 
 
-def _shape(model: DbModel, d: _Demands, r: float, r0: float, cpu_queue: float) -> tuple[float, float]:
-    """p95 and p99: the calibration's latency shape for the part without queueing, an exponential tail
-    (p95 = 3.0 x mean, p99 = 4.6 x mean) for the queueing delay on top of it. A unit that never blocks
-    (no IO, no commit flush) meets CPU queueing only when the scheduler preempts it, once per time slice,
-    so when its CPU time is a small part of a slice the CPU queueing lifts the mean, not the percentiles."""
+def cpu_queue_shape(ahead: float, servers: int) -> float:
+    """The shape k of a CPU queueing delay's distribution. A waiting job waits for k = jobs ahead - m + 1
+    completions before a core frees: Erlang(k), a gamma of shape k, exponential at k = 1 (the open-system
+    limit: p95 = 3.0 x mean, p99 = 4.6 x mean). In a closed system the jobs ahead are bounded by the
+    population, so near saturation the wait varies far less (measured on tp-light's updates at 4-16 jobs:
+    p95 / mean 1.7-1.75 of the whole latency, where an exponential queue would give 2.6-2.9)."""
+    return max(1.0, ahead - servers + 1)
+
+
+def quantile_factor(p: float, k: float = 1.0) -> float:
+    """The p-quantile of a gamma delay of shape k over its mean (k = 1: exponential, -ln(1 - p))."""
+    return -math.log(1 - p) if k == 1.0 else float(gamma.ppf(p, k) / k)
+
+
+def flush_quantile_factor(p: float) -> float:
+    """The p-quantile of the extra wait for a WAL flush over its mean. A commit waits for the rest of the flush
+    in progress (uniform over one flush) and then its own (one flush, a write and fsync that vary little), so
+    its wait lies between one and two flushes: quantile (1 + p) F over the mean 1.5 F, 1.3 at p95, not the
+    exponential's 3.0 (the M/D/1 against the M/M/1 case)."""
+    return (1 + p) / 1.5
+
+
+def _shape(model: DbModel, d: _Demands, r: float, r0: float, cpu_queue: float, flush_queue: float,
+           cpu_k: float = 1.0) -> tuple[float, float]:
+    """p95 and p99: the calibration's latency shape for the part without queueing, a tail for each kind of
+    queueing delay on top of it: the CPU queue's (cpu_queue_shape), the flush wait's (flush_quantile_factor),
+    exponential for the rest (p95 = 3.0 x mean, p99 = 4.6 x mean). A unit that never blocks (no IO, no commit
+    flush) meets CPU queueing only when the scheduler preempts it, once per time slice, so when its CPU time
+    is a small part of a slice the CPU queueing lifts the mean, not the percentiles."""
     queue = max(0.0, r - r0)
+    cpu_queue = min(max(0.0, cpu_queue), queue)
+    flush_queue = min(max(0.0, flush_queue), queue - cpu_queue)
     blocks = model.flush_requests > 0 or sum(d.devices.values()) > 0.05 * d.cpu
-    if not blocks and d.cpu / SCHED_SLICE_S < 0.05:
-        queue = max(0.0, queue - cpu_queue)
-    return r0 * model.p95_over_mean + queue * LN20, r0 * model.p99_over_mean + queue * LN100
+    cpu95, cpu99 = ((0.0, 0.0) if not blocks and d.cpu / SCHED_SLICE_S < 0.05
+                    else (quantile_factor(0.95, cpu_k), quantile_factor(0.99, cpu_k)))
+    rest = queue - cpu_queue - flush_queue
+    return (r0 * model.p95_over_mean + rest * LN20 + cpu_queue * cpu95 + flush_queue * flush_quantile_factor(0.95),
+            r0 * model.p99_over_mean + rest * LN100 + cpu_queue * cpu99 + flush_queue * flush_quantile_factor(0.99))
 
 
 def _burst_wait(q: float, batch: float, cpu_per_unit: float, cores: int) -> float:
@@ -218,9 +262,13 @@ def _burst_wait(q: float, batch: float, cpu_per_unit: float, cores: int) -> floa
     return q * max(0.0, batch - 1) / 2 * cpu_per_unit / max(1, cores)
 
 
-def _flush_time(d: _Demands, s_cpu: float, wal_util_other: float) -> float:
-    """One flush: its CPU stretched like any CPU work, its device time slowed by the device's other IO."""
-    return d.flush_cpu * s_cpu + d.flush_device / max(1e-6, 1 - min(wal_util_other, 0.999999))
+def _flush_time(d: _Demands, wal_util_other: float, wake_s: float = 0.0, slow: float = 1.0) -> float:
+    """One flush as its flusher lives it: its CPU (on slowed cores), its device time slowed by the device's other
+    IO, and one wait for a core. The flusher sleeps in fsync until the device is done and must then be scheduled
+    again, behind the runnable jobs: that wait is the model's own CPU queueing of a unit, so the flush grows with
+    the CPU load, as pg_stat_io's fsync time does (wal-lat1 on 2 cores: 31 us at 1 job, 40 at 4, 60-84 at 8,
+    100-136 at 16), and a longer flush gathers bigger batches."""
+    return d.flush_cpu * slow + wake_s + d.flush_device / max(1e-6, 1 - min(wal_util_other, 0.999999))
 
 
 def _utilizations(names: list[str], busy: list[float], d: _Demands, rate: float, flushes: float, flush_s: float,
@@ -242,6 +290,9 @@ class _ClosedState:
     cpu_stretch: float = 1.0  # CPU residence / CPU demand
     wal_other: float = 0.0  # utilization of the WAL device by other IO
     throughput: float = 0.0
+    cpu_wait: float = 0.0  # a unit's wait for a core (its CPU residence less its service)
+    slow: float = 1.0  # the cores' slowdown at this load (plan/cpuscaling.py)
+    flusher_busy: float = 0.0  # the WAL flusher's busy fraction: how often a commit meets another's flush
 
 
 def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, state: _ClosedState,
@@ -251,7 +302,8 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     time and the round's residual (relative change the undamped step asked for)."""
     q = model.flush_requests
     f = q / state.batch
-    flush_s = _flush_time(d, state.cpu_stretch, state.wal_other)
+    d = _with_waits(d, q, state.flusher_busy, n)
+    flush_s = _flush_time(d, state.wal_other, state.cpu_wait, state.slow)
     extra = q * state.wait - f * d.flush_cpu * state.cpu_stretch  # the batch's flush, less the CPU already queued
     extra += _burst_wait(q, state.batch, d.cpu + f * d.flush_cpu, cfg.cores)
     stations = _stations(d, f, cfg.cores, model.cpu_growth)
@@ -261,6 +313,8 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     new = _ClosedState(state.batch, state.wait, result.residence_times[0] / stations[0].total_demand,
                        result.utilizations[[st.name for st in stations].index(d.wal_station)] if d.wal_station else 0.0,
                        x)
+    new.slow = 1 + model.cpu_growth * (max(1.0, result.utilizations[0] * cfg.cores) - 1)
+    new.cpu_wait = max(0.0, result.residence_times[0] - stations[0].total_demand * new.slow)
     if q <= 0:
         return new, result, flush_s, 0.0
     gap = max(1e-12, (n / x - q * state.wait) / q)
@@ -270,8 +324,11 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     target_wait = st.wait_s + (n / x) * over / q
     new.batch = state.batch + damping * (st.batch - state.batch)
     new.wait = state.wait + damping * (target_wait - state.wait)
+    busy = min(1.0, x * f * flush_s)
+    new.flusher_busy = state.flusher_busy + damping * (busy - state.flusher_busy)
     residual = max(abs(st.batch - state.batch) / state.batch, abs(target_wait - state.wait) / max(target_wait, 1e-12),
-                   abs(x - state.throughput) / x)
+                   abs(x - state.throughput) / x,
+                   abs(busy - state.flusher_busy) if d.wait_cpu and n > 1 else 0.0)  # only where waits cost CPU
     return new, result, flush_s, residual
 
 
@@ -292,7 +349,7 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     n = int(round(jobs))
     d = _demands(model, cfg)
     q = model.flush_requests
-    state = _ClosedState(wait=_flush_time(d, 1.0, 0.0) if q > 0 else 0.0)
+    state = _ClosedState(wait=_flush_time(d, 0.0) if q > 0 else 0.0)
     damping, window_start, converged, rounds = FIRST_DAMPING, math.inf, False, 0
     result, flush_s = None, 0.0
     while rounds < MAX_ROUNDS:
@@ -307,20 +364,28 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
             window_start = residual
     assert result is not None
     x, b = state.throughput, state.batch
+    r0 = _no_queue_response(model, d)  # one unit alone: no commit waits for another's flush
+    d = _with_waits(d, q, state.flusher_busy, n)
     stations = _stations(d, q / b, cfg.cores, model.cpu_growth)
     r = n / x - z
     util = _utilizations([st.name for st in stations], result.utilizations, d, x, q / b, flush_s, q)
     # the cores' slowdown at this load (plan/cpuscaling.py): longer service, not queueing, so it scales the
     # unqueued response time rather than adding to the tail
     slow = 1 + model.cpu_growth * (max(1.0, result.utilizations[0] * cfg.cores) - 1)
-    r0 = _no_queue_response(model, d)
     r0_slowed = r0 + (slow - 1) * (d.cpu + q * d.flush_cpu)
     stretch = result.residence_times[0] / stations[0].total_demand
-    p95, p99 = _shape(model, d, r, r0_slowed, result.residence_times[0] - stations[0].total_demand * slow)
+    cpu_k = cpu_queue_shape(result.queue_lengths[0] * (n - 1) / n, cfg.cores)
+    parts = _parts(model, d, r, slow, stretch, sum(result.residence_times[1:]))
+    p95, p99 = _shape(model, d, r, r0_slowed, result.residence_times[0] - stations[0].total_demand * slow,
+                      parts["flush"] - q * (d.flush_cpu + d.flush_device), cpu_k)
     out = _prediction(CLOSED_MODEL, model, jobs, None, z, False, x, r, p95, p99, util, r0, q, b, stations)
     out.converged, out.rounds, out.method = converged, rounds, result.method
-    out.parts = _parts(model, d, r, slow, stretch, sum(result.residence_times[1:]))
-    out.by_type = by_type(model, d, out.parts, x)
+    out.parts = parts
+    out.flush_s = flush_s if q > 0 else None
+    out.by_type = by_type(model, d, out.parts, x, cpu_k)
+    mixed = mix_percentiles(out.by_type) if out.by_type else None
+    if mixed:
+        out.p95_s, out.p99_s = mixed
     return out
 
 
@@ -335,7 +400,8 @@ def _parts(model: DbModel, d: _Demands, r: float, slow: float, cpu_stretch: floa
             "flush": r - cpu - cpu_queue - devices - fixed}
 
 
-def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: float | None) -> dict[str, dict[str, float]]:
+def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: float | None,
+            cpu_k: float = 1.0) -> dict[str, dict[str, Any]]:
     """Each class of a mix at this load. Jobs draw a type for every unit, so a job switches class from unit to
     unit: the network is solved as one chain (the mean unit), and each type meets the same queues in proportion
     to its own demands (product form: residence per unit of demand is the same for every class at a station).
@@ -348,24 +414,73 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
         return {}
     q = model.flush_requests
     blocks_on_io = sum(d.devices.values()) > 0.05 * d.cpu
+    # a short unit that never blocks keeps its core from one unit to the next, so the run queue's wait falls on
+    # the units that block and wake up (measured on tp-light at 16 jobs: reads 0.004 -> 0.009 ms, updates 0.036
+    # -> 0.47 ms): the mean unit's CPU queueing goes to the other types, in proportion to their CPU work
+    keeps_core = {t.name: not (t.flush_requests > 0 or blocks_on_io) and t.scale * d.cpu / SCHED_SLICE_S < 0.05
+                  for t in model.types}
+    waking = sum(t.share * t.scale for t in model.types if not keeps_core[t.name])
     out = {}
     for t in model.types:
         longer = 1 + t.scale * (parts["cpu"] - ref["cpu"]) / t.base_s if t.base_s > 0 else 1.0
         longer = max(MIN_SERVICE_FACTOR, longer)
-        cpu_queue = t.scale * (parts["cpu_queue"] - ref["cpu_queue"])
+        weight = (0.0 if keeps_core[t.name] else t.scale / waking) if waking > 0 else t.scale
+        cpu_queue = weight * (parts["cpu_queue"] - ref["cpu_queue"])
         other = t.scale * (parts["devices"] - ref["devices"])
         flush = (t.flush_requests / q if q > 0 else 0.0) * (parts["flush"] - ref["flush"])
         mean = max(0.0, t.base_s * longer + cpu_queue + other + flush)
-        preempted_only = not (t.flush_requests > 0 or blocks_on_io) and t.scale * d.cpu / SCHED_SLICE_S < 0.05
-        tail = other + flush + (0.0 if preempted_only else cpu_queue)
+        cpu_queue = 0.0 if keeps_core[t.name] and waking > 0 else cpu_queue
+        tail = other + flush + cpu_queue
         if tail >= 0:
-            p95, p99 = t.base_p95_s * longer + tail * LN20, t.base_p99_s * longer + tail * LN100
+            p95 = (t.base_p95_s * longer + other * LN20 + flush * flush_quantile_factor(0.95)
+                   + cpu_queue * quantile_factor(0.95, cpu_k))
+            p99 = (t.base_p99_s * longer + other * LN100 + flush * flush_quantile_factor(0.99)
+                   + cpu_queue * quantile_factor(0.99, cpu_k))
         else:  # less queueing than at calibration (a faster platform): the shape scales with the mean
             shrink = mean / t.base_s if t.base_s > 0 else 1.0
             p95, p99 = t.base_p95_s * shrink, t.base_p99_s * shrink
         out[t.name] = {"share": t.share, "throughput": throughput * t.share, "response_time_s": mean, "p95_s": p95,
                        "p99_s": p99}
+        if len(t.base_quantiles_s) == len(QUANTILES) and tail >= 0:
+            out[t.name]["quantiles_s"] = [
+                base * longer + other * quantile_factor(p) + flush * flush_quantile_factor(p)
+                + cpu_queue * quantile_factor(p, cpu_k)
+                for base, p in zip(t.base_quantiles_s, QUANTILES, strict=True)]
     return out
+
+
+def mix_percentiles(types: dict[str, dict[str, Any]]) -> tuple[float, float] | None:
+    """p95 and p99 of a mix from its types' distributions: the time t where the units slower than t, summed
+    over the types by their shares, are 5 % (1 %) of all. A mix's p95 is not a single-class tail: in tp-light it
+    is the 20 % updates' 75th percentile. Each type's exceedance is interpolated log-linearly between its
+    percentiles and extended beyond its p99 with the last segment's slope."""
+    curves = [(v["share"], v["quantiles_s"]) for v in types.values() if v.get("quantiles_s")]
+    if len(curves) != len(types) or not curves:
+        return None
+
+    def exceeding(t: float) -> float:
+        return sum(share * _exceedance(t, qs) for share, qs in curves)
+
+    out = []
+    for target in (0.05, 0.01):
+        lo, hi = 0.0, max(qs[-1] for _, qs in curves) * 100
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if exceeding(mid) > target else (lo, mid)
+        out.append((lo + hi) / 2)
+    return out[0], out[1]
+
+
+def _exceedance(t: float, quantiles: list[float]) -> float:
+    """P(latency > t) of one type from its latencies at QUANTILES."""
+    points = [(q, 1 - p) for q, p in zip(quantiles, QUANTILES, strict=True)]
+    if t <= points[0][0]:  # below the median: linear from certainty at 0
+        return 1 - (1 - points[0][1]) * t / points[0][0] if points[0][0] > 0 else points[0][1]
+    for (t0, s0), (t1, s1) in zip(points, points[1:], strict=False):
+        if t <= t1:
+            return s0 * (s1 / s0) ** ((t - t0) / (t1 - t0)) if t1 > t0 else s1
+    (t0, s0), (t1, s1) = points[-2], points[-1]
+    return s1 * (s1 / s0) ** ((t - t1) / (t1 - t0)) if t1 > t0 else 0.0
 
 
 def _no_queue_response(model: DbModel, d: _Demands) -> float:
@@ -393,7 +508,7 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
     q = model.flush_requests
     b, busy, r = 1.0, 0.0, 0.0
     r0 = _no_queue_response(model, d)
-    flush_s = _flush_time(d, 1.0, 0.0)
+    flush_s = _flush_time(d, 0.0)
     stations = _stations(d, q, cfg.cores)
     util: dict[str, float] = {}
     converged, rounds = False, 0
@@ -401,8 +516,9 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
     while rounds < MAX_ROUNDS:
         rounds += 1
         f = q / b
-        slow = _open_slowdown(rate * (base.cpu + f * base.flush_cpu), model.cpu_growth, cfg.cores)
-        d = replace(base, cpu=base.cpu * slow, flush_cpu=base.flush_cpu * slow)
+        waiting = _with_waits(base, q, busy, math.inf)
+        slow = _open_slowdown(rate * (waiting.cpu + f * base.flush_cpu), model.cpu_growth, cfg.cores)
+        d = replace(waiting, cpu=waiting.cpu * slow, flush_cpu=base.flush_cpu * slow)
         stations = _stations(d, f, cfg.cores)
         util = {s.name: rate * s.total_demand / s.servers for s in stations}
         if d.wal_station and q > 0:
@@ -420,7 +536,8 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
             else:
                 res[s.name] = s.total_demand / (1 - util[s.name])
         s_cpu = res["CPU"] / stations[0].total_demand
-        flush_s = _flush_time(d, s_cpu, util.get(d.wal_station, 0.0) if d.wal_station else 0.0)
+        flush_s = _flush_time(d, util.get(d.wal_station, 0.0) if d.wal_station else 0.0,
+                              res["CPU"] - stations[0].total_demand)
         a = rate * q * flush_s
         b_new = a + math.exp(-a) if q > 0 else 1.0
         busy = rate * (q / b_new) * flush_s
@@ -432,12 +549,17 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
             break
         b = 0.5 * b + 0.5 * b_new
     util = _utilizations(list(util), list(util.values()), d, rate, q / b, flush_s, q)
-    p95, p99 = _shape(model, d, r, _no_queue_response(model, d), res["CPU"] - stations[0].total_demand)
+    parts = _parts(model, d, r, 1.0, res["CPU"] / stations[0].total_demand, sum(v for k, v in res.items() if k != "CPU"))
+    p95, p99 = _shape(model, d, r, _no_queue_response(model, d), res["CPU"] - stations[0].total_demand,
+                      parts["flush"] - q * (d.flush_cpu + d.flush_device))
     out = _prediction(OPEN_MODEL, model, None, rate, 0.0, False, rate, r, p95, p99, util, r0, q, b, stations)
     out.converged, out.rounds, out.method = converged, rounds, "M/M/m and M/M/1 (Erlang C)"
-    out.parts = _parts(model, d, r, 1.0, res["CPU"] / stations[0].total_demand,
-                       sum(v for k, v in res.items() if k != "CPU"))
+    out.flush_s = flush_s if q > 0 else None
+    out.parts = parts
     out.by_type = by_type(model, d, out.parts, rate)
+    mixed = mix_percentiles(out.by_type) if out.by_type else None
+    if mixed:
+        out.p95_s, out.p99_s = mixed
     return out
 
 

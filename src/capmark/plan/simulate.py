@@ -9,7 +9,9 @@ this one. The simulation plays that out. Each of N jobs cycles through
 
 A unit makes floor(q) or floor(q) + 1 commits (q = flush_requests, the fraction as a probability, so the mean
 is q). Commits go through the group-commit flusher (capmark.model.sim.GroupCommit): one flush at a time;
-a commit arriving during a flush waits for the next, which takes every record written until it starts.
+a commit arriving during a flush waits for the next, which takes every record written until it starts, and
+once released spends the CPU of that wait (wait_cpu_s: woken, the lock handed over; plan/cpuscaling.py). The
+cores slow down with the number busy as calibrated (cpu_growth).
 A flush is flush_cpu_s of CPU work, sharing the cores with the backends (the flushing backend needs a core
 too), then flush_device_s on the WAL device, queueing behind its other IO. Flush work is fixed, not
 exponential: a WAL write and fsync of a few pages varies little, and it is what the group-commit submodel
@@ -64,6 +66,7 @@ class _Replication:
         self.flush_cpu, self.flush_device = d.flush_cpu, d.flush_device
         self.commit = GroupCommit(sim, self._flush)
         self.cpu_s = d.cpu
+        self.wait_cpu = d.wait_cpu  # CPU of a commit that waited for another's flush (plan/cpuscaling.py)
         q = model.flush_requests
         self.whole_commits, self.extra_commit = int(q), q - int(q)
         fixed = model.client_s + model.delay_s
@@ -113,7 +116,10 @@ class _Replication:
     def _committed(self, job: int) -> None:
         if self.commits_left[job] > 0:
             self.commits_left[job] -= 1
-            self.commit.commit(self._committed, job)
+            if self.wait_cpu > 0 and self.commit.flushing:  # it waits for another's flush: woken, it pays CPU
+                self.commit.commit(self._woken, job)
+            else:
+                self.commit.commit(self._committed, job)
             return
         self.done += 1
         if self.done > self.warmup:
@@ -125,6 +131,9 @@ class _Replication:
             for station in (self.cpu, *self.devices.values(), self.commit):
                 station.reset()
         self._think(job)
+
+    def _woken(self, job: int) -> None:
+        self.cpu.request(self.wait_cpu, self._committed, job)
 
     def run(self, units: int, warmup: int) -> dict[str, Any]:
         self.units, self.warmup = units, warmup

@@ -93,6 +93,9 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
         f"{c['cores']} cores{_from_text(c.get('cores_from'))}; WAL flush "
         f"requests {c['flush_requests']:.3f}/unit, flush CPU {c['flush_cpu_s'] * 1e6:.1f} us + device "
         f"{c['flush_device_s'] * 1e6:.1f} us; delay {c['delay_s'] * 1e6:.1f} us", highlight=False)
+    flush = flush_time_sentence(t["steps"])
+    if flush:
+        say(f"  {flush}", highlight=False, markup=False)
     capacity = capacity_sentence(c)
     if capacity:
         say(f"  {capacity}", highlight=False, markup=False)
@@ -130,20 +133,41 @@ def _type_verdict(v: dict[str, Any]) -> str:
             f"median {num(by_type['median_abs_pct'])} %, max {num(by_type['max_abs_pct'])} %")
 
 
+def flush_time_sentence(steps: list[dict[str, Any]]) -> str | None:
+    """One WAL flush's elapsed time per job count, measured (pg_stat_io) and modelled: it grows with the CPU load."""
+    pairs = [(r["jobs"], r.get("flush_time_s") or {}) for r in steps]
+    shown = [f"{jobs}: {_us(f.get('measured'))} / {_us(f.get('model'))}" for jobs, f in pairs if f.get("model")]
+    if not shown:
+        return None
+    return "one WAL flush's elapsed time in us, measured / model, by jobs: " + ", ".join(shown)
+
+
+def _us(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e6:.0f}"
+
+
 def capacity_sentence(c: dict[str, Any]) -> str | None:
-    """The cores' effective capacity as calibrated: how many cores' worth each number of busy cores does."""
+    """What makes the CPU per unit rise with load, as calibrated: commits waiting for other jobs' flushes, or
+    busy cores that do less than linearly more (how many cores' worth each number of them does)."""
     scaling = c.get("cpu_scaling") or {}
     if not scaling:
         return None
     points = ", ".join(f"{p['jobs']} job{'s' if p['jobs'] != 1 else ''}: {p['busy_cores']:.2f} busy, "
-                       f"{p['cpu_s'] * 1e6:.1f} us" for p in scaling["points"])
-    cores = scaling["effective_cores"]
-    worth = ", ".join(f"{k} busy = {v:.2f}" for k, v in cores.items())
-    growth = scaling["growth_per_core"]
-    head = (f"CPU capacity: {worth} cores' worth (CPU per unit {growth * 100:+.1f} % per busy core beyond the first"
-            if growth else "CPU capacity: linear in the busy cores (")
+                       f"{p['cpu_s'] * 1e6:.1f} us" + (f", {p['commit_waits']:.2f} commit waits"
+                                                       if p.get("commit_waits") else "")
+                       for p in scaling["points"])
+    growth, wait = scaling["growth_per_core"], scaling.get("wait_cpu_s") or 0.0
+    if wait:
+        head = (f"CPU per unit: {wait * 1e6:.1f} us more per commit that waits for another job's WAL flush "
+                "(sleep, wake-up, lock hand-off), cores taken as linear")
+    elif growth:
+        worth = ", ".join(f"{k} busy = {v:.2f}" for k, v in scaling["effective_cores"].items())
+        head = f"CPU capacity: {worth} cores' worth (CPU per unit {growth * 100:+.1f} % per busy core beyond the first"
+        head += ")"
+    else:
+        head = "CPU capacity: linear in the busy cores"
     why = f"; {scaling['note']}" if scaling.get("note") else ""
-    return f"{head}; from the steps up to the core count: {points or 'none with the CPU measured'}{why})"
+    return f"{head}; from the steps up to the core count ({points or 'none with the CPU measured'}){why}"
 
 
 def _print_types(t: dict[str, Any], console: Console) -> None:
@@ -246,6 +270,11 @@ def print_whatif(t: dict[str, Any], console: Console) -> None:
     console.print(table)
     console.print(f"  models: closed rows {t['scenarios'][0]['prediction']['model']}; growth rows the open model; "
                   f"calibrated on {t['model']} jobs", highlight=False)
+    for s in t["scenarios"]:
+        types = s["prediction"].get("by_type") or {}
+        if types:
+            each = ", ".join(f"{name} {ms(v['response_time_s'])} / {ms(v['p95_s'])}" for name, v in types.items())
+            console.print(f"  {s['name']}, per transaction type, mean / p95 ms: {each}", highlight=False, markup=False)
     _say_platform(t, console)
     for note in dict.fromkeys(n for s in t["scenarios"] for n in s["prediction"].get("notes") or []):
         console.print(f"  note: {note}", highlight=False, markup=False)
