@@ -243,13 +243,19 @@ def _shape(model: DbModel, d: _Demands, r: float, r0: float, cpu_queue: float, f
     queueing delay on top of it: the CPU queue's (cpu_queue_shape), the flush wait's (flush_quantile_factor),
     exponential for the rest (p95 = 3.0 x mean, p99 = 4.6 x mean). A unit that never blocks (no IO, no commit
     flush) meets CPU queueing only when the scheduler preempts it, once per time slice, so when its CPU time
-    is a small part of a slice the CPU queueing lifts the mean, not the percentiles."""
+    is a small part of a slice the CPU queueing lifts the mean, not the percentiles. A unit of a slice of CPU
+    or more is preempted many times, so its cores are shared (processor sharing): its whole distribution
+    stretches by the same factor as its mean."""
     queue = max(0.0, r - r0)
     cpu_queue = min(max(0.0, cpu_queue), queue)
     flush_queue = min(max(0.0, flush_queue), queue - cpu_queue)
     blocks = model.flush_requests > 0 or sum(d.devices.values()) > 0.05 * d.cpu
-    cpu95, cpu99 = ((0.0, 0.0) if not blocks and d.cpu / SCHED_SLICE_S < 0.05
-                    else (quantile_factor(0.95, cpu_k), quantile_factor(0.99, cpu_k)))
+    if not blocks and d.cpu / SCHED_SLICE_S < 0.05:
+        cpu95, cpu99 = 0.0, 0.0
+    elif d.cpu >= SCHED_SLICE_S:
+        cpu95, cpu99 = model.p95_over_mean, model.p99_over_mean
+    else:
+        cpu95, cpu99 = quantile_factor(0.95, cpu_k), quantile_factor(0.99, cpu_k)
     rest = queue - cpu_queue - flush_queue
     return (r0 * model.p95_over_mean + rest * LN20 + cpu_queue * cpu95 + flush_queue * flush_quantile_factor(0.95),
             r0 * model.p99_over_mean + rest * LN100 + cpu_queue * cpu99 + flush_queue * flush_quantile_factor(0.99))
@@ -429,13 +435,18 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
         other = t.scale * (parts["devices"] - ref["devices"])
         flush = (t.flush_requests / q if q > 0 else 0.0) * (parts["flush"] - ref["flush"])
         mean = max(0.0, t.base_s * longer + cpu_queue + other + flush)
-        cpu_queue = 0.0 if keeps_core[t.name] and waking > 0 else cpu_queue
+        cpu_queue = 0.0 if keeps_core[t.name] else cpu_queue  # preempted once a slice: the mean, not the tail
         tail = other + flush + cpu_queue
+        shared = t.scale * d.cpu >= SCHED_SLICE_S and t.base_s > 0  # processor sharing: the shape stretches
+
+        def cpu_factor(p: float, base_at_p: float) -> float:
+            return base_at_p / t.base_s if shared else quantile_factor(p, cpu_k)  # noqa: B023
+
         if tail >= 0:
             p95 = (t.base_p95_s * longer + other * LN20 + flush * flush_quantile_factor(0.95)
-                   + cpu_queue * quantile_factor(0.95, cpu_k))
+                   + cpu_queue * cpu_factor(0.95, t.base_p95_s))
             p99 = (t.base_p99_s * longer + other * LN100 + flush * flush_quantile_factor(0.99)
-                   + cpu_queue * quantile_factor(0.99, cpu_k))
+                   + cpu_queue * cpu_factor(0.99, t.base_p99_s))
         else:  # less queueing than at calibration (a faster platform): the shape scales with the mean
             shrink = mean / t.base_s if t.base_s > 0 else 1.0
             p95, p99 = t.base_p95_s * shrink, t.base_p99_s * shrink
@@ -444,7 +455,7 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
         if len(t.base_quantiles_s) == len(QUANTILES) and tail >= 0:
             out[t.name]["quantiles_s"] = [
                 base * longer + other * quantile_factor(p) + flush * flush_quantile_factor(p)
-                + cpu_queue * quantile_factor(p, cpu_k)
+                + cpu_queue * cpu_factor(p, base)
                 for base, p in zip(t.base_quantiles_s, QUANTILES, strict=True)]
     return out
 
