@@ -367,8 +367,9 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
     return {"workload": test.workload, "unit": test.unit, "model": SIM_MODEL if solver == "sim" else CLOSED_MODEL,
             "solver": solver, "calibrated_from_jobs":
             model.calibrated_from, "calibration": model.to_dict(),
-            "p95_note": "p95/p99 = the calibration step's latency shape for the unqueued part + an exponential tail "
-                        "(x3.0 / x4.6) for the queueing delay the model adds",
+            "p95_note": "p95/p99 = the calibration step's latency shape for the unqueued part + a tail for each "
+                        "queueing delay the model adds: Erlang for the CPU queue, one to two flushes for a commit's "
+                        "flush wait, exponential (x3.0 / x4.6) for devices; a mix's p95/p99 combines its types'",
             "interval_note": "measured figures are means over the valid repetitions of a job count; ± is their 95 % "
                              "confidence half-width (" + "; ".join(f"{k}: {v}" for k, v in noise.METHODS.items())
                              + "); a model figure inside it counts as measurement noise, not model error",

@@ -414,7 +414,7 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
     A type's latency is its measured one at calibration, scaled by how much longer its CPU service has become
     (slower busy cores), plus its share of how far each queueing part of the mean unit's response time has moved
     since: CPU queue and devices by its scale, the flush waits by its commits. Its p95 and p99 scale alike and
-    add an exponential tail for the queueing (as for the mean unit, see _shape)."""
+    add a tail for each kind of queueing (as for the mean unit, see _shape)."""
     ref = model.type_reference
     if not model.types or not ref or throughput is None:
         return {}
