@@ -92,8 +92,8 @@ def _utilization(station: Station, throughput: float, marginals: list[float] | N
         return throughput * station.total_demand
     if station.service_time_with_n_present is not None and marginals is not None:
         if station.servers > 1:  # the busy fraction of all servers: min(j, m) of them busy with j present
-            m = station.servers
-            return sum(p * min(j, m) for j, p in enumerate(marginals)) / m
+            m = station.servers  # (over the probabilities' sum: the recursion's rounding leaves it a hair off 1)
+            return sum(p * min(j, m) for j, p in enumerate(marginals)) / m / max(sum(marginals), 1e-300)
         return 1 - marginals[0]
     return throughput * station.total_demand / station.servers
 
