@@ -3,6 +3,10 @@
 Every step is committed as soon as it ends, so an interrupted run keeps its completed steps.
 Raw material is kept as JSON documents beside the derived KPMs so that later analyses can
 recompute anything without the database.
+
+The file carries its format in SQLite's user_version (FORMAT_VERSION). Format 0 is every run written before the
+format had a number: the reader fills in what those lack (columns and fields added since default), so they open
+as they are. A file of a newer format than this capmark knows is refused with one sentence, never misread.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from capmark.errors import CapmarkError
 from capmark.results import RunResult, StepResult, TestResult
 
 DB_NAME = "results.sqlite"
+# 1: the format of November 2026 (runs with repetitions, stepping and per-step instruments); 0: unnumbered, older
+FORMAT_VERSION = 1
 SCHEMA = """
 create table if not exists run (
   run_id text primary key, created_at text, status text, spec text, environment text, target text,
@@ -74,8 +80,14 @@ class RunStore:
 
     def _open(self) -> sqlite3.Connection:
         self.folder.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.folder / DB_NAME)
+        path = self.folder / DB_NAME
+        fresh = not path.exists()
+        db = sqlite3.connect(path)
+        if not fresh:
+            _check_format(db, path)
         db.executescript(SCHEMA)
+        if fresh:  # an existing run keeps the format it was measured in; derived documents do not change it
+            db.execute(f"pragma user_version = {FORMAT_VERSION}")
         return db
 
     @property
@@ -155,6 +167,19 @@ class RunStore:
             self._db = None
 
 
+def format_of(db: sqlite3.Connection) -> int:
+    return int(db.execute("pragma user_version").fetchone()[0])
+
+
+def _check_format(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse a results file written by a newer capmark: its records may mean what this one cannot know."""
+    version = format_of(db)
+    if version > FORMAT_VERSION:
+        db.close()
+        raise CapmarkError(f"{path} was written by a newer capmark (results format {version}; this capmark reads up "
+                           f"to format {FORMAT_VERSION}); upgrade capmark (pip install -U capmark) to read it.")
+
+
 def _damaged(path: Path, err: sqlite3.Error) -> CapmarkError:
     if "no such table" in str(err) or "no such column" in str(err):
         return CapmarkError(f"{path} is not a capmark results file ({err}); name a run folder that capmark wrote, "
@@ -169,6 +194,7 @@ def load_run(folder: Path) -> RunResult:
         raise CapmarkError(f"{folder} holds no capmark run (no {DB_NAME}); name a run folder or run id.")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
+        _check_format(db, path)
         run, pid_started = _read_run(db, path, folder)
     except sqlite3.Error as err:
         raise _damaged(path, err) from None

@@ -1,0 +1,80 @@
+"""The results file's format: runs stored today keep opening, newer files are refused in one sentence."""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capmark import api
+from capmark.errors import CapmarkError
+from capmark.store import DB_NAME, FORMAT_VERSION, RunStore, format_of
+
+# A real run stored in format 1 (how it was recorded: tests/fixtures/README.md). Its figures below were read from
+# it when it was recorded; a reader that stops understanding format 1 changes them or fails to open it.
+FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
+RECORDED_UNITS = {("srv-query1", 1): 441_142, ("srv-query1", 2): 678_071, ("tp-light", 1): 95_328,
+                  ("tp-light", 2): 105_414}
+RECORDED_THROUGHPUT = {("srv-query1", 1): 440_501.67, ("tp-light", 2): 105_202.41}
+
+
+def _unpack(where: Path, version: int | None = None) -> Path:
+    folder = where / "20261122-000000-f1x7"
+    folder.mkdir(parents=True)
+    (folder / DB_NAME).write_bytes(gzip.decompress(FIXTURE.read_bytes()))
+    if version is not None:
+        db = sqlite3.connect(folder / DB_NAME)
+        db.execute(f"pragma user_version = {version}")
+        db.commit()
+        db.close()
+    return folder
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_a_run_of_format_1_still_opens_with_its_figures(tmp_path):
+    folder = _unpack(tmp_path)
+    run = api.open_run(str(folder))
+    assert run.status == "complete" and [t.workload for t in run.tests] == ["srv-query1", "tp-light"]
+    units = {(t.workload, s.jobs): s.units for t in run.tests for s in t.steps}
+    assert units == RECORDED_UNITS
+    stored = {(t.workload, s.jobs): s.kpm["throughput"] for t in run.tests for s in t.steps}
+    for key, value in RECORDED_THROUGHPUT.items():
+        assert stored[key] == pytest.approx(value, rel=1e-6)
+    tp = run.test("tp-light").steps[0]
+    assert sorted(tp.histograms) == ["read", "update"] and tp.histograms["update"].total > 0
+
+
+def test_a_run_of_format_1_is_analysed_and_rendered_without_a_database(tmp_path):
+    folder = _unpack(tmp_path)
+    doc = api.calibrate(str(folder))
+    light = next(t for t in doc["tests"] if t["workload"] == "tp-light")
+    assert {c["name"] for c in light["calibration"]["types"]} == {"read", "update"}
+    out = _cli("report", str(folder), "--format", "json")
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_newer_format_is_refused_in_one_sentence(tmp_path):
+    folder = _unpack(tmp_path, version=FORMAT_VERSION + 1)
+    out = _cli("report", str(folder))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"results format {FORMAT_VERSION + 1}" in out.stderr and "upgrade capmark" in out.stderr
+    # writing a derived document (what-if, sizing) must not touch it either
+    with pytest.raises(CapmarkError, match="newer capmark"):
+        RunStore(folder).save_derived("20261122-181324-90a4", 1, "whatif", {})
+
+
+def test_new_files_carry_the_format_and_old_files_keep_theirs(tmp_path):
+    assert format_of(RunStore(tmp_path / "new").db) == FORMAT_VERSION
+    old = _unpack(tmp_path / "old", version=0)  # as every run written before the format had a number
+    store = RunStore(old)
+    store.save_derived("20261122-181324-90a4", 1, "whatif", {"note": "a later analysis"})
+    assert format_of(store.db) == 0
+    store.close()
+    assert api.open_run(str(old)).tests[0].steps[0].units == RECORDED_UNITS[("srv-query1", 1)]
