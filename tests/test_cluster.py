@@ -94,11 +94,12 @@ def test_transactions_on_the_cluster_match_the_servers_statement_counts(embedded
 
 
 def test_the_cluster_offers_the_load_of_the_single_host_driver(embedded_dsn, tmp_path, ray_cluster):
-    """Alternating rounds, best of two each: the two-node cluster's 4 jobs reach at least 0.8 of the single-host
+    """Alternating rounds, best of three each: the two-node cluster's 4 jobs reach at least 0.8 of the single-host
     worker processes' (benchmarks/cluster_scaling.py measured 1.16x); jobs serialised on one process (Python's
-    global lock) would give about 0.55."""
+    global lock) would give about 0.55. Best of two was not enough on the shared CI host: one single-host round
+    read 224,000 and the next 116,000 queries/s."""
     single, spread = [], []
-    for _ in range(2):
+    for _ in range(3):
         for address, into in ((None, single), (ray_cluster.address, spread)):
             _, step = _run(embedded_dsn, tmp_path, "srv-query1", address)
             assert step.status == "ok", step.notes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -509,9 +510,19 @@ def usage_sentence(err: Exception) -> str:
     return f"capmark: {message}; see `{' '.join(['capmark', *names])} --help`."
 
 
+def _quiet_library_cleanup() -> None:
+    """psycopg logs what it ignores while cleaning up (a rollback that found the query an interrupt cut short:
+    'error ignored in rollback ... another command is already in progress'); with no logging configured Python
+    prints that to stderr beside capmark's one line. capmark says what happened itself."""
+    logger = logging.getLogger("psycopg")
+    logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
 def main() -> None:
     """Run one command. Every way it ends maps to one exit code and at most one line (see capmark.errors): an
     interrupt (Ctrl-C or SIGTERM, at any moment, even during the first one's cleanup) exits 130."""
+    _quiet_library_cleanup()
     with api.sigterm_as_interrupt():
         try:
             code = _dispatch()
