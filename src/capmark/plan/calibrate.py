@@ -263,9 +263,7 @@ def _mean_or_none(values: list[float | None]) -> float | None:
 
 def _mean_point(points: list[dict[str, Any]]) -> dict[str, Any]:
     """The measured point of a job count: the mean over its repetitions (None where one of them has none)."""
-    def mean(values: list[float | None]) -> float | None:
-        return None if any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]
-
+    mean = _mean_or_none
     devs = set.intersection(*(set(p["device_util_pct"]) for p in points))
     return {**{k: mean([p[k] for p in points]) for k in ("throughput", "response_time_s", "p95_s", "p99_s",
                                                            "cpu_busy_pct", "flushes_per_unit")},

@@ -60,7 +60,12 @@ class CpuScaling:
 
     def per_unit(self, cpu_one_core: float, busy_cores: float) -> float:
         """CPU per unit with `busy_cores` cores at work (no commit waits)."""
-        return cpu_one_core * (1 + self.growth * (max(1.0, busy_cores) - 1))
+        return cpu_one_core * slowdown(self.growth, busy_cores)
+
+
+def slowdown(growth: float, busy_cores: float) -> float:
+    """How much longer one unit's CPU work takes with `busy_cores` cores at work than with one."""
+    return 1 + growth * (max(1.0, busy_cores) - 1)
 
 
 def waiting_share(flusher_busy: float, jobs: float) -> float:
@@ -73,10 +78,6 @@ def waiting_share(flusher_busy: float, jobs: float) -> float:
     if math.isinf(jobs):  # an open load: the others are everyone
         return busy
     return min(1.0, busy * (jobs - 1) / jobs / (1 - busy / jobs))
-
-    def capacity(self, cores: int) -> float:
-        """How many cores' worth of one busy core's work `cores` busy cores do."""
-        return effective_cores(cores, self.growth)
 
 
 def effective_cores(cores: int, growth: float) -> float:

@@ -25,7 +25,7 @@ from scipy.stats import gamma
 from capmark.errors import CapmarkError
 from capmark.model import mva
 from capmark.model.open import erlang_c
-from capmark.plan.cpuscaling import demand_table, waiting_share
+from capmark.plan.cpuscaling import demand_table, slowdown, waiting_share
 from capmark.plan.groupcommit import flush_state
 
 CLOSED_MODEL = "closed MVA: CPU m-server + devices + delays, WAL flush as a layered group-commit server"
@@ -319,7 +319,7 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     new = _ClosedState(state.batch, state.wait, result.residence_times[0] / stations[0].total_demand,
                        result.utilizations[[st.name for st in stations].index(d.wal_station)] if d.wal_station else 0.0,
                        x)
-    new.slow = 1 + model.cpu_growth * (max(1.0, result.utilizations[0] * cfg.cores) - 1)
+    new.slow = slowdown(model.cpu_growth, result.utilizations[0] * cfg.cores)
     new.cpu_wait = max(0.0, result.residence_times[0] - stations[0].total_demand * new.slow)
     if q <= 0:
         return new, result, flush_s, 0.0
@@ -375,9 +375,9 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     stations = _stations(d, q / b, cfg.cores, model.cpu_growth)
     r = n / x - z
     util = _utilizations([st.name for st in stations], result.utilizations, d, x, q / b, flush_s, q)
-    # the cores' slowdown at this load (plan/cpuscaling.py): longer service, not queueing, so it scales the
+    # the cores' slowdown at this load (the last round's): longer service, not queueing, so it scales the
     # unqueued response time rather than adding to the tail
-    slow = 1 + model.cpu_growth * (max(1.0, result.utilizations[0] * cfg.cores) - 1)
+    slow = state.slow
     r0_slowed = r0 + (slow - 1) * (d.cpu + q * d.flush_cpu)
     stretch = result.residence_times[0] / stations[0].total_demand
     cpu_k = cpu_queue_shape(result.queue_lengths[0] * (n - 1) / n, cfg.cores)
@@ -442,21 +442,19 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
         def cpu_factor(p: float, base_at_p: float) -> float:
             return base_at_p / t.base_s if shared else quantile_factor(p, cpu_k)  # noqa: B023
 
+        def at(p: float, base: float) -> float:  # the p-quantile: the calibrated one, longer, plus each tail
+            return (base * longer + other * quantile_factor(p) + flush * flush_quantile_factor(p)  # noqa: B023
+                    + cpu_queue * cpu_factor(p, base))  # noqa: B023
+
         if tail >= 0:
-            p95 = (t.base_p95_s * longer + other * LN20 + flush * flush_quantile_factor(0.95)
-                   + cpu_queue * cpu_factor(0.95, t.base_p95_s))
-            p99 = (t.base_p99_s * longer + other * LN100 + flush * flush_quantile_factor(0.99)
-                   + cpu_queue * cpu_factor(0.99, t.base_p99_s))
+            p95, p99 = at(0.95, t.base_p95_s), at(0.99, t.base_p99_s)
         else:  # less queueing than at calibration (a faster platform): the shape scales with the mean
             shrink = mean / t.base_s if t.base_s > 0 else 1.0
             p95, p99 = t.base_p95_s * shrink, t.base_p99_s * shrink
         out[t.name] = {"share": t.share, "throughput": throughput * t.share, "response_time_s": mean, "p95_s": p95,
                        "p99_s": p99}
         if len(t.base_quantiles_s) == len(QUANTILES) and tail >= 0:
-            out[t.name]["quantiles_s"] = [
-                base * longer + other * quantile_factor(p) + flush * flush_quantile_factor(p)
-                + cpu_queue * cpu_factor(p, base)
-                for base, p in zip(t.base_quantiles_s, QUANTILES, strict=True)]
+            out[t.name]["quantiles_s"] = [at(p, base) for base, p in zip(t.base_quantiles_s, QUANTILES, strict=True)]
     return out
 
 
@@ -507,7 +505,7 @@ def _open_slowdown(load: float, growth: float, cores: int) -> float:
         return 1.0
     denominator = 1 - load * growth
     busy = load * (1 - growth) / denominator if denominator > 0 else cores
-    return 1 + growth * (min(cores, max(1.0, busy)) - 1)
+    return slowdown(growth, min(cores, busy))
 
 
 def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Prediction:
