@@ -233,7 +233,7 @@ class RunSpec:
         elif self.data_dir is not None and not env_dsn():
             check_data_dir(self.data_dir)
         if self.soak_s is not None:
-            self._validate_soak()
+            self._validate_soak(self.soak_s)
         check_host_metrics(self.host_metrics, self.node_exporter)
         check_driver_procs(self.driver_procs)
         check_cluster(self.cluster, self.mode, self.suite_file is not None or bool(self.scripts))
@@ -243,7 +243,7 @@ class RunSpec:
                                "\"file.sql\") or drop --suite.")
         return self
 
-    def _validate_soak(self) -> None:
+    def _validate_soak(self, soak_s: float) -> None:
         if self.suite_file or len(self.workloads) != 1:
             raise CapmarkError("A soak runs one workload: give exactly one, e.g. capmark run --soak 2h tp-light "
                                "--jobs 4.")
@@ -252,9 +252,9 @@ class RunSpec:
         if self.repeat != 1:
             raise CapmarkError("A soak runs one long step and is not repeated; drop --repeat, or measure steps with "
                                "--duration instead of --soak.")
-        if not MIN_SOAK_S <= self.soak_s <= MAX_SOAK_S:
+        if not MIN_SOAK_S <= soak_s <= MAX_SOAK_S:
             raise CapmarkError(f"A soak must last between {MIN_SOAK_S:g} seconds and 7 days (one throughput point "
-                               f"per second is kept); got {self.soak_s:g} s, e.g. --soak 30m.")
+                               f"per second is kept); got {soak_s:g} s, e.g. --soak 30m.")
         check_times(self.warmup_s, MIN_STEP_S, self.think_s)
 
 

@@ -25,7 +25,8 @@ class StepResult:
     db_delta: dict[str, Any] = field(default_factory=dict)
     os: dict[str, Any] = field(default_factory=dict)  # cpu/disk/memory before-after and derived deltas
     process_cpu: dict[str, dict[str, float]] = field(default_factory=dict)
-    driver_cpu: dict[str, float] = field(default_factory=dict)
+    # the driver's CPU seconds (user_s, sys_s, database_host_s, ...) and its processes, each on its own
+    driver_cpu: dict[str, Any] = field(default_factory=dict)
     waits: dict[str, int] = field(default_factory=dict)
     wait_samples: int = 0
     os_series: list[dict[str, Any]] = field(default_factory=list)
@@ -78,7 +79,7 @@ class TestResult:
     unit: str
     throughput_label: str
     mode: str
-    params: dict[str, int]
+    params: dict[str, int | str]  # the workload's parameter values (workloads.base.ParamValue)
     kpms: list[str]
     per_unit: dict[str, float] = field(default_factory=dict)  # what one unit stands for: rows, ops
     steps: list[StepResult] = field(default_factory=list)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import os
 import signal
 import sqlite3
@@ -89,7 +90,6 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
     cores = cores or os.cpu_count() or 1
     jobs: list[int] | str = AUTO_JOBS if spec.jobs_auto else (spec.jobs or default_jobs(cores))
     auto_max = spec.max_jobs or min(MAX_JOBS, stepping.AUTO_CORES_FACTOR * cores)
-    more = {"repeat": spec.repeat, "auto_max": auto_max}
     if spec.soak_s is not None:
         plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, spec.jobs or [cores],
                                         spec.warmup_s, spec.soak_s, spec.think_s, spec.rate)
@@ -99,18 +99,19 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
         return plans
     if spec.suite_file:
         return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
-                               spec.rate, **more)
+                               spec.rate, repeat=spec.repeat, auto_max=auto_max)
     plans = []
     if spec.workloads or not spec.scripts:
         plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s,
-                                        spec.duration_s, spec.think_s, spec.rate, **more)
+                                        spec.duration_s, spec.think_s, spec.rate, repeat=spec.repeat,
+                                        auto_max=auto_max)
     if spec.scripts:
         if spec.seed is None:  # chosen once and kept with the run, so that it can be repeated
             spec.seed = int.from_bytes(os.urandom(8)) >> 1
         options = {"seed": spec.seed, "query_mode": spec.query_mode, "max_tries": spec.max_tries,
                    "allow_shell": spec.allow_shell}
         plans.append(suite.script_plan(spec.scripts, spec.defines, options, jobs, spec.warmup_s, spec.duration_s,
-                                       spec.think_s, spec.rate, **more))
+                                       spec.think_s, spec.rate, repeat=spec.repeat, auto_max=auto_max))
     return plans
 
 
@@ -166,13 +167,18 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         _check_connections(control, max(max(p.jobs) for p in plans))
         size = datamodel.size_for(spec.scale)
         notes: list[str] = []
-        setup_s = datamodel.setup(control, size, say=lambda m: (notes.append(m), observer.say(m)))
+
+        def say_and_note(message: str) -> None:
+            notes.append(message)
+            observer.say(message)
+
+        setup_s = datamodel.setup(control, size, say=say_and_note)
         if setup_s:
             notes.append(f"data model set up in {setup_s:.1f} s (not part of any measurement)")
         workloads = list({p.workload.name: p.workload for p in plans}.values())
         datamodel.install_procedures(control, [sql for w in workloads for sql in (*w.helpers_sql, w.procedure_sql)])
-        devices, device_note = host.data_device(info.data_directory)
-        devices = [devices] if devices else []
+        device, device_note = host.data_device(info.data_directory)
+        devices = [device] if device else []
         for name, cap in info.capabilities.items():
             if not cap.available:
                 notes.append(f"n/a: {name}: {cap.reason}")
@@ -315,7 +321,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                                  all_statements=spec.all_statements)
             try:
                 step = run_step(ctx, workload, params, size, step_plan,
-                                lambda phase, left, j=jobs: observer.step_progress(test, j, phase, left))
+                                functools.partial(observer.step_progress, test, jobs))
             except StepFailed as err:
                 ctx.control.execute("select 1")  # the server or the connection gone: the run cannot go on
                 test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) failed: {err}"

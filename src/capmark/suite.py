@@ -78,7 +78,9 @@ class TestPlan:
 
 def _stepping(jobs: list[int] | str, auto_max: int) -> tuple[list[int], int | None]:
     """A job list as given, or the doubling chain and its bound for "auto"."""
-    return (chain(auto_max), auto_max) if jobs == AUTO_JOBS else (list(jobs), None)
+    if isinstance(jobs, str):  # "auto", or the command line's "1,2,4"
+        return (chain(auto_max), auto_max) if jobs == AUTO_JOBS else (parse_jobs(jobs), None)
+    return list(jobs), None
 
 
 def from_command_line(names: list[str], params: dict[str, str], mode: str, jobs: list[int] | str, warmup_s: float,
@@ -173,7 +175,7 @@ def _script_test(entry: dict[str, Any], base: dict[str, Any], path: Path, i: int
     given = entry.get("scripts", entry.get("script"))
     if "script" in entry and "scripts" in entry:
         raise CapmarkError(f"{where} has both script and scripts; give one of them.")
-    items = given if isinstance(given, list) else [given]
+    items: list[Any] = given if isinstance(given, list) else [given]  # checked to be non-empty strings below
     if not items or not all(isinstance(x, str) and x for x in items):
         raise CapmarkError(f"The scripts of {where} are {given!r}; write script = \"file.sql\" or scripts = "
                            "[\"a.sql@9\", \"b.sql@1\"].")

@@ -128,7 +128,7 @@ class Sampler(threading.Thread):
         while not self._halt.is_set():
             tick += 1
             if self.conn is not None:
-                self._sample_waits()
+                self._sample_waits(self.conn)
             now = time.monotonic()
             if self.host is not None and now >= next_memory:
                 self._sample_memory(now - start)
@@ -175,10 +175,10 @@ class Sampler(threading.Thread):
                 "where pid <> pg_backend_pid() and (pid = any(%s) "
                 "or backend_type in ('checkpointer', 'autovacuum worker', 'client backend'))")
 
-    def _sample_waits(self) -> None:
+    def _sample_waits(self, conn: psycopg.Connection) -> None:
         try:
             first = self.samples.transactions == 0
-            rows = self.conn.execute(self.WAIT_SQL, (self.pids, self.pids), prepare=True).fetchall()
+            rows = conn.execute(self.WAIT_SQL, (self.pids, self.pids), prepare=True).fetchall()
         except psycopg.Error as err:
             self.samples.errors.append(str(err).splitlines()[0])
             self.conn = None

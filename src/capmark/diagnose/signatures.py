@@ -303,21 +303,22 @@ MIN_COMMITS_PER_UNIT = 0.5
 
 
 def commit_bound(t: TestView) -> Finding | None:
-    steps = [s for s in t.valid_steps if s.wal_fsyncs_per_commit
-             and (s.commits_per_unit or 0.0) >= MIN_COMMITS_PER_UNIT]
-    if len(steps) < 2:
+    measured = [(s, fsyncs) for s in t.valid_steps if (fsyncs := s.wal_fsyncs_per_commit)
+                and (s.commits_per_unit or 0.0) >= MIN_COMMITS_PER_UNIT]
+    if len(measured) < 2:
         return None
-    first, last = steps[0], steps[-1]
+    steps = [s for s, _ in measured]
+    (first, first_fsyncs), (last, last_fsyncs) = measured[0], measured[-1]
     shares = [s.flush_share_of_commit for s in steps if s.flush_share_of_commit is not None]
-    falls = last.wal_fsyncs_per_commit < 0.7 * first.wal_fsyncs_per_commit
+    falls = last_fsyncs < 0.7 * first_fsyncs
     dominant = bool(shares) and shares[0] >= 0.3
-    if not (falls and dominant) and not (dominant and first.wal_fsyncs_per_commit > 0.5 and shares[0] >= 0.5):
+    if not (falls and dominant) and not (dominant and first_fsyncs > 0.5 and shares[0] >= 0.5):
         return None
     evidence = [f"WAL write + fsync take {shares[0]:.0%} of the commit latency at {first.jobs} job(s)"]
     if falls:
-        evidence.append(f"WAL fsyncs per commit fall from {first.wal_fsyncs_per_commit:.2f} at {first.jobs} jobs to "
-                        f"{last.wal_fsyncs_per_commit:.2f} at {last.jobs}: group commit, one flush now serves "
-                        f"{first.wal_fsyncs_per_commit / last.wal_fsyncs_per_commit:.1f}x as many commits")
+        evidence.append(f"WAL fsyncs per commit fall from {first_fsyncs:.2f} at {first.jobs} jobs to "
+                        f"{last_fsyncs:.2f} at {last.jobs}: group commit, one flush now serves "
+                        f"{first_fsyncs / last_fsyncs:.1f}x as many commits")
     return Finding("commit_bound", "Commit bound (WAL flush, group commit)", 0.9 if falls else 0.6,
                    [s.jobs for s in steps], evidence,
                    "Commit latency is mostly the WAL flush to the device; with more jobs one flush serves several "
@@ -325,7 +326,7 @@ def commit_bound(t: TestView) -> Finding | None:
                    ["a device with faster flushes (lower fsync latency: NVMe, battery-backed cache)",
                     "batch work into fewer transactions, or synchronous_commit = off where losing the last "
                     "commits on a crash is acceptable", "commit_delay to widen the batches at high concurrency"],
-                   _jobs_chart(steps, fsyncs_per_commit=[s.wal_fsyncs_per_commit for s in steps],
+                   _jobs_chart(steps, fsyncs_per_commit=[fsyncs for _, fsyncs in measured],
                                flush_share_pct=[(s.flush_share_of_commit or 0) * 100 for s in steps]))
 
 
@@ -375,9 +376,9 @@ def _cpu_rise_from_time_slicing(t: TestView, varying: list[dict[str, Any]]) -> b
 # --- 10. bottleneck switch -------------------------------------------------------------------------------------
 
 def _busiest(s: StepView) -> tuple[str, float] | None:
-    res = {"CPU": s.cpu_busy_pct} if s.cpu_busy_pct is not None else {}
-    res.update({f"disk {k}": d.get("utilization_pct") for k, d in s.devices.items()})
-    res = {k: v for k, v in res.items() if v is not None}
+    given: dict[str, float | None] = {"CPU": s.cpu_busy_pct}
+    given.update({f"disk {k}": d.get("utilization_pct") for k, d in s.devices.items()})
+    res = {k: v for k, v in given.items() if v is not None}
     if not res:
         return None
     name = max(res, key=lambda k: res[k])
@@ -385,8 +386,7 @@ def _busiest(s: StepView) -> tuple[str, float] | None:
 
 
 def bottleneck_switch(t: TestView) -> Finding | None:
-    seq = [(s, _busiest(s)) for s in t.valid_steps]
-    seq = [(s, b) for s, b in seq if b is not None and b[1] >= 40]
+    seq = [(s, top) for s in t.valid_steps if (top := _busiest(s)) is not None and top[1] >= 40]
     for (a, ba), (b, bb) in zip(seq, seq[1:], strict=False):
         if ba[0] != bb[0]:
             other_a = _util(a, bb[0])

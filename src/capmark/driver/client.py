@@ -9,7 +9,7 @@ _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 
 
-def _error_class(res: pq.PGresult) -> type[psycopg.Error]:
+def _error_class(res: pq.abc.PGresult) -> type[psycopg.Error]:
     """The psycopg exception for the result's SQLSTATE, so that callers can tell a cancel from a failure."""
     code = res.error_field(pq.DiagnosticField.SQLSTATE)
     try:
@@ -29,13 +29,13 @@ class ClientSession:
         for name, sql in statements.items():
             self._check(self.pgconn.prepare(self._names[name], sql.encode()))
 
-    def _check(self, res: pq.PGresult) -> pq.PGresult:
+    def _check(self, res: pq.abc.PGresult) -> pq.abc.PGresult:
         if res.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
             message = res.error_message.decode(errors="replace").strip()
             raise _error_class(res)(message or "statement failed")
         return res
 
-    def run(self, name: str, *params: int | str) -> pq.PGresult:
+    def run(self, name: str, *params: int | str) -> pq.abc.PGresult:
         """Execute a prepared statement with text parameters (ints are formatted without str())."""
         self.round_trips += 1
         args = [b"%d" % p if isinstance(p, int) else p.encode() for p in params]

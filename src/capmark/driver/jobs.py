@@ -23,7 +23,9 @@ from capmark.driver.client import ClientSession
 from capmark.driver.histogram import LatencyHistogram, bucket_bounds
 from capmark.driver.sampling import SliceSampling
 from capmark.engines.base import TargetInfo
-from capmark.workloads.base import DataSize, Workload, slice_call
+from capmark.engines.rows import one_row
+from capmark.errors import CapmarkError
+from capmark.workloads.base import ClientUnit, DataSize, ParamValue, Workload, slice_call
 
 
 @dataclass
@@ -67,7 +69,7 @@ class Schedule:
 
 
 class Job(threading.Thread):
-    def __init__(self, index: int, conn: psycopg.Connection, workload: Workload, params: dict[str, int],
+    def __init__(self, index: int, conn: psycopg.Connection, workload: Workload, params: dict[str, ParamValue],
                  size: DataSize, mode: str, info: TargetInfo, barrier: threading.Barrier,
                  schedule: Schedule, stop: threading.Event, pacing: Pacing | None = None) -> None:
         super().__init__(name=f"capmark-job-{index}", daemon=True)
@@ -141,8 +143,7 @@ class Job(threading.Thread):
                 second = 0
                 slice_end = min(deadline, now + 1.0)
             try:
-                row = self.conn.execute(sql, (slice_end - now, params_json, sampling.next_every(job_seconds))
-                                        ).fetchone()
+                row = one_row(self.conn.execute(sql, (slice_end - now, params_json, sampling.next_every(job_seconds))))
             except psycopg.errors.QueryCanceled:
                 if self.stop_event.is_set():  # capmark cancelled it: the step is being stopped
                     return
@@ -168,10 +169,15 @@ class Job(threading.Thread):
     # this many at a time (vectorised): the per-unit Python work was a third of the driver's instructions.
     FOLD_EVERY = 1 << 16
 
+    def _client_side(self) -> tuple[ClientSession, ClientUnit]:
+        """The session and the unit a client-side job runs; the plan refuses server-only workloads in client mode
+        before any job starts, so this only stops a caller that skipped that check."""
+        if self.session is None or self.workload.client_unit is None:
+            raise CapmarkError(f"{self.workload.name} runs server-side only; drop --mode client.")
+        return self.session, self.workload.client_unit
+
     def _client_units(self, deadline: float, measure: bool) -> None:
-        session = self.session
-        assert session is not None
-        unit = self.workload.client_unit
+        session, unit = self._client_side()
         rng, params, size = self.rng, self.params, self.size
         clock = time.perf_counter
         wall0 = time.time()
@@ -255,7 +261,7 @@ class Job(threading.Thread):
     def _cancel_reason(self) -> str:
         """Why the server cancelled a statement capmark did not cancel: statement_timeout, or someone else."""
         try:
-            timeout = self.conn.execute("select current_setting('statement_timeout')").fetchone()[0]
+            timeout = one_row(self.conn.execute("select current_setting('statement_timeout')"))[0]
         except psycopg.Error:
             return "the server cancelled a statement"
         if timeout in ("0", "0ms"):
@@ -267,9 +273,8 @@ class Job(threading.Thread):
     def _paced_units(self, deadline: float, measure: bool) -> None:
         """Think time or open-loop arrivals. With arrivals, latency counts from the intended start, so a
         late start (the driver or the server falling behind) shows in the latency: no coordinated omission."""
-        session = self.session
-        assert session is not None
-        unit, rng, params, size = self.workload.client_unit, self.rng, self.params, self.size
+        session, unit = self._client_side()
+        rng, params, size = self.rng, self.params, self.size
         pace, stop = self.pacing, self.stop_event
         wall0, perf0 = time.time(), time.perf_counter()
         end = perf0 + (deadline - wall0)

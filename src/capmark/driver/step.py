@@ -25,7 +25,7 @@ from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
 from capmark.results import StepResult
 from capmark.workloads import sto
-from capmark.workloads.base import DataSize, Workload
+from capmark.workloads.base import DataSize, ParamValue, Workload
 
 Progress = Callable[[str, float], None]  # phase, seconds left in it
 
@@ -95,7 +95,7 @@ def _stall_shares(before: dict, after: dict, elapsed_s: float) -> dict[str, floa
             for kind in after if kind in before and elapsed_s > 0}
 
 
-def run_step(ctx: StepContext, workload: Workload, params: dict[str, int], size: DataSize, plan: StepPlan,
+def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue], size: DataSize, plan: StepPlan,
              progress: Progress | None = None) -> StepResult:
     """Run one step; on KeyboardInterrupt every job is cancelled and closed before re-raising."""
     progress = progress or (lambda phase, left: None)

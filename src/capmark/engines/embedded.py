@@ -98,9 +98,9 @@ def status(data_dir: Path | None = None) -> EmbeddedStatus:
     _, postmaster_info = _package()
     initialized = (data_dir / "PG_VERSION").exists()
     info = postmaster_info.read_from_pgdata(data_dir) if initialized else None
-    running = bool(info and info.is_running())
-    return EmbeddedStatus(data_dir, initialized, running, info.pid if running else None,
-                          info.get_uri() if running else None)
+    if info is None or not info.is_running():
+        return EmbeddedStatus(data_dir, initialized, False, None, None)
+    return EmbeddedStatus(data_dir, initialized, True, info.pid, info.get_uri())
 
 
 def _pg_ctl(args: list[str], data_dir: Path) -> None:
@@ -191,7 +191,7 @@ def _configure(url: str, desired: dict[str, str]) -> list[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         running = {row[0]: _Setting(*row[1:]) for row in conn.execute(
             "select name, setting, unit, vartype, context, current_setting(name) from pg_settings").fetchall()}
-        in_files = dict(conn.execute(_FILE_VALUES_SQL).fetchall())
+        in_files: dict[str, str] = dict(conn.execute(_FILE_VALUES_SQL).fetchall())
         restart: list[str] = []
         changed = False
         for name, value in desired.items():

@@ -165,8 +165,8 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
         put("db_reads_blocks", total(io, "reads") or 0.0, "data reads (IOs)", "dbio", "IOs")
         put("db_extends_blocks", total(io, "extends") or 0.0, "data extends", "dbio", "blocks")
         for kind in ("read", "write", "extend", "fsync"):
-            value = total(io, f"{kind}_time")
-            put(f"db_{kind}_time_s", value / 1000 if value is not None else None, f"data {kind} time", "dbio",
+            ms = total(io, f"{kind}_time")
+            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, f"data {kind} time", "dbio",
                 "ms", 1e3, True)
     else:
         db = step.db_delta.get("database", [])
@@ -177,8 +177,8 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             put(f"db_writes_{who}_blocks", total(bgw, legacy), f"data blocks written by {who.replace('_', ' ')}",
                 "dbio", "blocks")
         for kind, col in (("read", "blk_read_time"), ("write", "blk_write_time")):
-            value = total(db, col)
-            put(f"db_{kind}_time_s", value / 1000 if value is not None else None, f"data {kind} time", "dbio",
+            ms = total(db, col)
+            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, f"data {kind} time", "dbio",
                 "ms", 1e3, True)
 
     # WAL
@@ -374,7 +374,7 @@ def demands_of_test(test: TestResult) -> dict[str, Any]:
     for _, c in per_step:
         comps.update(c)
     jobs = [s.jobs for s in test.steps]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key, comp in comps.items():
         values = [d.get(key) for d, _ in per_step]
         present = [v for v in values if v is not None]
@@ -387,10 +387,10 @@ def demands_of_test(test: TestResult) -> dict[str, Any]:
                      "trend": trend(jobs, values, comp.label, floor=_floor(comp)).__dict__,
                      **({"reason": comp.reason} if comp.reason else {})})
     for group in {r["group"] for r in rows}:
-        group_total = sum(r["mean"] for r in rows if r["group"] == group and r["time"])
-        for r in rows:
-            if r["group"] == group and r["time"]:
-                r["share_pct"] = 100 * r["mean"] / group_total if group_total > 0 else None
+        timed = [r for r in rows if r["group"] == group and r["time"] and r["mean"] is not None]
+        group_total = sum(r["mean"] for r in timed)
+        for r in timed:
+            r["share_pct"] = 100 * r["mean"] / group_total if group_total > 0 else None
     return {"workload": test.workload, "unit": test.unit, "jobs": jobs, "components": rows,
             "per_commit": [per_commit(s) for s in test.steps], "run_queue": [run_queue(s) for s in test.steps],
             "sampler": [sampler_cost(s) for s in test.steps],

@@ -125,7 +125,7 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
     lat = step.latency.summary()
     for key, src in (("rt_mean_ms", "mean_s"), ("rt_p50_ms", "p50_s"), ("rt_p95_ms", "p95_s"),
                      ("rt_p99_ms", "p99_s"), ("rt_max_ms", "max_s")):
-        values[key] = lat[src] * 1000 if lat[src] is not None else None
+        values[key] = _ms(lat[src])
         if values[key] is None:
             reasons[key] = "no unit of work completed"
 
@@ -147,9 +147,13 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
     _writer_kpms(step, values, reasons, el)
     _storage_kpms(step, values, reasons, el)
     lag = step.schedule_lag
-    values["lag_p99_ms"] = lag.percentile(99) * 1000 if lag and lag.total else None
-    values["lag_max_ms"] = lag.observed_max_s * 1000 if lag and lag.total else None
+    values["lag_p99_ms"] = _ms(lag.percentile(99)) if lag and lag.total else None
+    values["lag_max_ms"] = _ms(lag.observed_max_s) if lag and lag.total else None
     return values, reasons
+
+
+def _ms(seconds: float | None) -> float | None:
+    return seconds * 1000 if seconds is not None else None
 
 
 WRITERS = {"ckpt_blocks_per_s": ("checkpointer", "buffers_checkpoint"),
@@ -184,8 +188,8 @@ def db_reads(step: StepResult) -> tuple[float, float, float | None] | None:
             nbytes = sum((r.get("reads") or 0) * (r.get("op_bytes") or BLOCK) for r in io)
         return reads, nbytes, total(io, "read_time")
     db = step.db_delta.get("database", [])
-    reads = total(db, "blks_read")
-    return (reads, reads * BLOCK, total(db, "blk_read_time")) if reads is not None else None
+    blks_read = total(db, "blks_read")
+    return (blks_read, blks_read * BLOCK, total(db, "blk_read_time")) if blks_read is not None else None
 
 
 def _storage_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], el: float) -> None:

@@ -61,7 +61,7 @@ def reconcile(step: StepResult) -> list[dict]:
                        "page cache (or the device served reads for others)."))
     io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
     if io:
-        db_write = (total(io, "write_bytes") if any("write_bytes" in r for r in io)
+        db_write = ((total(io, "write_bytes") or 0.0) if any("write_bytes" in r for r in io)
                     else sum((r.get("writes") or 0) * (r.get("op_bytes") or BLOCK) for r in io))
         db_write += sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK) for r in io
                         if "extend_bytes" not in r) + (total(io, "extend_bytes") or 0.0)

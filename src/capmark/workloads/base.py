@@ -35,11 +35,16 @@ class ParamSpec:
     step: int | None = None
     choices: tuple[ParamValue, ...] = ()
 
+    @property
+    def _step_origin(self) -> int:
+        """Where a stepped parameter's allowed values start counting: its minimum, or 0 without one."""
+        return self.minimum if self.minimum is not None else 0
+
     def allowed(self) -> str:
         if self.choices:
             return "{" + ", ".join(str(c) for c in self.choices) + "}"
         if self.step:
-            return f"{{{self.minimum},{self.minimum + self.step},...,{self.maximum}}}"
+            return f"{{{self._step_origin},{self._step_origin + self.step},...,{self.maximum}}}"
         return f"{self.minimum}-{self.maximum}"
 
     def parse(self, workload: str, text: str) -> ParamValue:
@@ -57,7 +62,7 @@ class ParamSpec:
         if self.minimum is not None and self.maximum is not None and not self.minimum <= value <= self.maximum:
             raise CapmarkError(f"Parameter {self.name} of {workload} must be between {self.minimum} and "
                                f"{self.maximum}; got {value}.")
-        if self.step and (value - (self.minimum or 0)) % self.step:
+        if self.step and (value - self._step_origin) % self.step:
             raise CapmarkError(f"Parameter {self.name} of {workload} must be one of {self.allowed()}; got {value}.")
         return value
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import psycopg
 
 from capmark.engines.postgres import check_privileges
+from capmark.engines.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.workloads.base import DataSize
 
@@ -178,7 +179,7 @@ def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] =
             conn.execute("insert into capmark.meta values (%s, %s, %s)",
                          (MODEL_VERSION, size.items, size.pgbench_scale))
     except psycopg.errors.InsufficientPrivilege as err:
-        user = conn.execute("select current_user").fetchone()[0]
+        user = one_row(conn.execute("select current_user"))[0]
         raise CapmarkError(f"The role '{user}' may not rebuild capmark's data model ({_first_line(err)}); connect "
                            "as the owner of the tables in schema capmark, or ask their owner to drop them.") from None
     for table in tables:
@@ -189,7 +190,7 @@ def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] =
 def _ensure_schema(conn: psycopg.Connection) -> None:
     """CREATE SCHEMA only when it is missing: even with IF NOT EXISTS it needs CREATE on the database, which a
     role working in a schema its DBA created for it need not have (check_privileges vouched for the rest)."""
-    if not conn.execute("select count(*) from pg_namespace where nspname = 'capmark'").fetchone()[0]:
+    if not one_row(conn.execute("select count(*) from pg_namespace where nspname = 'capmark'"))[0]:
         conn.execute("create schema capmark")
 
 
@@ -253,10 +254,10 @@ def install_procedures(conn: psycopg.Connection, ddl: list[str]) -> None:
 
 def warm_cache(conn: psycopg.Connection, tables: list[str], say: Callable[[str], None] = print) -> None:
     """Load tables and their indexes into shared buffers so SRV workloads start from a warm cache."""
-    has_prewarm = conn.execute(
-        "select count(*) from pg_available_extensions where name = 'pg_prewarm'").fetchone()[0]
-    installed = conn.execute("select count(*) from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
-                             "where e.extname = 'pg_prewarm' and n.nspname = 'capmark'").fetchone()[0]
+    has_prewarm = one_row(conn.execute(
+        "select count(*) from pg_available_extensions where name = 'pg_prewarm'"))[0]
+    installed = one_row(conn.execute("select count(*) from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
+                                     "where e.extname = 'pg_prewarm' and n.nspname = 'capmark'"))[0]
     if has_prewarm and not installed:
         say("capmark will create extension pg_prewarm in schema capmark (to warm the buffer cache).")
         try:

@@ -21,7 +21,7 @@ DL_BUFFER = Workload(
                                 batch=2),
     params=(ParamSpec("rows_per_insert", 1, "rows per INSERT statement", choices=ROWS_CHOICES),),
     kpms=DL_KPMS, writes=True, prepare_sql=("truncate capmark.dl_row",),
-    per_unit=lambda p, s: {"rows": p["rows_per_insert"]},
+    per_unit=lambda p, s: {"rows": int(p["rows_per_insert"])},
     **c.fields(c.load("rows_per_insert")))
 
 # each job loads into its own unlogged, index-free table, emptied at the start of every slice

@@ -108,10 +108,7 @@ class ScriptStats:
     def minus(self, before: ScriptStats) -> ScriptStats:
         out = self.copy()
         for mine, theirs in zip(out.commands, before.commands, strict=True):
-            for a, b in ((mine.seconds, theirs.seconds), (mine.counts, theirs.counts),
-                         (mine.retries, theirs.retries), (mine.failures, theirs.failures)):
-                for i, v in enumerate(b):
-                    a[i] -= v  # type: ignore[operator]
+            mine.merge(theirs, sign=-1)
         for mine_f, theirs_f in zip(out.failures_by_class, before.failures_by_class, strict=True):
             for k, v in theirs_f.items():
                 mine_f[k] = mine_f.get(k, 0) - v

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from capmark.workloads import units as u
-from capmark.workloads.base import DataSize, Workload, kpms, mix, procedure_sql
+from capmark.workloads.base import DataSize, PerUnit, Workload, kpms, mix, procedure_sql
 
 SRV_KPMS = kpms("scan_mb_per_s")
 NO_PARALLEL = {"max_parallel_workers_per_gather": "0"}
@@ -20,7 +20,7 @@ def _client_lookup(statement: str, size_of: str):
 
 
 def _srv(name: str, description: str, unit: u.Unit, batch: int, *, statement: str | None = None,
-         size_of: str = "", rows: int | None = None, per_unit=None) -> Workload:
+         size_of: str = "", rows: int | None = None, per_unit: PerUnit | None = None) -> Workload:
     proc = "slice_" + name.replace("-", "_")
     return Workload(
         name=name, family="SRV", description=description, unit="query", throughput_label="qps",

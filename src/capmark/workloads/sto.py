@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from capmark.engines.rows import one_row
 from capmark.workloads.base import Workload, kpms, percent, procedure_sql
 
 STO_KPMS = kpms("db_read_iops", "db_read_ms", "device_iops", "device_mb_per_s", "device_read_ms",
@@ -100,10 +101,10 @@ def evicts(workload: Workload) -> bool:
 def eviction_status(conn: psycopg.Connection, workload: Workload) -> dict[str, Any]:
     """Try the eviction the workload relies on, once, before the step; when the server cannot evict, say why
     and whether the step still reads from storage (the table far larger than shared buffers) or not."""
-    evicted = bool(conn.execute("select capmark.sto_evict(%s::regclass)", (BLOCK_TABLE,)).fetchone()[0])
-    table, buffers = conn.execute(
+    evicted = bool(one_row(conn.execute("select capmark.sto_evict(%s::regclass)", (BLOCK_TABLE,)))[0])
+    table, buffers = one_row(conn.execute(
         "select pg_relation_size(%s::regclass), (select setting::bigint * 8192 from pg_settings "
-        "where name = 'shared_buffers')", (BLOCK_TABLE,)).fetchone()
+        "where name = 'shared_buffers')", (BLOCK_TABLE,)))
     if evicted:
         return {"evicted": True, "reason": "", "table_bytes": table, "shared_buffers_bytes": buffers,
                 "measures_storage": True, "note": ""}
@@ -122,11 +123,11 @@ def eviction_status(conn: psycopg.Connection, workload: Workload) -> dict[str, A
 
 
 def _why_not_evicted(conn: psycopg.Connection) -> str:
-    version = int(conn.execute("select current_setting('server_version_num')").fetchone()[0])
+    version = int(one_row(conn.execute("select current_setting('server_version_num')"))[0])
     if version < 180000:
         return f"pg_buffercache_evict_relation exists from PostgreSQL 18; this server runs {version // 10000}"
-    installed = conn.execute(
-        "select to_regprocedure('capmark.pg_buffercache_evict_relation(regclass)') is not null").fetchone()[0]
+    installed = one_row(conn.execute(
+        "select to_regprocedure('capmark.pg_buffercache_evict_relation(regclass)') is not null"))[0]
     if not installed:
         return "the extension pg_buffercache is not installed in schema capmark"
     return "capmark's role may not run pg_buffercache_evict_relation (it needs a superuser)"

@@ -41,7 +41,7 @@ TP_HEAVY = _read_update("tp-heavy", "Read ~125 call records via index; update_pc
 
 
 def _mixed(name: str, description: str, branches: list[tuple[float, str, u.Unit]], update_pct: int,
-           client: tuple[dict[str, str], object]) -> Workload:
+           client: tuple[c.Statements, c.ClientFn]) -> Workload:
     decl, body = mix([(w, unit) for w, _, unit in branches])
     proc = "slice_" + name.replace("-", "_")
     return Workload(

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg import pq
 
@@ -91,11 +91,20 @@ class CommandStats:
     def zeros(cls, n: int) -> CommandStats:
         return cls([0.0] * n, [0] * n, [0] * n, [0] * n)
 
-    def merge(self, other: CommandStats) -> None:
-        for mine, theirs in ((self.seconds, other.seconds), (self.counts, other.counts),
-                             (self.retries, other.retries), (self.failures, other.failures)):
-            for i, v in enumerate(theirs):
-                mine[i] += v  # type: ignore[operator]
+    def merge(self, other: CommandStats, sign: int = 1) -> None:
+        """Add another's figures to these (sign -1: take them away, as a window's end minus its start)."""
+        _add_into(self.seconds, other.seconds, sign)
+        _add_into(self.counts, other.counts, sign)
+        _add_into(self.retries, other.retries, sign)
+        _add_into(self.failures, other.failures, sign)
+
+
+_Number = TypeVar("_Number", int, float)
+
+
+def _add_into(mine: list[_Number], theirs: list[_Number], sign: int) -> None:
+    for i, v in enumerate(theirs):
+        mine[i] += sign * v
 
 
 class _Retryable(Exception):
@@ -149,6 +158,9 @@ class ScriptRunner:
         self.mode = query_mode
         self.pgconn: pq.abc.PGconn = getattr(conn, "pgconn", conn)
         self.check(script, query_mode, allow_shell)
+        self.vars: dict[str, Any]
+        self.rng: RandomSource
+        self.ctx: EvalContext
         if shared is not None:  # another script of the same client: one set of variables, one generator
             self.vars, self.rng, self.ctx = shared.vars, shared.rng, shared.ctx
         else:

@@ -554,7 +554,7 @@ class _Parser:
                     c = self.commands[b]
                     if isinstance(c, IfCommand):
                         self.commands[b] = dataclasses.replace(c, next_branch=nxt, endif=i)
-                    else:
+                    elif isinstance(c, ElseCommand):  # a branch index is always an \if, \elif or \else
                         self.commands[b] = dataclasses.replace(c, endif=i)
         if stack:
             raise self._at(self.commands[stack[-1][0]], "\\if without a matching \\endif")
