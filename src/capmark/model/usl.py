@@ -16,6 +16,11 @@ def usl(n: np.ndarray | float, lam: float, sigma: float, kappa: float) -> np.nda
     return lam * n / (1 + sigma * (n - 1) + kappa * n * (n - 1))
 
 
+def _usl_array(n: np.ndarray, lam: float, sigma: float, kappa: float) -> np.ndarray:
+    """usl() over an array of concurrencies, as curve_fit calls its model."""
+    return np.asarray(usl(n, lam, sigma, kappa))
+
+
 @dataclass
 class USLFit:
     lam: float
@@ -58,7 +63,7 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float]) -> USLFit:
     if len(n) < 4:
         raise CapmarkError(f"The USL has three parameters; fitting it needs at least 4 measured points, got {len(n)}.")
     lam0 = float(x[np.argmin(n)] / n[np.argmin(n)])
-    params, cov = curve_fit(usl, n, x, p0=[lam0, 0.01, 0.0001], bounds=([0, 0, 0], [np.inf, 1, 1]),
+    params, cov = curve_fit(_usl_array, n, x, p0=[lam0, 0.01, 0.0001], bounds=([0, 0, 0], [np.inf, 1, 1]),
                             method="trf", x_scale="jac", ftol=1e-14, xtol=1e-14, gtol=1e-14, max_nfev=100_000)
     lam, sigma, kappa = (float(v) for v in params)
     se = np.sqrt(np.clip(np.diag(cov), 0, None)) if np.all(np.isfinite(cov)) else np.full(3, np.nan)
