@@ -82,7 +82,9 @@ def test_section(run: RunResult, test: TestResult) -> Section:
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
-    commands = [(s, rows) for s in test.steps if (rows := command_rows(s))]
+    # (a name of its own: an assignment expression in a comprehension binds in this function, and `rows` is the
+    # KPM table's)
+    commands = [(s, per_command) for s in test.steps if (per_command := command_rows(s))]
     repeatability = repeatability_rows(test) if test.steps else None
     invalid = [(s.jobs, why) for s in test.steps if (why := problems(s))]
     flagged = [(s.jobs, why) for s in test.steps if (why := cautions(s))]
