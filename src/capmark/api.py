@@ -102,7 +102,7 @@ def _answers(run_result: RunResult, tests: list[TestResult], what: str,
     if not any(t.steps for t in tests):
         raise CapmarkError(f"Run {run_result.run_id} has no measured step to {what} (its tests failed or were "
                            "interrupted before a step completed); measure a run with `capmark run` first.")
-    out = []
+    out: list[tuple[TestResult, dict[str, Any]]] = []
     for t in tests:
         if not t.steps:
             doc = {"answered": False, "reason": f"Test {t.workload} has no measured step (status {t.status})."}

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import typer
 from rich.console import Console
@@ -498,12 +498,23 @@ def db_url(data_dir: DataDir = None) -> None:
     print(st.url)
 
 
-def usage_sentence(err: Exception) -> str:
+@runtime_checkable
+class UsageProblem(Protocol):
+    """What the option parser raises for a bad option value, an unknown option or a missing argument."""
+
+    exit_code: int
+
+    def format_message(self) -> str: ...
+
+    def show(self) -> None: ...
+
+
+def usage_sentence(err: UsageProblem) -> str:
     """A parser error (bad option value, unknown option, missing argument) as one line naming the help to read."""
     message = " ".join(err.format_message().split()).rstrip(".")
     message = re.sub(r"Got unexpected extra arguments?(\(s\))?", "Too many arguments", message)
     ctx = getattr(err, "ctx", None)
-    names = []
+    names: list[str] = []
     while ctx is not None and ctx.parent is not None:
         names.insert(0, ctx.info_name)
         ctx = ctx.parent
@@ -551,7 +562,7 @@ def _dispatch() -> int:
     except typer.Abort:
         return _interrupted()
     except Exception as err:
-        if hasattr(err, "format_message") and hasattr(err, "exit_code"):  # usage errors from the option parser
+        if isinstance(err, UsageProblem):  # usage errors from the option parser
             if type(err).__name__ == "NoArgsIsHelpError":  # `capmark` or `capmark db` alone: the help is the answer
                 err.show()
             else:

@@ -67,7 +67,7 @@ def repeatability_rows(test: TestResult) -> tuple[list[str], list[list[str]]] | 
     and each repetition's own throughput interval, as column headers and text rows; None when no interval
     could be estimated. The console and the HTML report show the same rows."""
     rows = noise.analyse(test.steps, list(test.kpms), test.per_unit)
-    if not any(r.best(k) is not None and r.best(k).half_width is not None for r in rows for k in noise.SHOWN):
+    if not any((best := r.best(k)) is not None and best.half_width is not None for r in rows for k in noise.SHOWN):
         return None
     cols = [kpm.COLUMNS[k] for k in noise.SHOWN if k in test.kpms]
     headers = ["Jobs", "Repetitions\nused", *(f"{c.label}\n[{kpm.unit_of(c, test.throughput_label)}]" for c in cols),

@@ -86,8 +86,8 @@ def test_section(run: RunResult, test: TestResult) -> Section:
     # KPM table's)
     commands = [(s, per_command) for s in test.steps if (per_command := command_rows(s))]
     repeatability = repeatability_rows(test) if test.steps else None
-    invalid = [(s.jobs, why) for s in test.steps if (why := problems(s))]
-    flagged = [(s.jobs, why) for s in test.steps if (why := cautions(s))]
+    invalid = [(s.jobs, found) for s in test.steps if (found := problems(s))]
+    flagged = [(s.jobs, noted) for s in test.steps if (noted := cautions(s))]
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts, invalid=invalid,
                    cautions=flagged,
                    step_charts=step_charts, types=types, commands=commands, repeatability=repeatability,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import re
 
 # matplotlib logs warnings about its own cache folder (e.g. "Matplotlib created a temporary cache directory"
@@ -43,14 +44,19 @@ def _values(test: TestResult, key: str) -> list[float | None]:
     return [kpm.compute(s, test.per_unit)[0].get(key) for s in test.steps]
 
 
+def _gaps(values: list[float | None]) -> list[float]:
+    """A figure that was not measured as NaN: matplotlib leaves a gap there."""
+    return [math.nan if v is None else v for v in values]
+
+
 def throughput_vs_jobs(test: TestResult) -> str:
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     jobs = [s.jobs for s in test.steps]
     values = _values(test, "throughput")
-    ax.plot(jobs, values, marker="o")
+    ax.plot(jobs, _gaps(values), marker="o")
     bad = [(j, v) for j, v, s in zip(jobs, values, test.steps, strict=True) if problems(s)]
     if bad:
-        ax.plot([j for j, _ in bad], [v for _, v in bad], "x", color="red", markersize=9, label="invalid step")
+        ax.plot([j for j, _ in bad], _gaps([v for _, v in bad]), "x", color="red", markersize=9, label="invalid step")
         _legend(ax)
     ax.set_xlabel("jobs")
     ax.set_ylabel(test.throughput_label)
@@ -63,7 +69,7 @@ def response_vs_jobs(test: TestResult) -> str:
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     jobs = [s.jobs for s in test.steps]
     for key, label in (("rt_p50_ms", "p50"), ("rt_p95_ms", "p95"), ("rt_p99_ms", "p99")):
-        ax.plot(jobs, _values(test, key), marker="o", label=label)
+        ax.plot(jobs, _gaps(_values(test, key)), marker="o", label=label)
     ax.set_xlabel("jobs")
     ax.set_ylabel("response time [ms]")
     ax.set_title("Response time vs jobs")
@@ -78,7 +84,7 @@ def cpu_vs_throughput(test: TestResult) -> str | None:
         return None
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     tput = _values(test, "throughput")
-    ax.plot(tput, busy, marker="o")
+    ax.plot(_gaps(tput), _gaps(busy), marker="o")
     for s, x, y in zip(test.steps, tput, busy, strict=True):
         if y is not None:
             ax.annotate(f"{s.jobs}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
@@ -133,7 +139,7 @@ def measured_vs_model(doc: dict, label: str) -> str:
         top = max([p["jobs"] for p in curve] + [r["jobs"] for r in steps])
         grid = [1 + i * (top - 1) / 60 for i in range(61)]
         u = doc["usl"]
-        ax.plot(grid, [usl(n, u["lambda"], u["sigma"], u["kappa"]) for n in grid], "--", label="USL")
+        ax.plot(grid, [float(usl(n, u["lambda"], u["sigma"], u["kappa"])) for n in grid], "--", label="USL")
     ax.set_xlabel("jobs")
     ax.set_ylabel(label)
     ax.set_ylim(bottom=0)
