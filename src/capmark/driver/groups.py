@@ -235,4 +235,6 @@ def job_group(spec: StepJobs, procs: int, cluster: bool = False) -> JobGroup:
     """Ray actors when the run joined a cluster (client side), worker processes, or threads of this process."""
     if cluster and procs:
         return ClusterGroup(spec, procs)
-    return ProcessGroup(spec, procs) if procs else ThreadJobs(spec)
+    if procs:
+        return ProcessGroup(spec, procs)
+    return ThreadJobs(spec)

@@ -217,8 +217,8 @@ def _configure(url: str, desired: dict[str, str]) -> list[str]:
 
 _NUMBER_WITH_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 # What PostgreSQL's units mean: memory in bytes, time in milliseconds (the server's own tables).
-_MEMORY_UNITS = {"B": 1, "kB": 1024, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-_TIME_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
+_MEMORY_UNITS: dict[str, float] = {"B": 1, "kB": 1024, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+_TIME_UNITS: dict[str, float] = {"us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
 _TRUE_WORDS = {"on", "true", "yes", "1", "t", "y"}
 _FALSE_WORDS = {"off", "false", "no", "0", "f", "n"}
 

@@ -60,6 +60,7 @@ def reconcile(step: StepResult) -> list[dict]:
                        "The database read {ratio:.1f} x what reached the device: the difference came from the OS "
                        "page cache (or the device served reads for others)."))
     io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
+    db_write: float | None
     if io:
         db_write = ((total(io, "write_bytes") or 0.0) if any("write_bytes" in r for r in io)
                     else sum((r.get("writes") or 0) * (r.get("op_bytes") or BLOCK) for r in io))

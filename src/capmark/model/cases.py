@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,9 @@ def _closed(model: dict, method: str | None) -> dict[str, Any]:
     z = _number(model.get("think_time", 0.0), "The think time")
     n = _population(model.get("population"))
     _has_work(stations, z)
-    solver = {"schweitzer-amva": mva.schweitzer_mva, "linearizer-amva": mva.linearizer}.get(method, mva.exact_mva)
+    approximate: dict[str, Callable[[list[mva.Station], int, float], mva.ClosedResult]] = {
+        "schweitzer-amva": mva.schweitzer_mva, "linearizer-amva": mva.linearizer}
+    solver = approximate.get(method, mva.exact_mva)
     r = solver(stations, n, z)
     return {"method": r.method, "throughput": r.throughput, "response_time": r.response_time,
             "queue_lengths": r.queue_lengths, "utilizations": r.utilizations, "residence_times": r.residence_times,

@@ -313,8 +313,8 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     extra = q * state.wait - f * d.flush_cpu * state.cpu_stretch  # the batch's flush, less the CPU already queued
     extra += _burst_wait(q, state.batch, d.cpu + f * d.flush_cpu, cfg.cores)
     stations = _stations(d, f, cfg.cores, model.cpu_growth)
-    solver = mva.exact_mva if n <= EXACT_JOBS else mva.approximate_mva
-    result = solver(stations, n, z + model.delay_s + model.client_s + extra)
+    think_s = z + model.delay_s + model.client_s + extra
+    result = mva.exact_mva(stations, n, think_s) if n <= EXACT_JOBS else mva.approximate_mva(stations, n, think_s)
     x = result.throughput
     new = _ClosedState(state.batch, state.wait, result.residence_times[0] / stations[0].total_demand,
                        result.utilizations[[st.name for st in stations].index(d.wal_station)] if d.wal_station else 0.0,

@@ -219,8 +219,8 @@ class _Parser:
         last_nonassoc = 0
         while True:
             tok = self.peek()
-            key = tok.value if tok.kind in ("op", "kw") else None
-            info = _BINARY.get(key) if isinstance(key, str) else None
+            key = tok.value if tok.kind in ("op", "kw") and isinstance(tok.value, str) else None
+            info = _BINARY.get(key) if key is not None else None
             if info is None or info[0] < min_prec:
                 return left
             prec, nonassoc = info
@@ -243,7 +243,7 @@ class _Parser:
         if negate:
             self.next()
         tok = self.next()
-        if tok.kind != "kw" or tok.value not in ("null", "true", "false"):
+        if tok.kind != "kw" or not isinstance(tok.value, str) or tok.value not in ("null", "true", "false"):
             raise self.fail(tok, "NULL, TRUE or FALSE")
         test = Call("!is", (operand, Const({"null": None, "true": True, "false": False}[tok.value])))
         return Call("!not", (test,)) if negate else test
@@ -268,7 +268,7 @@ class _Parser:
         elif kind == "kw":
             if value == "not":
                 return Call("!not", (self.expr(NOT_OPERAND),))
-            if value in ("null", "true", "false"):
+            if isinstance(value, str) and value in ("null", "true", "false"):
                 return Const({"null": None, "true": True, "false": False}[value])
             if value == "case":
                 return self.case()
