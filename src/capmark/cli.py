@@ -34,7 +34,6 @@ from capmark.config import (
 )
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
 from capmark.report.console import knee_line, kpm_tables, print_run, repeatability_table, type_table
-from capmark.report.export import run_to_json
 from capmark.results import StepResult, TestResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -66,13 +65,13 @@ def json_text(doc: Any) -> str:
     return json.dumps(_finite(doc), indent=1, allow_nan=False)
 
 
-def _show_tests(doc: dict, fmt: Format, print_test: Callable[[dict, Console], None]) -> None:
+def _show_tests(doc: Any, fmt: Format, print_test: Callable[[Any, Console], None]) -> None:
     """A per-test document: as JSON for scripts, or each test's console view."""
     if fmt == Format.json:
-        print(json_text(doc))
+        print(json_text(doc.to_json()))
         return
     console = Console(emoji=False)
-    for test_doc in doc["tests"]:
+    for test_doc in doc.tests:
         print_test(test_doc, console)
 
 
@@ -218,12 +217,10 @@ def run(
     console = err_console if fmt == Format.json else Console(emoji=False)
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:
-        print(json_text(run_to_json(result)))
+        print(json_text(api.export(result.folder).to_json()))
     else:
-        from capmark.diagnose.diagnosis import diagnose_run
-
-        for t in diagnose_run(result)["tests"]:
-            console.print(f"Diagnosis of {t['workload']}: {t['summary']}", highlight=False, markup=False)
+        for t in api.diagnose(result.folder).tests:
+            console.print(f"Diagnosis of {t.workload}: {t.summary}", highlight=False, markup=False)
         console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}"
                       " (capmark diagnose for the evidence)", markup=False, highlight=False)
     if result.status != "complete":
@@ -283,7 +280,7 @@ def report(
     if report_file.problem:
         _say(f"{report_file.problem}; the stored run itself is unaffected.")
     if fmt == Format.json:
-        print(json_text(run_to_json(result)))
+        print(json_text(api.export(result.folder).to_json()))
         return
     print_run(result)
     if not report_file.problem:

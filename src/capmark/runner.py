@@ -342,10 +342,6 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
         if test.status == "running":
             test.status = "ok"
         store.save_test(run_result.run_id, test)
-        if test.steps:
-            from capmark.report.demands import test_document
-
-            store.save_derived(run_result.run_id, test.ordinal, "demands", test_document(test))
     except KeyboardInterrupt:
         _stop_test(store, run_result, test, "interrupted", f"interrupted {where}", observer)
         raise
@@ -457,9 +453,10 @@ def _check_connections(control: Any, jobs: int) -> None:
 
 
 def write_run_report(folder: Path) -> Path:
+    from capmark.analysis.report import stored_report_documents
     from capmark.report.html import write_report
 
-    return write_report(load_run(folder))
+    return write_report(stored_report_documents(folder))
 
 
 def _memory_period(spec: RunSpec) -> float:

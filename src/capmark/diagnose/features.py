@@ -82,7 +82,7 @@ def _waits(step: StepResult) -> tuple[dict[str, float], list[tuple[str, float]]]
 
 
 def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> StepView:
-    values, _ = kpm.compute(step, per_unit)
+    values, _ = kpm.of(step, per_unit)
     lat = step.latency.summary()
     units = step.units or 0
     busy = host_busy_s(step)
