@@ -32,6 +32,8 @@ class TestDemands(Payload):
 
 @dataclass(kw_only=True)
 class DemandsDocument(Document):
+    """Service demands per unit of work and whether the instruments agree, per test (`capmark demands`)."""
+
     SCHEMA = "capmark.demands/1"
     run: str
     tests: list[TestDemands]

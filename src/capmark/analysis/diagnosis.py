@@ -33,6 +33,8 @@ class TestDiagnosis(Payload):
 
 @dataclass(kw_only=True)
 class DiagnosisDocument(Document):
+    """Bottleneck signatures and the steps' self-checks, per test (`capmark diagnose`)."""
+
     SCHEMA = "capmark.diagnose/1"
     run: str
     tests: list[TestDiagnosis]

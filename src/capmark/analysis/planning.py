@@ -44,6 +44,8 @@ class Calibration(Payload):
 
 @dataclass(kw_only=True)
 class CalibrationDocument(Document):
+    """The calibrated model of each test, validated against every step (`capmark calibrate`)."""
+
     SCHEMA = "capmark.calibrate/2"
     run: str
     tests: list[TestAnswer[Calibration]]
@@ -60,6 +62,8 @@ class WhatIf(Payload):
 
 @dataclass(kw_only=True)
 class WhatIfDocument(Document):
+    """The baseline and each scenario per test (`capmark whatif`)."""
+
     SCHEMA = "capmark.whatif/1"
     run: str
     tests: list[TestAnswer[WhatIf]]
@@ -83,6 +87,8 @@ class Sizing(Payload):
 
 @dataclass(kw_only=True)
 class SizingDocument(Document):
+    """The highest load within a service level, and what a target load needs, per test (`capmark size`)."""
+
     SCHEMA = "capmark.size/1"
     run: str
     tests: list[TestAnswer[Sizing]]
@@ -104,6 +110,8 @@ class Anticipation(Payload):
 
 @dataclass(kw_only=True)
 class AnticipationDocument(Document):
+    """The quick response-time curve before and after a change, per test (`capmark anticipate`)."""
+
     SCHEMA = "capmark.anticipate/1"
     run: str
     tests: list[TestAnswer[Anticipation]]
