@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capmark.analysis.catalogue import Catalogue, catalogue
 from capmark.analysis.demands import DemandsDocument, demands_document
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
 from capmark.analysis.document import TestAnswer
@@ -31,12 +32,17 @@ from capmark.results import RunResult, TestResult
 # the measuring run is part of the public API; it lives in capmark.runner
 from capmark.runner import RunObserver, plan_tests, run, sigterm_as_interrupt, write_run_report  # noqa: F401
 from capmark.store import DB_NAME, RunStore, load_run, resolve_run
-from capmark.workloads import registry
-from capmark.workloads.base import Workload
 
 
-def list_workloads() -> list[Workload]:
-    return list(registry.WORKLOADS.values())
+def list_workloads() -> Catalogue:
+    return catalogue()
+
+
+def solve_cases(file: Path) -> Any:
+    """Solve the queueing models of a JSON case file (closed, multi-class, open, USL fit, quick formula)."""
+    from capmark.model.cases import solve_file
+
+    return solve_file(file)
 
 
 # --- stored runs -------------------------------------------------------------------------------------
