@@ -1,7 +1,7 @@
 """What the signatures look at, per step: plain numbers taken once from a stored step.
 
-Signatures work on these views only, so they can be tested on step data shaped like the seeds'
-figures as well as on real runs.
+Signatures work on these views only, so they can be tested on step data shaped like the figures of the AT&T
+performance-signatures paper as well as on real runs.
 """
 
 from __future__ import annotations

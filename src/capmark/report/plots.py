@@ -189,7 +189,7 @@ def utilization_vs_throughput(doc: Calibration) -> str:
 
 
 def anticipation(doc: Anticipation) -> str:
-    """Seed 001's quick curve through the measured point, and after the change."""
+    """Shallahamer's quick curve through the measured point, and after the change."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     ax.plot([p["rate"] for p in doc.curve], [p["response_time_s"] * 1000 for p in doc.curve], "-",
             label=f"M = {doc.effective_servers:.2f}")
