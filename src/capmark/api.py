@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capmark import runner
 from capmark.analysis.catalogue import Catalogue, catalogue
 from capmark.analysis.demands import DemandsDocument, demands_document
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
@@ -24,13 +25,13 @@ from capmark.analysis.planning import (
     sizing_document,
     whatif_document,
 )
-from capmark.config import DEFAULT_RESULTS_DIR
+from capmark.config import DEFAULT_RESULTS_DIR, RunSpec
 from capmark.engines import embedded
 from capmark.errors import CapmarkError
 from capmark.results import RunResult, TestResult
 
 # the measuring run is part of the public API; it lives in capmark.runner
-from capmark.runner import RunObserver, plan_tests, run, sigterm_as_interrupt, write_run_report  # noqa: F401
+from capmark.runner import RunObserver, plan_tests, sigterm_as_interrupt  # noqa: F401
 from capmark.store import DB_NAME, RunStore, load_run, resolve_run
 
 
@@ -43,6 +44,27 @@ def solve_cases(file: Path) -> Any:
     from capmark.model.cases import solve_file
 
     return solve_file(file)
+
+
+def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
+    """Measure and store a run, and write its report.html however it ends (the runner stays below rendering)."""
+    return runner.run(spec, observer, on_stored=_report_of_stored_run)
+
+
+def _report_of_stored_run(folder: Path) -> str:
+    try:
+        write_run_report(folder)
+    except Exception as err:  # a full disk, or a rendering failure: never hide the run's own outcome behind it
+        lines = str(err).strip().splitlines()
+        return f"report.html could not be written ({lines[0] if lines else type(err).__name__})"
+    return ""
+
+
+def write_run_report(folder: Path) -> Path:
+    from capmark.analysis.report import stored_report_documents
+    from capmark.report.html import write_report
+
+    return write_report(stored_report_documents(folder))
 
 
 # --- stored runs -------------------------------------------------------------------------------------

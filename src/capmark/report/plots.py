@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from capmark.analysis.planning import Anticipation, Calibration  # noqa: E402
-from capmark.driver.histogram import bucket_bounds  # noqa: E402
+from capmark.histogram import bucket_bounds  # noqa: E402
 from capmark.measure import kpm  # noqa: E402
 from capmark.measure.validity import problems  # noqa: E402
 from capmark.model.usl import usl  # noqa: E402
