@@ -86,7 +86,8 @@ def test_section(part: TestReport) -> Section:
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
-    commands = [(s, rows) for s in test.steps if (rows := command_rows(s))]
+    # (a name of its own: an assignment inside a comprehension binds in this function and would replace `rows`)
+    commands = [(s, by_command) for s in test.steps if (by_command := command_rows(s))]
     repeatability = repeatability_rows(test) if test.steps else None
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts,
                    invalid=part.invalid, cautions=part.cautions,
