@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from browser import VIEWPORT, Browser, find_browser, install_browser
 
+from capmark.analysis.report import stored_report_documents
 from capmark.report.html import render
 from capmark.store import DB_NAME, load_run
 
@@ -53,7 +54,7 @@ def stored_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report_html(stored_run) -> str:
-    return render(stored_run)
+    return render(stored_report_documents(Path(stored_run.folder)))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_the_report_renders_its_title_and_every_section(shown, stored_run):
         for heading in (f"Test {test.ordinal}: {test.workload}", f"Service demands: {test.workload}",
                         f"Model: {test.workload}"):
             assert heading in probe["sections"]
-    assert {"Run summary", "Environment"} <= set(probe["sections"])
+    assert {"At a glance", "Run summary", "Environment"} <= set(probe["sections"])
     assert probe["nav"] == probe["anchors"]  # every link of the contents leads to its section
     assert probe["tables"] >= len(probe["sections"])
 

@@ -23,16 +23,24 @@ def component_label(row: dict[str, Any]) -> str:
     return f"{row['label']} ({row['reason']})" if row.get("reason") else row["label"]
 
 
-def _job_ranks(jobs: list[int]) -> list[int]:
-    """The lowest and highest load always; the loads between by how far they are from both (the middle first)."""
-    n = len(jobs)
-    return [0 if i in (0, n - 1) else 3 + abs(2 * i - (n - 1)) for i in range(n)]
+def _job_columns(jobs: list[int]) -> list[Col]:
+    """One column per step: the lowest and highest load always shown, the loads between by how far they are from
+    both (the middle first); a job count measured more than once is labelled with its repetition."""
+    lo, hi = jobs.index(min(jobs)), jobs.index(max(jobs))
+    seen: dict[int, int] = {}
+    cols = []
+    for i, j in enumerate(jobs):
+        seen[j] = seen.get(j, 0) + 1
+        rep = f"\nrep {seen[j]}" if jobs.count(j) > 1 else ""
+        rank = 0 if i in (lo, hi) else 3 + abs(2 * i - (len(jobs) - 1))
+        cols.append(Col(f"{j} jobs{rep}", rank=rank, name=f"{j} jobs{rep.replace(chr(10), ' ')}"))
+    return cols
 
 
 def print_demands(doc: TestDemands, console: Console) -> None:
     jobs = doc.jobs
     cols = [Col("component", justify="left", wrap=True), Col("unit", justify="left"),
-            *(Col(f"{j} jobs", rank=r) for j, r in zip(jobs, _job_ranks(jobs), strict=True)),
+            *_job_columns(jobs),
             Col("mean", rank=1), Col("std", rank=2), Col("share %", rank=1)]
     table = FittedTable(f"{doc.workload}: service demand per {doc.unit}", cols, title_style="bold")
     for r in doc.components:
