@@ -15,7 +15,10 @@ from capmark.analysis.report import stored_report_documents
 from capmark.report.html import render
 from capmark.store import DB_NAME, load_run
 
-FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
+FIXTURES = Path(__file__).parent / "fixtures"
+# two server-side tests, one a mix of transaction types; and scripts measured twice at four job counts with
+# per-command latency and invalid steps (tests/fixtures/README.md)
+RUNS = ("run-format-1", "run-script-repeats")
 
 # Everything the checks need, read from the page once it has loaded and been laid out.
 PROBE = """JSON.parse(JSON.stringify({
@@ -44,11 +47,11 @@ def chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def stored_run(tmp_path_factory):
+@pytest.fixture(scope="module", params=RUNS)
+def stored_run(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser") / "20261122-000000-f1x7"
     folder.mkdir()
-    (folder / DB_NAME).write_bytes(gzip.decompress(FIXTURE.read_bytes()))
+    (folder / DB_NAME).write_bytes(gzip.decompress((FIXTURES / f"{request.param}.sqlite.gz").read_bytes()))
     return load_run(folder)
 
 
