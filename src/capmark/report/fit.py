@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from rich import box as boxes
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markup import escape
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -42,13 +41,12 @@ class Col:
 
 @dataclass
 class FittedTable:
-    """A table's title, columns, text rows and notes; render() lays it out for a width."""
+    """A table's title, columns, text rows and notes; printed, it lays itself out for the width it is given."""
 
     title: str
     columns: list[Col]
     rows: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # lines under the table (captions, footnotes)
-    boxed: bool = False  # rich's heavy-headed box (the run's main tables), else a light rule under the header
     title_style: str = "italic"
 
     def add_row(self, *cells: str) -> None:
@@ -61,39 +59,44 @@ class FittedTable:
     def render(self, width: int | None) -> RenderableType:
         width = width or DEFAULT_WIDTH
         shown = choose_columns(self, width)
-        table = self._table(shown, width)
         hidden = list(dict.fromkeys(c.label for i, c in enumerate(self.columns) if i not in shown))
         parts: list[RenderableType] = [Text(self.title, style=self.title_style)] if self.title else []
-        parts.append(table)
+        parts.append(self.table(shown, wrap_widths(self, shown, width)))
         parts += [Text(n, style="dim") for n in self.notes]
         if hidden:
             parts.append(Text(f"wider terminal shows: {', '.join(hidden)}", style="dim"))
         return Group(*parts)
 
-    def _table(self, shown: list[int], width: int | None, flex_width: dict[int, int] | None = None) -> Table:
-        table = Table(box=boxes.HEAVY_HEAD if self.boxed else boxes.SIMPLE_HEAD, header_style="bold",
-                      padding=(0, 1), collapse_padding=not self.boxed, show_edge=self.boxed, pad_edge=self.boxed,
-                      expand=False)
+    def table(self, shown: list[int], widths: dict[int, int] | None = None) -> Table:
+        """The rich table of the shown columns, the wrapping ones at the given widths (else their natural one)."""
+        widths = widths or {}
+        table = Table(box=boxes.SIMPLE_HEAD, header_style="bold", padding=(0, 1), collapse_padding=True,
+                      show_edge=False, pad_edge=False, expand=False)
         for i in shown:
             c = self.columns[i]
-            fixed = (flex_width or {}).get(i)
             table.add_column(escape(c.header), justify=c.justify, no_wrap=not c.wrap,
-                             overflow="fold" if c.wrap else "ellipsis", width=fixed)
+                             overflow="fold" if c.wrap else "ellipsis", width=widths.get(i))
         for row in self.rows:
-            table.add_row(*(escape(_pack(row[i], self.columns[i].sep, (flex_width or {}).get(i))) for i in shown))
-        if width is None or flex_width is not None:
-            return table
-        flex = [i for i in shown if self.columns[i].wrap]
-        natural = _width(table)
-        if natural <= width or not flex:
-            return table
-        # the fixed columns keep their width; the wrapping ones share what is left (rich would shrink every column)
-        at_min = {i: min(FLEX_MIN_WIDTH, _natural(self, i)) for i in flex}
-        spare = width - _width(self._table(shown, None, at_min))
-        wanted = {i: _natural(self, i) - at_min[i] for i in flex}
-        total = sum(wanted.values()) or 1
-        given = {i: at_min[i] + max(0, spare) * wanted[i] // total for i in flex}
-        return self._table(shown, None, given)
+            table.add_row(*(escape(_pack(row[i], self.columns[i].sep, widths.get(i))) for i in shown))
+        return table
+
+
+def _least_widths(spec: FittedTable, shown: list[int]) -> dict[int, int]:
+    return {i: min(FLEX_MIN_WIDTH, _natural(spec, i)) for i in shown if spec.columns[i].wrap}
+
+
+def wrap_widths(spec: FittedTable, shown: list[int], width: int) -> dict[int, int]:
+    """Widths for the wrapping columns where the table is wider than `width`: the other columns keep theirs and
+    the wrapping ones share what is left in proportion to what they lack (rich would shrink every column)."""
+    if _width(spec.table(shown)) <= width:
+        return {}
+    least = _least_widths(spec, shown)
+    if not least:
+        return {}
+    spare = max(0, width - _width(spec.table(shown, least)))
+    lacking = {i: _natural(spec, i) - w for i, w in least.items()}
+    total = sum(lacking.values()) or 1
+    return {i: w + spare * lacking[i] // total for i, w in least.items()}
 
 
 def _pack(cell: str, sep: str | None, width: int | None) -> str:
@@ -132,15 +135,9 @@ def choose_columns(spec: FittedTable, width: int) -> list[int]:
             optional.setdefault(c.group or f"#{i}", []).append(i)
     for members in optional.values():
         trial = sorted(shown + members)
-        at_min = {i: min(FLEX_MIN_WIDTH, _natural(spec, i)) for i in trial if spec.columns[i].wrap}
-        if _width(spec._table(trial, None, at_min)) <= width:
+        if _width(spec.table(trial, _least_widths(spec, trial))) <= width:
             shown = trial
     return shown
-
-
-def indented(text: str, indent: int = 2) -> Padding:
-    """A line of plain text set in by `indent` columns, its wrapped continuation lines too."""
-    return Padding(Text(text), (0, 0, 0, indent), expand=False)
 
 
 def sayer(console: Console) -> Callable[..., None]:
@@ -148,6 +145,8 @@ def sayer(console: Console) -> Callable[..., None]:
     wrapped continuation lines keep, so a note stays readable as one block at any width."""
     def say(text: str, **_: object) -> None:
         indent = len(text) - len(text.lstrip(" "))
-        console.print(indented(text[indent:], indent) if indent else Text(text), highlight=False)
+        for line in Text(text[indent:]).wrap(console, max(FLEX_MIN_WIDTH, console.width - indent)):
+            line.rstrip()
+            console.print(Text(" " * indent) + line, highlight=False)
 
     return say
