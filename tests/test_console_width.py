@@ -181,3 +181,11 @@ def test_a_wide_terminal_shows_every_step_of_the_repeats(scripts):
     assert head.count("jobs") == 8 and head.count("rep 2") == 4
     run = shown(scripts, "report", WIDE)
     assert "Within step" in header(run, "script:transfer+lookup: repeatability")
+
+
+def test_every_common_kpm_has_its_rank():
+    """A column every workload reports and the ranking does not know would rank as a family's own metric."""
+    from capmark.report.console import _KPM_RANKS
+    from capmark.workloads.base import COMMON_KPMS
+
+    assert set(_KPM_RANKS) == set(COMMON_KPMS)

@@ -8,7 +8,6 @@ from rich.markup import escape
 from capmark.measure import kpm, noise
 from capmark.report.fit import Col, FittedTable, sayer
 from capmark.results import RunResult, TestResult
-from capmark.workloads.base import COMMON_KPMS
 
 
 def fmt(value: object, digits: int) -> str:
@@ -29,6 +28,7 @@ def fmt_scaled(value: float | None, scale: float) -> str:
 
 # Which KPM columns an 80-column terminal keeps (rank 0 always; then rising rank while they fit): the load and
 # its throughput, the p95, the workload family's own metrics, mean and CPU busy; the rest a wider terminal shows.
+# Every column every workload reports is ranked here; any other is a family's own.
 _KPM_RANKS = {"jobs": 0, "throughput": 0, "rt_p95_ms": 1, "rt_mean_ms": 4, "cpu_busy_pct": 5, "rt_p99_ms": 6,
               "rt_p50_ms": 7, "throughput_per_job": 20, "buffer_hit_pct": 21, "physical_reads_per_s": 22,
               "logical_reads_per_s": 23, "commits_per_s": 24, "wal_mb_per_s": 25, "rt_max_ms": 26,
@@ -107,7 +107,7 @@ def kpm_table(test: TestResult) -> FittedTable:
     title = f"{test.workload} ({test.mode}-side; unit: {test.unit}" + (
         f"; {', '.join(f'{k}={v}' for k, v in test.params.items())}" if test.params else "") + ")"
     keys = [k for k in test.kpms if k in kpm.COLUMNS]
-    family = [k for k in keys if k not in COMMON_KPMS]
+    family = [k for k in keys if k not in _KPM_RANKS]  # the family's own metrics: not among the common ones
     repeated = noise.repeats_of(test.steps) > 1
     cols = [Col("Rep")] if repeated else []
     for k in keys:
