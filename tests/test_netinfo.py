@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from capmark import api
-from capmark.analysis.demands import test_demands
+from capmark.analysis.demands import demands_of
 from capmark.analysis.report import report_documents
 from capmark.collect import netinfo
 from capmark.config import RunSpec
@@ -235,6 +235,6 @@ def test_unix_socket_run_says_why_network_is_na(run_db, tmp_path):
 
 def _console_text(test) -> str:
     out = io.StringIO()
-    demands_report.print_demands(test_demands(test), Console(file=out, width=200, color_system=None))
+    demands_report.print_demands(demands_of(test), Console(file=out, width=200, color_system=None))
     return out.getvalue()
 

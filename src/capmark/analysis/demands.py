@@ -16,6 +16,8 @@ class TestDemands(Payload):
     """Per job count (the `jobs` list gives the order): each component's demand per unit, per-commit WAL work,
     run queue, devices, latency realism, top statements, and whether the instruments agree."""
 
+    __test__ = False  # a document, not a test class (pytest collects names starting with Test)
+
     workload: str
     unit: str
     jobs: list[int]
@@ -39,10 +41,10 @@ class DemandsDocument(Document):
     tests: list[TestDemands]
 
 
-def test_demands(test: TestResult) -> TestDemands:
+def demands_of(test: TestResult) -> TestDemands:
     reconciliation = [{"jobs": s.jobs, "pairs": reconcile(s)} for s in test.steps]
     return payload_of(TestDemands, {**demands_of_test(test), "reconciliation": reconciliation})
 
 
 def demands_document(run: RunResult, tests: list[TestResult]) -> DemandsDocument:
-    return DemandsDocument(run=run.run_id, tests=[test_demands(t) for t in tests])
+    return DemandsDocument(run=run.run_id, tests=[demands_of(t) for t in tests])

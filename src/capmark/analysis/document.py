@@ -53,6 +53,8 @@ P = TypeVar("P", bound=Payload)
 class TestAnswer(Generic[P]):
     """A test's answer, or why it has none: one test without a valid step must not cost the others theirs."""
 
+    __test__ = False  # a document, not a test class (pytest collects names starting with Test)
+
     workload: str
     ordinal: int
     answer: P | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from capmark.analysis.demands import test_demands
+from capmark.analysis.demands import demands_of
 from capmark.analysis.document import Document
 from capmark.measure import kpm, noise
 from capmark.results import RunResult, TestResult
@@ -45,7 +45,7 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
             "load_nodes": ((step.instruments or {}).get("cluster") or {}).get("nodes"),
             "scripts": ((step.instruments or {}).get("unit_stats") or {}).get("scripts"),
         })
-    return {"demands": test_demands(test).to_json() if test.steps else None,
+    return {"demands": demands_of(test).to_json() if test.steps else None,
             "ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
             "throughput_unit": test.throughput_label, "mode": test.mode, "params": test.params,
             "status": test.status, "reason": test.reason, "quiesce_s": test.quiesce_s, "columns": columns(test),

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capmark.analysis.demands import TestDemands, test_demands
+from capmark.analysis.demands import TestDemands, demands_of
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
 from capmark.analysis.document import TestAnswer
 from capmark.analysis.headline import Headline, headline
@@ -21,6 +21,8 @@ from capmark.store import load_derived, load_run
 @dataclass(kw_only=True)
 class TestReport:
     """One test's part of the report: its analyses, or for each one the sentence saying why it is missing."""
+
+    __test__ = False  # a document, not a test class (pytest collects names starting with Test)
 
     test: TestResult
     invalid: list[tuple[int, list[str]]]  # steps that failed a self-check, with why
@@ -76,7 +78,7 @@ def report_documents(run: RunResult, saved: dict[str, dict[int, Any]] | None = N
             test=test,
             invalid=[(s.jobs, why) for s in test.steps if (why := problems(s))],
             cautions=[(s.jobs, why) for s in test.steps if (why := cautions(s))],
-            demands=test_demands(test) if measured else None,
+            demands=demands_of(test) if measured else None,
             calibration=model.answer if model else None, calibration_problem=model.reason if model else "",
             anticipation=quick.answer if quick else None, anticipation_problem=quick.reason if quick else "",
             saved_whatif=saved.get("whatif", {}).get(test.ordinal), saved_size=saved.get("size", {}).get(test.ordinal),
