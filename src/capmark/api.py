@@ -286,3 +286,16 @@ def db_status(data_dir: Path | None = None) -> embedded.EmbeddedStatus:
     return embedded.status(data_dir)
 
 
+
+
+def compare(baseline_ref: str | None, candidate_refs: list[str], results_dir: Path = DEFAULT_RESULTS_DIR,
+            progress: Progress | None = None) -> Any:
+    """A baseline run against one or more candidates, from storage alone, as the capmark.compare/1 document
+    (capmark.analysis.compare.Comparison)."""
+    from capmark.analysis.compare import compare_runs
+
+    if not candidate_refs:
+        raise CapmarkError("Name at least one candidate run to compare with the baseline, e.g. "
+                           "`capmark compare BASELINE CANDIDATE`.")
+    baseline = open_run(baseline_ref, results_dir)
+    return compare_runs(baseline, [open_run(ref, results_dir) for ref in candidate_refs], progress)
