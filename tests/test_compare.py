@@ -122,8 +122,9 @@ def test_verdict_direction(better, base, cand, expected):
 # short, stable server-side workloads for the false-positive check; a commit-bound one for the real change
 STEADY = ["srv-query1", "srv-query25", "pls-add"]
 COMMIT_BOUND = "stress-update"
-# 9 s windows: 8 full seconds, 4 batch means of 2 s per step
-SHORT = {"warmup_s": 1.0, "duration_s": 9.0, "jobs": [1]}
+# 7 s windows: 6 full seconds, 3 batch means of 2 s per step
+SHORT = {"warmup_s": 1.0, "duration_s": 7.0, "jobs": [1]}
+BATCHES_PER_STEP = 3
 QUICK_SETTLE_S = 5.0  # the tests' quiesce limit: a device kept busy by other programs is not waited out for 30 s
 
 
@@ -180,14 +181,14 @@ def test_synchronous_commit_off_is_significantly_faster(runs, comparison):
     figures = _figures(test)
     tput, rt = figures["throughput"], figures["rt_mean_ms"]
     print(f"sync off: throughput {tput.change_pct:+.0f} % p={tput.p_value:.2g}; mean RT {rt.change_pct:+.0f} %")
-    assert tput.test == sig.WELCH_BATCHES and tput.n_baseline == tput.n_candidate == 4
+    assert tput.test == sig.WELCH_BATCHES and tput.n_baseline == tput.n_candidate == BATCHES_PER_STEP
     # a commit that waits for its WAL flush against one that does not: several times the rate
     assert tput.verdict == Verdict.FASTER and tput.change_pct > 100 and tput.ci_low_pct > 50
     assert rt.verdict == Verdict.FASTER and rt.change_pct < -50
     assert figures["rt_p95_ms"].verdict == Verdict.UNTESTED  # one value per step without repetitions
     env = {d.key: (d.baseline, d.candidate) for d in _candidate(comparison, c.run_id).environment}
     assert env["database.settings.synchronous_commit"] == ("on", "off")
-    assert set(_candidate(comparison, c.run_id).baseline_only_tests) == {f"{w} (server-side)" for w in STEADY}
+    assert {k.split(" (")[0] for k in _candidate(comparison, c.run_id).baseline_only_tests} == set(STEADY)
     moved = [d.key for s in test.steps for d in s.moved]
     assert moved, "a commit without its flush must move a service demand (device or WAL time per unit)"
 
@@ -198,17 +199,26 @@ def _candidate(doc: Comparison, run_id: str):
 
 @pytest.mark.db
 def test_identical_runs_show_no_significant_change(runs, comparison):
+    """Judged where both runs' steps passed their self-checks: a step that shared the host with other busy programs
+    measured them too (capmark says so and leaves it out of models); then something did change between the runs."""
     _, _, b, _ = runs
-    lines = []
+    lines, judged = [], []
     for workload in STEADY:
         test = _test(comparison, b.run_id, workload)
         tested = [k for k in _figures(test).values() if k.p_value is not None]
         assert {k.kpm for k in tested} >= {"throughput", "rt_mean_ms"}
+        valid = not any(s.invalid for s in test.steps)
         lines += [f"{workload} {k.kpm}: {k.change_pct:+.1f} % p={k.p_value:.3f} (Holm {k.p_adjusted:.3f}) "
-                  f"{k.verdict}" for k in tested]
+                  f"{k.verdict}{'' if valid else ' [a step failed its self-checks]'}" for k in tested]
+        if valid:
+            judged += [line for line in lines if line.startswith(workload)]
+        else:
+            lines += [f"  {why}" for s in test.steps for why in s.invalid]
     print("\n".join(lines))
-    flagged = [line for line in lines if not line.endswith(Verdict.NO_CHANGE.value)]
+    flagged = [line for line in judged if not line.endswith(Verdict.NO_CHANGE.value)]
     assert not flagged, flagged
+    if len({line.split()[0] for line in judged}) < len(STEADY):
+        pytest.skip("steps of the unchanged runs failed their self-checks on this busy machine:\n" + "\n".join(lines))
 
 
 @pytest.mark.db
