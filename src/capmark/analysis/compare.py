@@ -71,7 +71,7 @@ class KpmChange:
     baseline: float | None
     candidate: float | None
     change_pct: float | None
-    ci_low_pct: float | None  # 95 % interval of the change; None: open on that side or not tested
+    ci_low_pct: float | None  # 95 % interval of the change; None: not tested
     ci_high_pct: float | None
     p_value: float | None  # Welch's, two-sided
     p_adjusted: float | None  # Holm-adjusted over every tested figure of the test
@@ -205,9 +205,9 @@ class Comparison:
     baseline_created_at: str
     candidates: list[CandidateComparison]
     alpha: float = sig.ALPHA
-    method: str = ("Welch's t-test on repetition values where both runs repeated a job count, else on batch means "
-                   "of the 1 s throughput series (figures that follow from it only); p-values Holm-adjusted per "
-                   "test; the change's 95 % interval inverts the same test")
+    method: str = ("Welch's t-test on the logarithms of the repetition values where both runs repeated a job count, "
+                   "else of batch means of the 1 s throughput series (figures that follow from it only); p-values "
+                   "Holm-adjusted per test; the change's 95 % interval is Welch's, of the ratio")
     schema: str = SCHEMA
 
     def regressions(self, threshold_pct: float = 0.0) -> list[Regression]:

@@ -13,15 +13,19 @@ The samples of a figure are what its noise can be estimated from:
   Little's law, R = N / X - Z, in a closed loop. A single step measures its own window only: a change of the
   machine's background load between the two runs is a change to it, which only repetitions can tell apart.
 
-The test is Welch's t-test (two-sided, unequal variances) on the samples. A batch or repetition value is a mean
-over many units and seconds, so it is close to normal, which is what the t-test needs; a Mann-Whitney U test would
-need no normality but with five batches a side it cannot reach p-values much below 0.01, gives no interval for the
-change, and tests a shift of the distributions rather than of the means the report shows.
+The test is Welch's t-test (two-sided, unequal variances) on the logarithms of the samples, that is on the ratio
+candidate / baseline. Performance figures vary by factors (a neighbour that takes a share of the CPU scales the
+throughput), the change is reported as a ratio, and on the log scale the two runs' spreads are comparable even
+when one runs ten times faster; on the raw scale the faster run's larger absolute spread would leave Welch's test
+with one or two degrees of freedom. A batch or repetition value is a mean over many units and seconds, so it is
+close to (log-)normal, which is what the t-test needs; a Mann-Whitney U test would need no normality, but with five
+batches a side it cannot reach p-values much below 0.01, gives no interval for the change, and tests a shift of
+the distributions rather than of the figure the report shows. A figure with a value of zero (no iowait) has no
+ratio and is not tested.
 
-The change is candidate / baseline - 1 in %, and its 95 % interval is the set of ratios r for which Welch's test of
-the candidate against r x baseline does not reject at 5 %: the same test inverted (Fieller's interval with Welch's
-degrees of freedom), so an interval excludes 0 % exactly when the p-value is below 5 %, and it widens on the side
-where a noisy baseline leaves the ratio uncertain (it may be open on that side).
+The change is candidate / baseline - 1 in %, and its 95 % interval is Welch's interval of the difference of the
+logarithms, exponentiated: the same test, so the interval excludes 0 % exactly when the (unadjusted) p-value is
+below 5 %.
 
 Many figures of several steps are tested per test; the p-values of one test are adjusted with Holm's step-down
 method so that "no significant change" holds for the test as a whole at the 5 % level (the figures that share one
@@ -37,19 +41,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scipy import optimize, stats
+from scipy import stats
 
 from capmark.measure.noise import BATCHES, MIN_BATCH_S
 from capmark.measure.validity import full_seconds
 
 ALPHA = 0.05  # the significance level of every verdict (family-wise per test after Holm's adjustment)
 CONFIDENCE = 1 - ALPHA
-# Ratios searched for the interval's ends: a change beyond x1000 either way is no longer a measurement of the same
-# thing; the interval is then reported open on that side.
-RATIO_SPAN = 1000.0
 
-WELCH_REPETITIONS = "Welch t-test on repetition values"
-WELCH_BATCHES = "Welch t-test on batch means of the 1 s series"
+WELCH_REPETITIONS = "Welch t-test on the logarithms of the repetition values"
+WELCH_BATCHES = "Welch t-test on the logarithms of batch means of the 1 s series"
 NOT_TESTED = "not tested"
 
 
@@ -77,7 +78,7 @@ class Change:
     baseline: float | None
     candidate: float | None
     change_pct: float | None  # candidate / baseline - 1, in %
-    ci_low_pct: float | None  # the change's 95 % interval; None: open on that side (or not tested)
+    ci_low_pct: float | None  # the change's 95 % interval; None when not tested
     ci_high_pct: float | None
     p_value: float | None  # Welch's, two-sided
     test: str  # WELCH_REPETITIONS | WELCH_BATCHES | NOT_TESTED
@@ -117,54 +118,47 @@ def little_response_times(throughputs: Sequence[float], jobs: int, think_s: floa
 
 
 def scaled_to(samples: Sequence[float], value: float) -> list[float]:
-    """The samples with their mean moved to the step's own figure, keeping their relative spread: the series
-    leaves out the partial last second and Little's law holds only to a few per cent, while the report shows
-    the step's figure. Welch's test of a ratio is unchanged by a common factor, the interval then centres on it."""
-    mean = statistics.fmean(samples)
-    return [v * value / mean for v in samples] if mean else list(samples)
+    """The samples with their geometric mean moved to the step's own figure, keeping their relative spread: the
+    series leaves out the partial last second and Little's law holds only to a few per cent, while the report
+    shows the step's figure. A common factor does not change the test; the interval then centres on the change
+    the report shows."""
+    centre = math.exp(statistics.fmean(math.log(v) for v in samples))
+    return [v * value / centre for v in samples]
 
 
-def welch_p(baseline: Sequence[float], candidate: Sequence[float], ratio: float = 1.0) -> float | None:
-    """Two-sided p-value of Welch's t-test of candidate against ratio x baseline; None where it is undefined
-    (no spread on either side)."""
-    scaled = [v * ratio for v in baseline]
-    if statistics.pvariance(scaled) == 0 and statistics.pvariance(candidate) == 0:
+@dataclass(frozen=True)
+class Welch:
+    p_value: float
+    ratio_low: float  # 95 % interval of candidate / baseline
+    ratio_high: float
+
+
+def welch_log(baseline: Sequence[float], candidate: Sequence[float]) -> Welch | None:
+    """Welch's two-sided test of the logarithms of candidate against baseline, with the ratio's interval; None where
+    it is undefined (no spread on either side)."""
+    lb, lc = [math.log(v) for v in baseline], [math.log(v) for v in candidate]
+    if statistics.pvariance(lb) == 0 and statistics.pvariance(lc) == 0:
         return None
-    p = float(stats.ttest_ind(candidate, scaled, equal_var=False).pvalue)
-    return p if math.isfinite(p) else None
-
-
-def ratio_interval(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[float | None, float | None]:
-    """The ratios r (candidate / baseline) that Welch's test of candidate vs r x baseline keeps at ALPHA; either end
-    None where the test keeps every ratio up to RATIO_SPAN on that side (too noisy a baseline)."""
-    mb, mc = statistics.fmean(baseline), statistics.fmean(candidate)
-    if mb <= 0 or mc < 0:
-        return None, None
-    centre = mc / mb
-
-    def gap(r: float) -> float:
-        p = welch_p(baseline, candidate, r)
-        return (p if p is not None else 1.0) - ALPHA
-
-    low_end, high_end = 0.0, max(centre, 1e-12) * RATIO_SPAN
-    low = optimize.brentq(gap, low_end, centre, xtol=1e-12) if centre > 0 and gap(low_end) < 0 else None
-    high = optimize.brentq(gap, centre, high_end, xtol=1e-12) if gap(high_end) < 0 else None
-    return low, high
+    result = stats.ttest_ind(lc, lb, equal_var=False)
+    p = float(result.pvalue)
+    if not math.isfinite(p):
+        return None
+    ci = result.confidence_interval(CONFIDENCE)
+    return Welch(p, math.exp(float(ci.low)), math.exp(float(ci.high)))
 
 
 def compare_samples(baseline_samples: Sequence[float], candidate_samples: Sequence[float],
                     baseline: float, candidate: float, test: str) -> Change:
-    """Welch's test and the change's interval of two sample sets (each >= 2 values), centred on the two figures."""
+    """Welch's test on the logarithms and the change's interval of two sample sets (each >= 2 values), centred on
+    the two figures."""
     nb, nc = len(baseline_samples), len(candidate_samples)
-    b = scaled_to(baseline_samples, baseline)
-    c = scaled_to(candidate_samples, candidate)
-    p = welch_p(b, c)
-    if p is None:
+    if min(baseline_samples) <= 0 or min(candidate_samples) <= 0 or baseline <= 0 or candidate <= 0:
+        return untested(baseline, candidate, "a value of zero has no ratio to judge", nb, nc)
+    welch = welch_log(scaled_to(baseline_samples, baseline), scaled_to(candidate_samples, candidate))
+    if welch is None:
         return untested(baseline, candidate, "no spread in either run's samples to judge the change by", nb, nc)
-    low, high = ratio_interval(b, c)
-    return Change(baseline, candidate, change_pct(baseline, candidate),
-                  (low - 1) * 100 if low is not None else None, (high - 1) * 100 if high is not None else None,
-                  p, test, nb, nc)
+    return Change(baseline, candidate, change_pct(baseline, candidate), (welch.ratio_low - 1) * 100,
+                  (welch.ratio_high - 1) * 100, welch.p_value, test, nb, nc)
 
 
 def untested(baseline: float | None, candidate: float | None, reason: str, nb: int = 0, nc: int = 0) -> Change:

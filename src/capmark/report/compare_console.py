@@ -16,8 +16,7 @@ SHORT_VERDICT = {Verdict.FASTER: "faster", Verdict.SLOWER: "slower", Verdict.NO_
                  Verdict.HIGHER: "higher", Verdict.LOWER: "lower", Verdict.UNTESTED: "-"}
 LEGEND = ("verdict: faster/slower = a significant change for the better/worse (Holm-adjusted p < {alpha:g}); "
           "higher/lower = significant, neither better nor worse; same = no significant change; - = not tested "
-          "(see below). 95 % CI = the change's interval, per figure (not adjusted); an end left blank (or open) is "
-          "unbounded: the baseline is too noisy to bound the ratio")
+          "(see below). 95 % CI = the change's interval in %, per figure (not adjusted)")
 STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "bold red"}
 
 
@@ -33,11 +32,7 @@ def _pct(value: float | None) -> str:
 def ci_text(change: KpmChange) -> str:
     if change.p_value is None:
         return ""
-    if change.ci_low_pct is None and change.ci_high_pct is None:
-        return "open"
-    low = f"{change.ci_low_pct:+.1f}" if change.ci_low_pct is not None else ""
-    high = f"{change.ci_high_pct:+.1f}" if change.ci_high_pct is not None else ""
-    return f"{low}..{high}"
+    return f"{_pct(change.ci_low_pct)}..{_pct(change.ci_high_pct)}"
 
 
 def kpm_table(test: TestComparison) -> Table:
