@@ -15,10 +15,11 @@ from scipy import stats
 
 from capmark import api, runner
 from capmark.analysis import significance as sig
-from capmark.analysis.compare import SCHEMA, Comparison
+from capmark.analysis.compare import SCHEMA, Comparison, environment_differences, match_tests
 from capmark.analysis.significance import Better, Change, Verdict
 from capmark.config import RunSpec
 from capmark.driver import quiesce
+from capmark.results import RunResult, StepResult, TestResult
 
 # Two samples whose variances differ tenfold: Student's pooled test and Welch's give clearly different p-values.
 BASE = [100.0, 101.5, 99.2, 100.8, 98.9]
@@ -138,6 +139,38 @@ def test_verdict_direction(better, base, cand, expected):
     assert sig.verdict(change, better, 0.001) is expected
     assert sig.verdict(change, better, 0.05) is Verdict.NO_CHANGE  # the level itself is not below it
     assert sig.verdict(change, better, None) is Verdict.UNTESTED
+
+
+# --- matching and environment, on stored-run records -----------------------------------------------------------
+
+def _step(jobs: int) -> StepResult:
+    return StepResult(1, jobs, "ok", "", 5.0, ["t"], {}, {})
+
+
+def _run(run_id: str, tests: list[tuple[str, str, dict[str, int]]], settings: dict[str, str]) -> RunResult:
+    return RunResult(run_id, "", "", "complete", {"duration_s": 15.0, "results_dir": f"/r/{run_id}"},
+                     {"database": {"version_num": 180006, "settings": settings},
+                      "database_host": {"cores": 2, "boot_id": run_id}}, {},
+                     [TestResult(i, w, "F", "", "u", "tps", mode, params, [], steps=[_step(1)])
+                      for i, (w, mode, params) in enumerate(tests, 1)])
+
+
+def test_tests_match_by_workload_mode_and_parameters():
+    base = _run("a", [("tp-light", "server", {"update_pct": 20}), ("tp-light", "server", {"update_pct": 50}),
+                      ("srv-query1", "server", {})], {})
+    cand = _run("b", [("tp-light", "server", {"update_pct": 50}), ("srv-query1", "client", {})], {})
+    pairs, baseline_only, candidate_only = match_tests(base, cand)
+    assert [(b.ordinal, c.ordinal) for b, c in pairs] == [(2, 1)]
+    assert baseline_only == ["tp-light (server-side, update_pct=20)", "srv-query1 (server-side)"]
+    assert candidate_only == ["srv-query1 (client-side)"]
+
+
+def test_environment_differences_name_what_changed_and_skip_what_always_differs():
+    base = _run("a", [], {"synchronous_commit": "on", "work_mem": "4MB"})
+    cand = _run("b", [], {"synchronous_commit": "off", "work_mem": "4MB", "commit_delay": "10"})
+    diffs = {d.key: (d.baseline, d.candidate) for d in environment_differences(base, cand)}
+    assert diffs == {"database.settings.synchronous_commit": ("on", "off"),
+                     "database.settings.commit_delay": (None, "10")}  # boot id and results folder left out
 
 
 # --- real runs on the embedded server -----------------------------------------------------------------------

@@ -471,7 +471,7 @@ class CompareFormat(StrEnum):
 @app.command()
 def compare(
     baseline: Annotated[str, typer.Argument(metavar="BASELINE", help="Run id or folder of the baseline run.")],
-    candidates: Annotated[list[str], typer.Argument(metavar="CANDIDATE...", help="Run ids or folders to compare "
+    candidates: Annotated[list[str], typer.Argument(metavar="CANDIDATE", help="Run ids or folders to compare "
                                                     "with it.")],
     fmt: Annotated[CompareFormat, typer.Option("--format", help="console for people, json for scripts, html for "
                                                "a self-contained page with plots.")] = CompareFormat.console,

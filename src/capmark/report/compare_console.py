@@ -20,7 +20,7 @@ LEGEND = ("verdict: faster/slower = a significant change for the better/worse (H
 STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "bold red"}
 
 
-def _digits(change: KpmChange) -> int:
+def digits(change: KpmChange) -> int:
     column = kpm.COLUMNS.get(change.kpm)
     return column.digits if column else 3
 
@@ -50,7 +50,7 @@ def kpm_table(test: TestComparison) -> Table:
             v = Verdict(k.verdict)
             unit = f" {k.unit}" if k.unit else ""
             table.add_row(str(step.jobs) if i == 0 else "", escape(f"{k.label}{unit}"),
-                          fmt(k.baseline, _digits(k)), fmt(k.candidate, _digits(k)), _pct(k.change_pct),
+                          fmt(k.baseline, digits(k)), fmt(k.candidate, digits(k)), _pct(k.change_pct),
                           ci_text(k), SHORT_VERDICT[v], style=STYLE.get(v))
         if step is not test.steps[-1]:
             table.add_section()
