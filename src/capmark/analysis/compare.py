@@ -336,26 +336,28 @@ def _step_comparison(test: TestResult, cand_test: TestResult, jobs: int, base_st
 
 
 def _hypothesis(jobs: int, change: KpmChange) -> tuple[int, str]:
-    """What a p-value tests: the figures proportional to the throughput test one hypothesis (their samples differ by
-    a constant factor, so their p-values are identical), every other figure its own (the mean response time by
-    Little's law too: a transform of the same batches, counted apart, which keeps Holm conservative)."""
+    """What a p-value tests: every figure computed from a step's batch means of the 1 s series (throughput, the
+    figures proportional to it, the mean response time by Little's law, which on the log scale is the same test when
+    there is no think time) tests one hypothesis; with repetitions every figure is measured apart."""
+    if change.test == sig.WELCH_BATCHES:
+        return jobs, "1 s series"
     return jobs, "throughput" if change.kpm in FROM_SERIES else change.kpm
 
 
 def _adjust(steps: list[StepComparison]) -> None:
-    """Holm over the hypotheses tested in the test, then each figure's verdict."""
+    """Holm over the hypotheses of the test (a hypothesis weighs in with its smallest p-value; a figure's adjusted
+    p-value is never below its own), then each figure's verdict."""
     family: dict[tuple[int, str], float] = {}
     for s in steps:
         for k in s.kpms:
             if k.p_value is not None:
-                family.setdefault(_hypothesis(s.jobs, k), k.p_value)
+                key = _hypothesis(s.jobs, k)
+                family[key] = min(family.get(key, 1.0), k.p_value)
     adjusted = dict(zip(family, sig.holm(list(family.values())), strict=True))
     for s in steps:
         for k in s.kpms:
             if k.p_value is not None:
-                k.p_adjusted = adjusted[_hypothesis(s.jobs, k)]
-    for s in steps:
-        for k in s.kpms:
+                k.p_adjusted = max(k.p_value, adjusted[_hypothesis(s.jobs, k)])
             change = Change(k.baseline, k.candidate, k.change_pct, k.ci_low_pct, k.ci_high_pct, k.p_value, k.test,
                             k.n_baseline, k.n_candidate)
             k.verdict = sig.verdict(change, Better(k.better), k.p_adjusted).value

@@ -254,6 +254,7 @@ def compared_curves(curves: list[tuple[str, list[int], list[float | None]]], yla
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     for label, jobs, values in curves:
         ax.plot(jobs, [v if v is not None else float("nan") for v in values], marker="o", label=label)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("jobs")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
