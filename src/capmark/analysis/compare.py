@@ -299,15 +299,17 @@ def _figure_change(key: str, base_steps: list[StepResult], cand_steps: list[Step
     if b is None or c is None:
         return sig.untested(b, c, "not measured in " + ("either run" if b is None and c is None else
                                                          "the baseline" if b is None else "the candidate"))
-    if len(base_values) >= 2 and len(cand_values) >= 2:
-        return sig.compare_samples(base_values, cand_values, b, c, sig.WELCH_REPETITIONS)  # type: ignore[arg-type]
+    bv = [float(v) for v in base_values if v is not None]  # all present: _mean is None otherwise
+    cv = [float(v) for v in cand_values if v is not None]
+    if len(bv) >= 2 and len(cv) >= 2:
+        return sig.compare_samples(bv, cv, b, c, sig.WELCH_REPETITIONS)
     if key in FROM_SERIES or key in FROM_LITTLE:
-        bs = _series_samples(base_steps, key, base_values)  # type: ignore[arg-type]
-        cs = _series_samples(cand_steps, key, cand_values)  # type: ignore[arg-type]
+        bs = _series_samples(base_steps, key, bv)
+        cs = _series_samples(cand_steps, key, cv)
         if bs and cs:
             return sig.compare_samples(bs, cs, b, c, sig.WELCH_BATCHES)
         return sig.untested(b, c, "the steps' 1 s series are too short for two batches (or the loop was open)")
-    return sig.untested(b, c, "one value per step: measure both runs with --repeat 3 or more to test it")
+    return sig.untested(b, c, "one value per step: measure both runs with --repeat (3 or more) to test it")
 
 
 def _step_comparison(test: TestResult, cand_test: TestResult, jobs: int, base_steps: list[StepResult],
