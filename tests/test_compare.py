@@ -15,10 +15,11 @@ from scipy import stats
 
 from capmark import api, runner
 from capmark.analysis import significance as sig
-from capmark.analysis.compare import SCHEMA, Comparison, environment_differences, match_tests
+from capmark.analysis.compare import SCHEMA, Comparison, compare_tests, environment_differences, match_tests
 from capmark.analysis.significance import Better, Change, Verdict
 from capmark.config import RunSpec
 from capmark.driver import quiesce
+from capmark.driver.histogram import LatencyHistogram
 from capmark.results import RunResult, StepResult, TestResult
 
 # Two samples whose variances differ tenfold: Student's pooled test and Welch's give clearly different p-values.
@@ -37,21 +38,19 @@ def test_p_value_is_welchs_on_the_logarithms_not_students_nor_the_raw_values():
     student = stats.ttest_ind(_logs(CAND), _logs(BASE), equal_var=True).pvalue
     raw = stats.ttest_ind(CAND, BASE, equal_var=False).pvalue
     assert min(abs(welch - student), abs(welch - raw)) > 0.005  # the data tell the three apart
-    gb, gc = (math.exp(statistics.fmean(_logs(x))) for x in (BASE, CAND))  # figures the samples are centred on
-    got = sig.compare_samples(BASE, CAND, gb, gc, sig.WELCH_BATCHES)
+    got = sig.compare_samples(BASE, CAND, statistics.fmean(BASE), statistics.fmean(CAND), sig.WELCH_BATCHES)
     assert got.p_value == pytest.approx(welch, rel=1e-9)
 
 
 def test_interval_is_welchs_interval_of_the_log_ratio():
-    # samples already centred (geometric means equal to the figures), so the interval is scipy's as it is
     b = [1000.0, 1100.0, 950.0, 1020.0, 990.0]
     c = [1500.0, 1300.0, 1450.0, 1380.0, 1600.0]
-    gb, gc = (math.exp(statistics.fmean(_logs(x))) for x in (b, c))
-    got = sig.compare_samples(b, c, gb, gc, sig.WELCH_BATCHES)
+    got = sig.compare_samples(b, c, statistics.fmean(b), statistics.fmean(c), sig.WELCH_BATCHES)
     ci = stats.ttest_ind(_logs(c), _logs(b), equal_var=False).confidence_interval(0.95)
     assert got.ci_low_pct == pytest.approx((math.exp(ci.low) - 1) * 100, rel=1e-9)
     assert got.ci_high_pct == pytest.approx((math.exp(ci.high) - 1) * 100, rel=1e-9)
-    assert got.change_pct == pytest.approx((gc / gb - 1) * 100) and got.ci_low_pct < got.change_pct < got.ci_high_pct
+    assert got.change_pct == pytest.approx((statistics.fmean(c) / statistics.fmean(b) - 1) * 100)
+    assert got.ci_low_pct < got.change_pct < got.ci_high_pct
 
 
 def test_interval_excludes_no_change_exactly_when_the_test_rejects():
@@ -73,13 +72,8 @@ def test_a_tenfold_change_with_proportional_noise_is_significant():
     assert got.p_value < 0.01 and got.ci_low_pct > 100
 
 
-def test_samples_are_centred_on_the_steps_figure_with_their_relative_spread():
-    b, c = [90.0, 110.0, 100.0], [180.0, 220.0, 200.0]
-    change = sig.compare_samples(b, c, 50.0, 120.0, sig.WELCH_BATCHES)
-    assert change.change_pct == pytest.approx(140.0)
-    assert change.p_value == pytest.approx(stats.ttest_ind(_logs([v * 0.6 for v in c]), _logs([v * 0.5 for v in b]),
-                                                           equal_var=False).pvalue, rel=1e-9)
-    assert change.ci_low_pct < 140.0 < change.ci_high_pct
+def test_batch_means_are_moved_to_the_steps_figure_with_their_relative_spread():
+    assert sig.scaled_to([90.0, 110.0, 100.0], 50.0) == pytest.approx([45.0, 55.0, 50.0])
 
 
 def test_zero_or_no_spread_is_not_tested():
@@ -171,6 +165,40 @@ def test_environment_differences_name_what_changed_and_skip_what_always_differs(
     diffs = {d.key: (d.baseline, d.candidate) for d in environment_differences(base, cand)}
     assert diffs == {"database.settings.synchronous_commit": ("on", "off"),
                      "database.settings.commit_delay": (None, "10")}  # boot id and results folder left out
+
+
+def _repeated_run(run_id: str, throughputs: list[float]) -> RunResult:
+    """A one-job test measured once per value: 10 s windows of units that each take 1 / throughput (Little's law)."""
+    steps = []
+    for rep, x in enumerate(throughputs, 1):
+        latency = 1 / x
+        hist = LatencyHistogram()
+        hist.record(latency)
+        units = int(x * 10)
+        hist.counts = {i: units for i in hist.counts}
+        hist.sum_s = latency * units
+        steps.append(StepResult(rep, 1, "ok", "", 10.0, ["t"], {"t": hist}, {"t": 0},
+                                series_units=[units // 10] * 11, repeat=rep, pacing={"think_s": 0.0, "rate": 0.0}))
+    test = TestResult(1, "srv-query1", "SRV", "", "query", "qps", "server", {},
+                      ["jobs", "throughput", "rt_mean_ms", "rt_p95_ms"], steps=steps)
+    return RunResult(run_id, "", "", "complete", {}, {}, {}, [test])
+
+
+def test_with_repetitions_every_figure_is_tested_across_the_repetition_values():
+    base = _repeated_run("a", [1000, 1050, 900])
+    cand = _repeated_run("b", [1200, 1190, 1400])
+    test = compare_tests(base, base.tests[0], cand, cand.tests[0])
+    figures = {k.kpm: k for k in test.steps[0].kpms}
+    assert {k.test for k in figures.values()} == {sig.WELCH_REPETITIONS}
+    x = figures["throughput"]
+    assert x.p_value == pytest.approx(stats.ttest_ind(_logs([1200, 1190, 1400]), _logs([1000, 1050, 900]),
+                                                      equal_var=False).pvalue, rel=1e-9)
+    assert x.baseline == pytest.approx(2950 / 3) and x.n_baseline == x.n_candidate == 3
+    assert figures["rt_p95_ms"].p_value is not None  # percentiles too, with repetitions
+    # three hypotheses (throughput, mean and p95 response time), Holm-adjusted
+    assert sorted(k.p_adjusted for k in figures.values()) == pytest.approx(
+        sorted(sig.holm([k.p_value for k in figures.values()])))
+    assert not test.model.answered and "CPU" in test.model.reason  # no host CPU in these records: said, not raised
 
 
 # --- real runs on the embedded server -----------------------------------------------------------------------

@@ -10,8 +10,11 @@ The samples of a figure are what its noise can be estimated from:
   neighbour spans several), so treating 15 seconds as 15 independent samples would call noise a change; batch
   means of several seconds are much closer to independent. Only throughput has a 1 s series; the figures
   proportional to it (per job, rows, operations) share its samples, and the mean response time follows from it by
-  Little's law, R = N / X - Z, in a closed loop. A single step measures its own window only: a change of the
-  machine's background load between the two runs is a change to it, which only repetitions can tell apart.
+  Little's law, R = N / X - Z, in a closed loop. Batches of two or three seconds do not remove all correlation:
+  for identical series whose seconds have a lag-1 correlation of 0.5, Welch's test on 12 s windows calls noise a
+  change in about 25 % of pairs on the raw seconds and in about 14 % on batch means (5 % for independent seconds).
+  And a single step measures its own window only: a change of the machine's background load between the two runs
+  is a change to it, which only repetitions can tell apart.
 
 The test is Welch's t-test (two-sided, unequal variances) on the logarithms of the samples, that is on the ratio
 candidate / baseline. Performance figures vary by factors (a neighbour that takes a share of the CPU scales the
@@ -28,8 +31,9 @@ logarithms, exponentiated: the same test, so the interval excludes 0 % exactly w
 below 5 %.
 
 Many figures of several steps are tested per test; the p-values of one test are adjusted with Holm's step-down
-method so that "no significant change" holds for the test as a whole at the 5 % level (the figures that share one
-series are counted separately, which makes it a little conservative). The verdict follows pyperf's compare_to:
+method so that "no significant change" holds for the test as a whole at the 5 % level (the figures computed from
+one step's batch means count as one hypothesis; with repetitions every figure is its own, which is conservative
+where figures move together). The verdict follows pyperf's compare_to:
 faster, slower or no significant change (for figures that are neither better high nor better low: higher, lower).
 """
 
@@ -48,6 +52,9 @@ from capmark.measure.validity import full_seconds
 
 ALPHA = 0.05  # the significance level of every verdict (family-wise per test after Holm's adjustment)
 CONFIDENCE = 1 - ALPHA
+# Samples whose logarithms differ by no more than this (a relative 1e-12) are equal but for float rounding: the
+# t statistic of two such sets would divide by rounding noise.
+NO_SPREAD = 1e-12
 
 WELCH_REPETITIONS = "Welch t-test on the logarithms of the repetition values"
 WELCH_BATCHES = "Welch t-test on the logarithms of batch means of the 1 s series"
@@ -118,12 +125,11 @@ def little_response_times(throughputs: Sequence[float], jobs: int, think_s: floa
 
 
 def scaled_to(samples: Sequence[float], value: float) -> list[float]:
-    """The samples with their geometric mean moved to the step's own figure, keeping their relative spread: the
+    """A step's batch means with their mean moved to the step's own figure, keeping their relative spread: the
     series leaves out the partial last second and Little's law holds only to a few per cent, while the report
-    shows the step's figure. A common factor does not change the test; the interval then centres on the change
-    the report shows."""
-    centre = math.exp(statistics.fmean(math.log(v) for v in samples))
-    return [v * value / centre for v in samples]
+    shows the step's figure."""
+    mean = statistics.fmean(samples)
+    return [v * value / mean for v in samples] if mean else list(samples)
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ def welch_log(baseline: Sequence[float], candidate: Sequence[float]) -> Welch | 
     """Welch's two-sided test of the logarithms of candidate against baseline, with the ratio's interval; None where
     it is undefined (no spread on either side)."""
     lb, lc = [math.log(v) for v in baseline], [math.log(v) for v in candidate]
-    if statistics.pvariance(lb) == 0 and statistics.pvariance(lc) == 0:
+    if max(lb) - min(lb) <= NO_SPREAD and max(lc) - min(lc) <= NO_SPREAD:
         return None
     result = stats.ttest_ind(lc, lb, equal_var=False)
     p = float(result.pvalue)
@@ -149,12 +155,12 @@ def welch_log(baseline: Sequence[float], candidate: Sequence[float]) -> Welch | 
 
 def compare_samples(baseline_samples: Sequence[float], candidate_samples: Sequence[float],
                     baseline: float, candidate: float, test: str) -> Change:
-    """Welch's test on the logarithms and the change's interval of two sample sets (each >= 2 values), centred on
-    the two figures."""
+    """Welch's test on the logarithms of two sample sets (each >= 2 values) and the interval of the ratio of their
+    geometric means, beside the change of the two figures the report shows (their arithmetic means)."""
     nb, nc = len(baseline_samples), len(candidate_samples)
     if min(baseline_samples) <= 0 or min(candidate_samples) <= 0 or baseline <= 0 or candidate <= 0:
         return untested(baseline, candidate, "a value of zero has no ratio to judge", nb, nc)
-    welch = welch_log(scaled_to(baseline_samples, baseline), scaled_to(candidate_samples, candidate))
+    welch = welch_log(baseline_samples, candidate_samples)
     if welch is None:
         return untested(baseline, candidate, "no spread in either run's samples to judge the change by", nb, nc)
     return Change(baseline, candidate, change_pct(baseline, candidate), (welch.ratio_low - 1) * 100,
