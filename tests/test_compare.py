@@ -15,11 +15,11 @@ from scipy import stats
 
 from capmark import api, runner
 from capmark.analysis import significance as sig
-from capmark.analysis.compare import SCHEMA, Comparison, compare_tests, environment_differences, match_tests
+from capmark.analysis.compare import Comparison, compare_tests, environment_differences, match_tests
 from capmark.analysis.significance import Better, Change, Verdict
 from capmark.config import RunSpec
 from capmark.driver import quiesce
-from capmark.driver.histogram import LatencyHistogram
+from capmark.histogram import LatencyHistogram
 from capmark.results import RunResult, StepResult, TestResult
 
 # Two samples whose variances differ tenfold: Student's pooled test and Welch's give clearly different p-values.
@@ -307,8 +307,9 @@ def test_identical_runs_show_no_significant_change(runs, comparison):
 
 @pytest.mark.db
 def test_document_is_strict_json_with_its_schema(comparison):
-    doc = json.loads(comparison.to_json())
-    assert doc["schema"] == SCHEMA and [c["run"] for c in doc["candidates"]] == [c.run for c in comparison.candidates]
+    doc = json.loads(json.dumps(comparison.to_json(), allow_nan=False))
+    assert doc["schema"] == "capmark.compare/1"
+    assert [c["run"] for c in doc["candidates"]] == [c.run for c in comparison.candidates]
     step = doc["candidates"][1]["tests"][0]["steps"][0]
     assert {"kpm", "baseline", "candidate", "change_pct", "ci_low_pct", "ci_high_pct", "p_value", "p_adjusted",
             "test", "verdict"} <= set(step["kpms"][0])

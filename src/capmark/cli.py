@@ -471,7 +471,7 @@ def compare(
     with progress_on_stderr() as progress:
         doc = api.compare(baseline, candidates, results_dir, progress)
     if fmt == CompareFormat.json:
-        print(json_text(doc.to_dict()))
+        print(json_text(doc.to_json()))
     elif fmt == CompareFormat.html:
         from capmark.report.compare_html import write_comparison
 

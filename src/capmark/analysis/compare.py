@@ -9,14 +9,14 @@ From stored runs only: no database, no rendering.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from capmark.analysis import significance as sig
+from capmark.analysis.document import Document
 from capmark.analysis.significance import Better, Change, Verdict
 from capmark.errors import CapmarkError
 from capmark.measure import kpm
@@ -24,8 +24,6 @@ from capmark.measure.demands import step_demands
 from capmark.measure.noise import repeat_of
 from capmark.measure.validity import problems
 from capmark.results import RunResult, StepResult, TestResult
-
-SCHEMA = "capmark.compare/1"
 
 # Figures that are better higher: work done per second.
 HIGHER_BETTER = ("throughput", "throughput_per_job", "rows_per_s", "mops", "scan_mb_per_s", "commits_per_s",
@@ -67,6 +65,7 @@ class KpmChange:
     kpm: str
     label: str
     unit: str
+    digits: int  # decimals the KPM is shown with
     better: str  # higher | lower | neither
     baseline: float | None
     candidate: float | None
@@ -199,8 +198,12 @@ class CandidateComparison:
     candidate_only_tests: list[str]
 
 
-@dataclass
-class Comparison:
+@dataclass(kw_only=True)
+class Comparison(Document):
+    """A baseline run against one or more candidates: per matched test and step every key metric's change with its
+    test and verdict, and the environment, service demands, models and diagnosis beside them (`capmark compare`)."""
+
+    SCHEMA = "capmark.compare/1"
     baseline: str
     baseline_created_at: str
     candidates: list[CandidateComparison]
@@ -208,29 +211,12 @@ class Comparison:
     method: str = ("Welch's t-test on the logarithms of the repetition values where both runs repeated a job count, "
                    "else of batch means of the 1 s throughput series (figures that follow from it only); p-values "
                    "Holm-adjusted per test; the change's 95 % interval is Welch's, of the ratio")
-    schema: str = SCHEMA
 
     def regressions(self, threshold_pct: float = 0.0) -> list[Regression]:
         """Every significant slow-down of at least threshold_pct (in the figure's own change)."""
         return [Regression(c.run, t.workload, s.jobs, k.kpm, k.change_pct)
                 for c in self.candidates for t in c.tests for s in t.steps for k in s.kpms
                 if k.verdict == Verdict.SLOWER and k.change_pct is not None and abs(k.change_pct) >= threshold_pct]
-
-    def to_dict(self) -> dict[str, Any]:
-        return _finite(asdict(self))
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 # --- matching ---------------------------------------------------------------------------------------------------
@@ -329,7 +315,8 @@ def _step_comparison(test: TestResult, cand_test: TestResult, jobs: int, base_st
         if change.baseline is None and change.candidate is None:
             continue
         column = kpm.COLUMNS[key]
-        out.kpms.append(KpmChange(key, column.label, kpm.unit_of(column, test.throughput_label), better_of(key).value,
+        out.kpms.append(KpmChange(key, column.label, kpm.unit_of(column, test.throughput_label), column.digits,
+                                  better_of(key).value,
                                   change.baseline, change.candidate, change.change_pct, change.ci_low_pct,
                                   change.ci_high_pct, change.p_value, None, change.test, change.n_baseline,
                                   change.n_candidate, Verdict.UNTESTED.value, change.reason))
@@ -507,4 +494,4 @@ def compare_runs(baseline: RunResult, candidates: list[RunResult], progress: Pro
                                f"mode and parameters, with a measured step): the baseline has {mine}; the "
                                f"candidate has {theirs}.")
         out.append(doc)
-    return Comparison(baseline.run_id, baseline.created_at, out)
+    return Comparison(baseline=baseline.run_id, baseline_created_at=baseline.created_at, candidates=out)

@@ -8,7 +8,6 @@ from rich.table import Table
 
 from capmark.analysis.compare import CandidateComparison, Comparison, KpmChange, StepComparison, TestComparison
 from capmark.analysis.significance import Verdict
-from capmark.measure import kpm
 from capmark.report.console import fmt, fmt_scaled
 
 # the verdicts as the table's narrow column shows them; the legend below the table spells them out
@@ -18,11 +17,6 @@ LEGEND = ("verdict: faster/slower = a significant change for the better/worse (H
           "higher/lower = significant, neither better nor worse; same = no significant change; - = not tested "
           "(see below). 95 % CI = the change's interval in %, per figure (not adjusted)")
 STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "bold red"}
-
-
-def digits(change: KpmChange) -> int:
-    column = kpm.COLUMNS.get(change.kpm)
-    return column.digits if column else 3
 
 
 def _pct(value: float | None) -> str:
@@ -50,7 +44,7 @@ def kpm_table(test: TestComparison) -> Table:
             v = Verdict(k.verdict)
             unit = f" {k.unit}" if k.unit else ""
             table.add_row(str(step.jobs) if i == 0 else "", escape(f"{k.label}{unit}"),
-                          fmt(k.baseline, digits(k)), fmt(k.candidate, digits(k)), _pct(k.change_pct),
+                          fmt(k.baseline, k.digits), fmt(k.candidate, k.digits), _pct(k.change_pct),
                           ci_text(k), SHORT_VERDICT[v], style=STYLE.get(v))
         if step is not test.steps[-1]:
             table.add_section()

@@ -11,14 +11,14 @@ from markupsafe import Markup
 from capmark.analysis.compare import CandidateComparison, Comparison, TestComparison
 from capmark.errors import CapmarkError
 from capmark.report import plots
-from capmark.report.compare_console import ci_text, digits
+from capmark.report.compare_console import ci_text
 from capmark.report.console import fmt, fmt_scaled
 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("capmark.report", "templates"),
                              autoescape=jinja2.select_autoescape(["j2", "html"]))
-    env.filters.update(fmt=fmt, fmt_scaled=fmt_scaled, digits=digits, pct=lambda v: f"{v:+.1f}" if v is not None else "n/a",
+    env.filters.update(fmt=fmt, fmt_scaled=fmt_scaled, pct=lambda v: f"{v:+.1f}" if v is not None else "n/a",
                        ci=ci_text, p=lambda v: f"{v:.3g}" if v is not None else "")
     return env
 
