@@ -19,8 +19,14 @@ LEGEND = ("verdict: faster/slower = a significant change for the better/worse (H
 STYLE = {Verdict.FASTER: "green", Verdict.SLOWER: "bold red"}
 
 
+# beyond this a change in % is shown without decimals (+1302, not +1302.1), which keeps the columns narrow
+WHOLE_PCT = 100.0
+
+
 def _pct(value: float | None) -> str:
-    return f"{value:+.1f}" if value is not None else "n/a"
+    if value is None:
+        return "n/a"
+    return f"{value:+.0f}" if abs(value) >= WHOLE_PCT else f"{value:+.1f}"
 
 
 def ci_text(change: KpmChange) -> str:
