@@ -167,18 +167,21 @@ def test_environment_differences_name_what_changed_and_skip_what_always_differs(
                      "database.settings.commit_delay": (None, "10")}  # boot id and results folder left out
 
 
-def _repeated_run(run_id: str, throughputs: list[float]) -> RunResult:
-    """A one-job test measured once per value: 10 s windows of units that each take 1 / throughput (Little's law)."""
+def _repeated_run(run_id: str, throughputs: list[float], jobs: list[int] | None = None) -> RunResult:
+    """A test measured once per value (at one job, or at the jobs given, once each): 10 s windows of units that
+    each take jobs / throughput (Little's law)."""
     steps = []
     for rep, x in enumerate(throughputs, 1):
-        latency = 1 / x
+        n = jobs[rep - 1] if jobs else 1
+        latency = n / x
         hist = LatencyHistogram()
         hist.record(latency)
         units = int(x * 10)
         hist.counts = {i: units for i in hist.counts}
         hist.sum_s = latency * units
-        steps.append(StepResult(rep, 1, "ok", "", 10.0, ["t"], {"t": hist}, {"t": 0},
-                                series_units=[units // 10] * 11, repeat=rep, pacing={"think_s": 0.0, "rate": 0.0}))
+        steps.append(StepResult(rep, n, "ok", "", 10.0, ["t"], {"t": hist}, {"t": 0},
+                                series_units=[units // 10] * 11, repeat=1 if jobs else rep,
+                                pacing={"think_s": 0.0, "rate": 0.0}))
     test = TestResult(1, "srv-query1", "SRV", "", "query", "qps", "server", {},
                       ["jobs", "throughput", "rt_mean_ms", "rt_p95_ms"], steps=steps)
     return RunResult(run_id, "", "", "complete", {}, {}, {}, [test])
@@ -199,6 +202,15 @@ def test_with_repetitions_every_figure_is_tested_across_the_repetition_values():
     assert sorted(k.p_adjusted for k in figures.values()) == pytest.approx(
         sorted(sig.holm([k.p_value for k in figures.values()])))
     assert not test.model.answered and "CPU" in test.model.reason  # no host CPU in these records: said, not raised
+
+
+def test_steps_match_by_jobs_and_the_rest_is_listed():
+    base = _repeated_run("a", [1000, 1900, 2500], jobs=[1, 2, 4])
+    cand = _repeated_run("b", [1000, 2600], jobs=[1, 3])
+    test = compare_tests(base, base.tests[0], cand, cand.tests[0])
+    assert [s.jobs for s in test.steps] == [1]
+    assert test.baseline_only_jobs == [2, 4] and test.candidate_only_jobs == [3]
+    assert test.baseline_curve.jobs == [1, 2, 4] and test.candidate_curve.throughput == pytest.approx([1000, 2600])
 
 
 # --- real runs on the embedded server -----------------------------------------------------------------------

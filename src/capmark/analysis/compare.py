@@ -183,9 +183,12 @@ class Regression:
     jobs: int
     kpm: str
     change_pct: float
+    invalid: bool  # a run's steps at this job count failed their self-checks (another program may have done it)
 
     def sentence(self) -> str:
-        return f"{self.workload} at {self.jobs} jobs: {self.kpm} {self.change_pct:+.1f} % in run {self.candidate}"
+        caveat = " (a step failed its self-checks)" if self.invalid else ""
+        return (f"{self.workload} at {self.jobs} jobs: {self.kpm} {self.change_pct:+.1f} % in run "
+                f"{self.candidate}{caveat}")
 
 
 @dataclass
@@ -214,7 +217,7 @@ class Comparison(Document):
 
     def regressions(self, threshold_pct: float = 0.0) -> list[Regression]:
         """Every significant slow-down of at least threshold_pct (in the figure's own change)."""
-        return [Regression(c.run, t.workload, s.jobs, k.kpm, k.change_pct)
+        return [Regression(c.run, t.workload, s.jobs, k.kpm, k.change_pct, bool(s.invalid))
                 for c in self.candidates for t in c.tests for s in t.steps for k in s.kpms
                 if k.verdict == Verdict.SLOWER and k.change_pct is not None and abs(k.change_pct) >= threshold_pct]
 
