@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from capmark import api
 from capmark.analysis import planning, schemas
+from capmark.analysis.compare import compare_runs
 from capmark.analysis.report import report_documents, stored_report_documents
 from capmark.report.html import render
 from capmark.store import DB_NAME
@@ -40,6 +42,8 @@ def test_every_document_is_strict_json(folder):
     ref = str(folder)
     docs = [api.export(ref), api.demands(ref), api.calibrate(ref), api.whatif(ref, changes={"cpus": 4}),
             api.size(ref, sla_text="p95<5ms"), api.anticipate(ref), api.diagnose(ref)]
+    run = api.open_run(ref)
+    docs.append(compare_runs(run, [replace(run, run_id="candidate")]))  # the run against itself
     assert [d.SCHEMA for d in docs] == [cls.SCHEMA for cls in schemas.DOCUMENTS]
     for doc in docs:
         text = json.dumps(doc.to_json(), allow_nan=False)

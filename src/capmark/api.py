@@ -9,6 +9,7 @@ from typing import Any
 
 from capmark import runner
 from capmark.analysis.catalogue import Catalogue, catalogue
+from capmark.analysis.compare import Comparison, compare_runs
 from capmark.analysis.demands import DemandsDocument, demands_document
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
 from capmark.analysis.document import TestAnswer
@@ -215,3 +216,11 @@ def db_status(data_dir: Path | None = None) -> embedded.EmbeddedStatus:
     return embedded.status(data_dir)
 
 
+def compare(baseline_ref: str | None, candidate_refs: list[str], results_dir: Path = DEFAULT_RESULTS_DIR,
+            progress: Progress | None = None) -> Comparison:
+    """A baseline run against one or more candidates, from storage alone (capmark.compare/1)."""
+    if not candidate_refs:
+        raise CapmarkError("Name at least one candidate run to compare with the baseline, e.g. "
+                           "`capmark compare BASELINE CANDIDATE`.")
+    baseline = open_run(baseline_ref, results_dir)
+    return compare_runs(baseline, [open_run(ref, results_dir) for ref in candidate_refs], progress)

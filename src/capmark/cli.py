@@ -439,6 +439,56 @@ def anticipate(
     _show_tests(doc, fmt, print_anticipation)
 
 
+class CompareFormat(StrEnum):
+    console = "console"
+    json = "json"
+    html = "html"
+
+
+@app.command()
+def compare(
+    baseline: Annotated[str, typer.Argument(metavar="BASELINE", help="Run id or folder of the baseline run.")],
+    candidates: Annotated[list[str], typer.Argument(metavar="CANDIDATE", help="Run ids or folders to compare "
+                                                    "with it.")],
+    fmt: Annotated[CompareFormat, typer.Option("--format", help="console for people, json for scripts, html for "
+                                               "a self-contained page with plots.")] = CompareFormat.console,
+    output: Annotated[Path | None, typer.Option("--output", help="With --format html: the file to write "
+                                                "(default: compare-BASELINE.html in the current folder).")] = None,
+    fail_on_regression: Annotated[float | None, typer.Option("--fail-on-regression", metavar="PCT",
+                                                            help="Exit 1 when a figure got significantly worse by "
+                                                            "at least PCT %.")] = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+) -> None:
+    """Compare stored runs: which figures changed beyond noise (Welch's t-test), and the environment, service
+    demands, models and diagnosis beside them."""
+    from capmark.report.planning import progress_on_stderr
+
+    if fail_on_regression is not None and not (math.isfinite(fail_on_regression) and fail_on_regression >= 0):
+        raise CapmarkError(f"--fail-on-regression must be a percentage of at least 0; got {fail_on_regression:g}, "
+                           "e.g. --fail-on-regression 5.")
+    if output is not None and fmt != CompareFormat.html:
+        raise CapmarkError("--output names the HTML file; add --format html (console and json print to stdout).")
+    with progress_on_stderr() as progress:
+        doc = api.compare(baseline, candidates, results_dir, progress)
+    if fmt == CompareFormat.json:
+        print(json_text(doc.to_json()))
+    elif fmt == CompareFormat.html:
+        from capmark.report.compare_html import write_comparison
+
+        path = write_comparison(doc, output or Path(f"compare-{doc.baseline}.html"))
+        err_console.print(f"Comparison written to {path}", markup=False, highlight=False)
+    else:
+        from capmark.report.compare_console import print_comparison
+
+        print_comparison(doc, Console(emoji=False))
+    if fail_on_regression is not None:
+        found = doc.regressions(fail_on_regression)
+        if found:
+            listed = "; ".join(r.sentence() for r in found)
+            _say(f"significant slow-down of at least {fail_on_regression:g} %: {listed}.")
+            raise typer.Exit(1)
+
+
 @db_app.command("start")
 def db_start(data_dir: DataDir = None) -> None:
     """Start (and on first use initialise and configure) the embedded PostgreSQL."""

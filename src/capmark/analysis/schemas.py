@@ -8,6 +8,7 @@ import types
 import typing
 from typing import Any
 
+from capmark.analysis.compare import Comparison
 from capmark.analysis.demands import DemandsDocument
 from capmark.analysis.diagnosis import DiagnosisDocument
 from capmark.analysis.document import Document, TestAnswer
@@ -16,7 +17,7 @@ from capmark.analysis.headline import Headline
 from capmark.analysis.planning import AnticipationDocument, CalibrationDocument, SizingDocument, WhatIfDocument
 
 DOCUMENTS: list[type[Document]] = [RunExport, DemandsDocument, CalibrationDocument, WhatIfDocument, SizingDocument,
-                                   AnticipationDocument, DiagnosisDocument]
+                                   AnticipationDocument, DiagnosisDocument, Comparison]
 PARTS: list[type] = [Headline]  # typed parts of the HTML report, listed for reference
 
 _INDENT = "  "

@@ -248,3 +248,17 @@ def memory_over_time(step: StepResult) -> str:
         twin.set_ylabel("units/s", color="grey")
     ax.set_title(f"Memory over time ({step.jobs} jobs)")
     return _svg(fig)
+
+
+def compared_curves(curves: list[tuple[str, list[int], list[float | None]]], ylabel: str, title: str) -> str:
+    """Several runs' measured curves over jobs on one axis (a comparison: baseline and candidates)."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    for label, jobs, values in curves:
+        ax.plot(jobs, [v if v is not None else float("nan") for v in values], marker="o", label=label)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("jobs")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    _legend(ax)
+    return _svg(fig)
