@@ -225,24 +225,28 @@ def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_te
          progress: Progress | None = None, cores: int | None = None) -> dict:
     """Per test: the most jobs and the highest arrival rate within the SLA on the measured platform, and for a
     target rate the smallest single change that meets it. `cores` states the database host's cores (--cores)."""
-    from capmark.plan.sizing import MAX_JOBS, check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
+    from capmark.plan.sizing import check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
 
     sla = parse_sla(sla_text)
     if target_tps is not None:
         check_target_rate(target_tps)
 
     def plan(t: TestResult, model: Any) -> dict:
-        jobs, at, beyond = max_jobs(model, sla, model.think_s, progress=progress)
+        most = max_jobs(model, sla, model.think_s, progress=progress)
         if progress:
             progress(f"{t.workload}: highest arrival rate within {sla.text}")
-        rate, at_rate = max_rate(model, sla)
+        fastest = max_rate(model, sla)
         if progress and target_tps:
             progress(f"{t.workload}: what {target_tps:g} {t.unit}s/s within {sla.text} needs")
         return {"unit": t.unit, "sla": {"metric": sla.metric, "limit_s": sla.limit_s, "text": sla.text},
                 "calibrated_from": model.calibrated_from, "think_s": model.think_s, "platform": _platform(model),
-                "max_jobs": jobs, "at_max_jobs": at.to_dict() if at else None, "one_more_job": beyond.to_dict(),
-                "search_limit_reached": jobs >= MAX_JOBS,
-                "max_rate": rate, "at_max_rate": at_rate.to_dict() if at_rate else None,
+                "max_jobs": most.jobs, "at_max_jobs": most.at.to_dict() if most.at else None,
+                "one_more_job": most.beyond.to_dict(), "search_limit_reached": most.limit_reached,
+                "converged": not most.unsettled and not fastest.unsettled,
+                "unsettled": {"jobs": most.unsettled, "rate": fastest.unsettled},
+                "unsettled_notes": [n for n in (most.note, fastest.note) if n],
+                "max_rate": fastest.rate, "at_max_rate": fastest.at.to_dict() if fastest.at else None,
+                "rate_search_limit_reached": fastest.limit_reached,
                 "target": smallest_change(model, sla, target_tps) if target_tps else None}
 
     run_result, docs = _planned(ref, results_dir, from_jobs, "size", plan, cores)

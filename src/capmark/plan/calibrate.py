@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from capmark.errors import CapmarkError
@@ -39,6 +39,13 @@ from capmark.plan.predict import curve
 from capmark.plan.simulate import SIM_MODEL
 from capmark.plan.simulate import solver as solver_for
 from capmark.results import StepResult, TestResult
+
+# The calibration's fixed point (flush requests <-> batch size, delay <-> cycle time): rounds of each, and how far
+# its last delay correction may still move the cycle time for the calibration to count as settled (a tenth of a
+# per cent: well below the run-to-run noise of any measured throughput)
+CALIBRATION_ROUNDS = 4
+DELAY_ROUNDS = 3
+CALIBRATION_SETTLED = 1e-3
 
 # From this busy fraction on, commits usually find a flush in progress and batch up: synchronisation shapes the load
 BUSY_FLUSHER = 0.5
@@ -191,16 +198,8 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     if model.flush_requests > 0 and not model.flush_cpu_s and not model.flush_device_s:
         model.notes.append("WAL flush time is not measured (track_wal_io_timing off): group commit not modelled")
         model.flush_requests = 0.0
-    # flush requests before batching = measured flushes x predicted batch; the delay closes the gap to the
-    # measured cycle time; both depend on each other, so a few rounds
-    measured_f = [p["f"] for p in params]
-    for _ in range(4):
-        batches = [solve(model, s.jobs).batch or 1.0 for s in chosen]
-        model = replace(model, flush_requests=mean(f * b for f, b in zip(measured_f, batches, strict=True)))
-        for _ in range(3):
-            gaps = [s.jobs / (s.units / s.elapsed_s) - (solve(model, s.jobs).response_time_s or 0.0) - model.think_s
-                    for s in chosen]
-            model = replace(model, delay_s=model.delay_s + mean(gaps))
+    model = fit_flushes_and_delay(model, [Anchor(jobs=s.jobs, cycle_s=s.jobs / (s.units / s.elapsed_s),
+                                                  flushes_per_unit=p["f"]) for s, p in zip(chosen, params, strict=True)])
     lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
     model.types = type_demands(lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
     if model.types:
@@ -208,6 +207,52 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     if model.delay_s < 0:
         model.notes.append(f"the measured response time is {-model.delay_s * 1e6:.1f} us per unit shorter than the "
                            "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
+    return model
+
+
+@dataclass(frozen=True, kw_only=True)
+class Anchor:
+    """What a calibration step pins the model to: its jobs, its measured cycle time (jobs / throughput) and its
+    measured WAL flushes per unit."""
+
+    jobs: int
+    cycle_s: float
+    flushes_per_unit: float
+
+
+def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = CALIBRATION_ROUNDS,
+                          delay_rounds: int = DELAY_ROUNDS) -> DbModel:
+    """Flush requests before batching = measured flushes x predicted batch; the delay closes the gap to the
+    measured cycle time; both depend on each other, so rounds of both. Should the last delay correction still
+    move the cycle by more than CALIBRATION_SETTLED, or a solution on the way not settle, the model says so in a
+    note (its figures then rest on an unsettled calibration)."""
+    mean = statistics.fmean
+    unsettled: set[int] = set()
+
+    def solved(m: DbModel, jobs: int) -> Prediction:
+        p = solve(m, jobs)
+        if not p.converged:
+            unsettled.add(jobs)
+        return p
+
+    correction = 0.0
+    for _ in range(rounds):
+        batches = [solved(model, a.jobs).batch or 1.0 for a in anchors]
+        model = replace(model, flush_requests=mean(a.flushes_per_unit * b for a, b in zip(anchors, batches,
+                                                                                           strict=True)))
+        for _ in range(delay_rounds):
+            gaps = [a.cycle_s - (solved(model, a.jobs).response_time_s or 0.0) - model.think_s for a in anchors]
+            correction = mean(gaps)
+            model = replace(model, delay_s=model.delay_s + correction)
+    cycle = mean(a.cycle_s for a in anchors)
+    if abs(correction) > CALIBRATION_SETTLED * cycle:
+        model.notes.append(f"the calibration did not settle in {rounds} x {delay_rounds} rounds (its last delay "
+                           f"correction was {correction * 1e6:+.2f} us, {abs(correction) / cycle:.1%} of the cycle); "
+                           "predictions carry that much doubt")
+    if unsettled:
+        model.notes.append("the model's fixed point did not settle at "
+                           f"{', '.join(str(j) for j in sorted(unsettled))} job(s) while calibrating; the calibration "
+                           "rests on those rough solutions")
     return model
 
 
@@ -395,7 +440,8 @@ def _type_rows(steps: list[StepResult], model: dict[str, dict[str, float]]) -> d
 
 
 def _point(p: Prediction) -> dict[str, Any]:
-    return {"throughput": p.throughput, "response_time_s": p.response_time_s, "p95_s": p.p95_s, "p99_s": p.p99_s,
+    return {"jobs": p.jobs, "offered_rate": p.offered_rate, "converged": p.converged, "rounds": p.rounds,
+            "throughput": p.throughput, "response_time_s": p.response_time_s, "p95_s": p.p95_s, "p99_s": p.p99_s,
             "cpu_busy_pct": p.cpu_busy_pct, "utilizations": p.utilizations, "bottleneck": p.bottleneck,
             "by_type": p.by_type,
             "flushes_per_unit": p.flushes_per_unit, "batch": p.batch, "stretch": p.stretch, "method": p.method,
@@ -413,7 +459,10 @@ def usl_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not scored:
         return {"note": "the USL is compared on valid steps the queueing model was not calibrated on, and every "
                         "valid step is a calibration step"}
-    f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
+    try:
+        f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
+    except CapmarkError as err:  # a fit that did not settle is no second model: say why instead
+        return {"note": str(err).rstrip(".")}
     usl_err = [(f.throughput(r["jobs"]) / r["measured"]["throughput"] - 1) * 100 for r in valid]
     qn_err = [r["error_pct"]["throughput"] for r in valid]
     usl_med = statistics.median(abs(usl_err[i]) for i in scored)

@@ -195,7 +195,9 @@ def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: lis
             p, ref = solve(model, s.jobs or base_jobs, base_think_s if s.think_s is None else s.think_s, cfg), closed_base
         rows.append(Outcome(s, p, _change(p, ref)))
     return {"baseline": {"jobs": base_jobs, "think_s": base_think_s, "throughput": base_rate},
-            "model": model.calibrated_from, "scenarios": [o.to_dict() for o in rows]}
+            "model": model.calibrated_from, "scenarios": [o.to_dict() for o in rows],
+            "converged": all(o.prediction.converged for o in rows),
+            "unconverged_scenarios": [o.scenario.name for o in rows if not o.prediction.converged]}
 
 
 def _change(p: Prediction, ref: Prediction | None) -> dict[str, float | None]:
