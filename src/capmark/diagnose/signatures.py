@@ -12,6 +12,7 @@ from typing import Any
 
 from capmark.diagnose.features import StepView, TestView
 from capmark.measure.validity import full_seconds
+from capmark.results import WaitKey
 
 Detector = Callable[[TestView], "Finding | None"]
 
@@ -218,6 +219,11 @@ def single_threaded_io(t: TestView) -> Finding | None:
 
 # --- 6. lock / latch contention -----------------------------------------------------------------------------
 
+def _is_wal_lock(key: WaitKey) -> bool:
+    """PostgreSQL's WAL latches (WALWrite, WALInsert, WALBufMapping, ...): queueing for them is group commit."""
+    return key.kind == "LWLock" and key.event.startswith("WAL")
+
+
 def lock_contention(t: TestView) -> Finding | None:
     steps = [s for s in t.valid_steps if s.waits]
     if len(steps) < 2:
@@ -226,7 +232,7 @@ def lock_contention(t: TestView) -> Finding | None:
     if share[-1] < 0.3 or share[-1] < share[0] + 0.15:
         return None
     last = steps[-1]
-    top = [f"{k} {v:.0%}" for k, v in last.top_waits if k.startswith(("Lock:", "LWLock:"))][:3]
+    top = [f"{k} {v:.0%}" for k, v in last.top_waits if WaitKey.of(k).kind in ("Lock", "LWLock")][:3]
     evidence = [f"lock and latch waits grow from {share[0]:.0%} of the jobs' samples at {steps[0].jobs} jobs to "
                 f"{share[-1]:.0%} at {last.jobs} jobs" + (f" (top: {', '.join(top)})" if top else "")]
     ctx = _rise(steps[0].ctxt_per_unit, last.ctxt_per_unit)
@@ -235,7 +241,7 @@ def lock_contention(t: TestView) -> Finding | None:
         evidence.append(f"context switches per unit rise {ctx:.0%}")
     if cpu is not None and cpu > 0.1:
         evidence.append(f"CPU per unit rises {cpu:.0%}")
-    wal = sum(v for k, v in last.top_waits if k.startswith("LWLock:WAL"))
+    wal = sum(v for k, v in last.top_waits if _is_wal_lock(WaitKey.of(k)))
     if wal >= 0.7 * share[-1]:
         return None  # queueing for the WAL write lock is group commit, which commit_bound reports
     return Finding("lock_contention", "Lock / latch contention",
@@ -374,14 +380,28 @@ def _cpu_rise_from_time_slicing(t: TestView, varying: list[dict[str, Any]]) -> b
 
 # --- 10. bottleneck switch -------------------------------------------------------------------------------------
 
-def _busiest(s: StepView) -> tuple[str, float] | None:
-    res = {"CPU": s.cpu_busy_pct} if s.cpu_busy_pct is not None else {}
-    res.update({f"disk {k}": d.get("utilization_pct") for k, d in s.devices.items()})
-    res = {k: v for k, v in res.items() if v is not None}
-    if not res:
+@dataclass(frozen=True)
+class Resource:
+    """A resource a step keeps busy: the CPU (no device) or one data device. Compared and looked up as itself;
+    `label` is only for the reader."""
+
+    device: str | None = None
+
+    @property
+    def label(self) -> str:
+        return "CPU" if self.device is None else f"disk {self.device}"
+
+
+CPU = Resource()
+
+
+def _busiest(s: StepView) -> tuple[Resource, float] | None:
+    res = {r: _util(s, r) for r in (CPU, *(Resource(k) for k in s.devices))}
+    busy = {r: v for r, v in res.items() if v is not None}
+    if not busy:
         return None
-    name = max(res, key=lambda k: res[k])
-    return name, res[name]
+    top = max(busy, key=lambda r: busy[r])
+    return top, busy[top]
 
 
 def bottleneck_switch(t: TestView) -> Finding | None:
@@ -394,23 +414,23 @@ def bottleneck_switch(t: TestView) -> Finding | None:
             if other_a is None or other_b is None or ba[1] - other_a < 10 or bb[1] - other_b < 10:
                 continue
             return Finding("bottleneck_switch", "Bottleneck switch", 0.75, [a.jobs, b.jobs],
-                           [f"at {a.jobs} jobs the busiest resource is {ba[0]} ({ba[1]:.0f} %), at {b.jobs} jobs "
-                            f"{bb[0]} ({bb[1]:.0f} %)"],
+                           [f"at {a.jobs} jobs the busiest resource is {ba[0].label} ({ba[1]:.0f} %), at {b.jobs} "
+                            f"jobs {bb[0].label} ({bb[1]:.0f} %)"],
                            "The resource that limits changes with load (the CITI PeopleSoft report: disk to CPU "
                            "between 6 and 7 "
                            "clients): tuning the first one stops paying at the switch.",
                            ["plan capacity for both resources", "use the model (capmark whatif) to see which one "
                             "limits at the planned load"],
                            _jobs_chart(t.valid_steps, cpu_busy_pct=[s.cpu_busy_pct for s in t.valid_steps],
-                                       **{f"{k} busy %": [_util(s, k) for s in t.valid_steps]
-                                          for k in {ba[0], bb[0]} if k != "CPU"}))
+                                       **{f"{r.label} busy %": [_util(s, r) for s in t.valid_steps]
+                                          for r in dict.fromkeys((ba[0], bb[0])) if r != CPU}))
     return None
 
 
-def _util(s: StepView, name: str) -> float | None:
-    if name == "CPU":
+def _util(s: StepView, resource: Resource) -> float | None:
+    if resource.device is None:
         return s.cpu_busy_pct
-    d = s.devices.get(name[5:])
+    d = s.devices.get(resource.device)
     return d.get("utilization_pct") if d else None
 
 

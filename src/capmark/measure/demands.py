@@ -105,6 +105,12 @@ def _cpu(role: str) -> str:
     return "cpu_" + role.replace(" ", "_") + "_s"
 
 
+def disk_key(device: str, figure: str) -> str:
+    """The key of one device's figure (busy_s, reads, writes, flushes, read_bytes, write_bytes) in step_demands.
+    Readers build it with this from the device's name, never take a key apart."""
+    return f"disk_{device}_{figure}"
+
+
 def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, Component]]:
     """Per-unit demands of one step, and the description of every component present."""
     units = step.units or 0
@@ -149,12 +155,12 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
 
     # disks of the data directory
     for dev, d in (step.os.get("disks") or {}).items():
-        put(f"disk_{dev}_busy_s", d.get("io_ms", 0) / 1000, f"{dev} busy", "disk", "ms", 1e3, True)
-        put(f"disk_{dev}_reads", d.get("reads", 0), f"{dev} reads", "disk", "ops")
-        put(f"disk_{dev}_writes", d.get("writes", 0), f"{dev} writes", "disk", "ops")
-        put(f"disk_{dev}_flushes", d.get("flushes", 0), f"{dev} flushes", "disk", "ops")
-        put(f"disk_{dev}_read_bytes", d.get("sectors_read", 0) * 512, f"{dev} read", "disk", "kB", 1 / 1024)
-        put(f"disk_{dev}_write_bytes", d.get("sectors_written", 0) * 512, f"{dev} written", "disk", "kB", 1 / 1024)
+        put(disk_key(dev, "busy_s"), d.get("io_ms", 0) / 1000, f"{dev} busy", "disk", "ms", 1e3, True)
+        put(disk_key(dev, "reads"), d.get("reads", 0), f"{dev} reads", "disk", "ops")
+        put(disk_key(dev, "writes"), d.get("writes", 0), f"{dev} writes", "disk", "ops")
+        put(disk_key(dev, "flushes"), d.get("flushes", 0), f"{dev} flushes", "disk", "ops")
+        put(disk_key(dev, "read_bytes"), d.get("sectors_read", 0) * 512, f"{dev} read", "disk", "kB", 1 / 1024)
+        put(disk_key(dev, "write_bytes"), d.get("sectors_written", 0) * 512, f"{dev} written", "disk", "kB", 1 / 1024)
 
     # database IO by who did it
     io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from capmark.errors import CapmarkError
 from capmark.measure import kpm, noise
-from capmark.measure.demands import devices, host_busy_s, step_demands, wait_sampled_cpu_s
+from capmark.measure.demands import Component, devices, disk_key, host_busy_s, step_demands, wait_sampled_cpu_s
 from capmark.measure.validity import problems
 from capmark.model import usl
 from capmark.plan import cpuscaling
@@ -33,7 +33,16 @@ from capmark.plan.dbhost import (
     no_host_cpu_sentence,
     stated_cores_note,
 )
-from capmark.plan.dbmodel import CLOSED_MODEL, CPU_ESTIMATED, CPU_MEASURED, WAL_FLUSH, DbModel, Prediction, solve
+from capmark.plan.dbmodel import (
+    CLOSED_MODEL,
+    CPU_ESTIMATED,
+    CPU_MEASURED,
+    WAL_FLUSH,
+    DbModel,
+    Prediction,
+    device_station,
+    solve,
+)
 from capmark.plan.mix import type_demands
 from capmark.plan.predict import curve
 from capmark.plan.simulate import SIM_MODEL
@@ -52,9 +61,9 @@ BUSY_FLUSHER = 0.5
 MIN_FLUSHES_PER_UNIT = 0.005  # below this the flushes are background housekeeping, not the workload's commits
 
 
-def _db_cpu(d: dict[str, float | None]) -> float:
-    return sum(v for k, v in d.items() if k.startswith("cpu_") and v is not None
-               and k not in ("cpu_driver_s", "cpu_host_busy_s"))
+def _db_cpu(d: dict[str, float | None], components: dict[str, Component]) -> float:
+    """The CPU components of a step's demands but the driver's."""
+    return sum(v for k, v in d.items() if components[k].group == "cpu" and v is not None and k != "cpu_driver_s")
 
 
 def flushes(step: StepResult) -> tuple[float, float | None]:
@@ -70,21 +79,21 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> dict[str, Any]:
     """The demands of one calibration step. The database host's CPU is the measured one where the host was
     measured, else the wait-sampled estimate (the caller has checked that the user stated the cores); the
     driver's CPU is host CPU where it ran on the database host, else a client tier delay."""
-    d, _ = step_demands(step)
+    d, components = step_demands(step)
     measured = has_host_cpu(step)
     on_host = driver_runs_on_host(step, host)
     driver = d.get("cpu_driver_s") or 0.0
-    host_cpu = _db_cpu(d) if measured else (wait_sampled_cpu_s(step) or 0.0)
+    host_cpu = _db_cpu(d, components) if measured else (wait_sampled_cpu_s(step) or 0.0)
     # on a cluster, the nodes on the database host spent host CPU and the others a client tier delay
     here = (step.driver_cpu["database_host_s"] / step.units if "database_host_s" in step.driver_cpu and step.units
             else driver if on_host else 0.0)
     cpu = host_cpu + here
-    busy = {k[5:-7]: v for k, v in d.items() if k.startswith("disk_") and k.endswith("_busy_s") and v is not None}
+    busy = {dev: v for dev in step.os.get("disks") or {} if (v := d.get(disk_key(dev, "busy_s"))) is not None}
     f, flush_s = flushes(step)
     wal_dev = None
     flush_dev = flush_cpu = 0.0
     if f > 0 and busy:
-        wal_dev = max(busy, key=lambda k: d.get(f"disk_{k}_flushes") or 0.0)
+        wal_dev = max(busy, key=lambda k: d.get(disk_key(k, "flushes")) or 0.0)
         flush_dev = busy[wal_dev] / f if flush_s is None else min(busy[wal_dev] / f, flush_s)
         flush_cpu = max(0.0, flush_s - flush_dev) if flush_s is not None else 0.0
         busy[wal_dev] = max(0.0, busy[wal_dev] - f * flush_dev)
@@ -266,7 +275,7 @@ def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -
     return {"throughput": values["throughput"], "response_time_s": (values["rt_mean_ms"] or 0) / 1000,
             "p95_s": (values["rt_p95_ms"] or 0) / 1000, "p99_s": (values["rt_p99_ms"] or 0) / 1000,
             "cpu_busy_pct": values["cpu_busy_pct"],
-            "device_util_pct": {f"disk {k}": v["utilization_pct"] for k, v in devices(step).items()},
+            "device_util_pct": {device_station(k): v["utilization_pct"] for k, v in devices(step).items()},
             "flushes_per_unit": f or None}
 
 
@@ -375,7 +384,9 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
             progress(f"{test.workload}: simulating {spread.jobs} job{'s' if spread.jobs != 1 else ''}")
         p = solve_closed(model, spread.jobs, think)
         mva_p = solve(model, spread.jobs, think) if solver == "sim" else None
-        dev_model = {k: v * 100 for k, v in p.utilizations.items() if k.startswith("disk ")}
+        measured_devices = dict.fromkeys([*model.devices, *([model.wal_device] if model.wal_device else [])])
+        dev_model = {station: p.utilizations[station] * 100 for station in map(device_station, measured_devices)
+                     if station in p.utilizations}
         interval = _intervals(spread)
         rows.append({
             "jobs": spread.jobs, "valid": not why, "invalid_because": why, "calibration": spread.jobs in

@@ -192,11 +192,17 @@ def _with_waits(d: _Demands, flush_requests: float, flusher_busy: float, jobs: f
     return replace(d, cpu=d.cpu + flush_requests * waiting_share(flusher_busy, jobs) * d.wait_cpu)
 
 
+def device_station(device: str) -> str:
+    """The station (and utilization key) of a measured data device: built from the device's name wherever a
+    device's figure is looked up, never taken apart."""
+    return f"disk {device}"
+
+
 def _demands(model: DbModel, cfg: Config) -> _Demands:
     """Per-unit demands on the configured platform (before batching)."""
     cpu = model.cpu_s / cfg.cpu_speed
-    devices = {f"disk {k}": v / cfg.disk_speed for k, v in model.devices.items()}
-    wal = f"disk {model.wal_device}" if model.wal_device else None
+    devices = {device_station(k): v / cfg.disk_speed for k, v in model.devices.items()}
+    wal = device_station(model.wal_device) if model.wal_device else None
     if cfg.disks:
         total = sum(devices.values())
         devices = {f"disk {i + 1} of {cfg.disks}": total / cfg.disks for i in range(cfg.disks)}
