@@ -78,7 +78,7 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
     pnames = list(procs)
     entries = {e.name: e for t in tasks for e in t.entries}
     task_of = {e.name: t for t in tasks for e in t.entries}
-    visits = {}
+    visits: dict[str, float] = {}
     def visit(name: str, v: float) -> None:
         visits[name] = visits.get(name, 0.0) + v
         for c, n in entries[name].calls.items():
@@ -131,7 +131,7 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
         # residence per unit demand of each class at each processor
         row = 0
         new_s1, new_s2 = {}, {}
-        factor = {t.name: {} for t in active}
+        factor: dict[str, dict[str, float]] = {t.name: {} for t in active}
         for i, p in enumerate(pnames):
             m = procs[p].multiplicity
             for c, t in enumerate(active):
@@ -145,8 +145,8 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
         # nested calls add the callee's wait + phase 1 to the caller's phase 1 (one level here)
         for t in active:
             for e in t.entries:
-                for c, v in e.calls.items():
-                    new_s1[t.name] += v * (waits[task_of[c].name] + new_s1[task_of[c].name])
+                for callee, v in e.calls.items():
+                    new_s1[t.name] += v * (waits[task_of[callee].name] + new_s1[task_of[callee].name])
         # software layer: MVA of the users over the tasks (exact recursion, Schweitzer for large populations)
         new_w = {t.name: 0.0 for t in soft}
         top = [t for t in active if any(t is task_of[c] for e in ref.entries for c in e.calls)]

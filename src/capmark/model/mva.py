@@ -262,16 +262,17 @@ def _queue_lengths(demands: Sequence[float], queueing: Sequence[bool], x: float,
 
 
 def approximate_mva(stations: Sequence[Station], population: int, think_time: float = 0.0,
-                    max_steps: int = MAX_BISECTION_STEPS) -> ClosedResult:
+                    max_steps: int | None = None) -> ClosedResult:
     """Bard-Schweitzer approximate MVA for any station kind (multi-server and load-dependent stations split
     as in _parts); cost independent of the population. As N grows it tends to the asymptotic bound
     X = 1 / D_max (per server), so it is exact in the limit. A throughput bisection that stops at `max_steps`
-    before its tolerance gives a result with converged False and a note."""
+    (default MAX_BISECTION_STEPS) before its tolerance gives a result with converged False and a note."""
     check_population(population)
     parts = [_parts(s) for s in stations]
     queue_d = [d for ps in parts for d, is_queue in ps if is_queue]
     delay = think_time + sum(d for ps in parts for d, is_queue in ps if not is_queue)
-    found = _schweitzer_throughput(queue_d, delay, population, max_steps=max_steps)
+    found = _schweitzer_throughput(queue_d, delay, population,
+                                   max_steps=MAX_BISECTION_STEPS if max_steps is None else max_steps)
     x, steps = found.value, found.steps
     flat = [part for ps in parts for part in ps]
     q_parts = iter(_queue_lengths([d for d, _ in flat], [is_queue for _, is_queue in flat], x, population,

@@ -209,10 +209,10 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
         model.flush_requests = 0.0
     model = fit_flushes_and_delay(model, [Anchor(jobs=s.jobs, cycle_s=s.jobs / (s.units / s.elapsed_s),
                                                   flushes_per_unit=p["f"]) for s, p in zip(chosen, params, strict=True)])
-    lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
-    model.types = type_demands(lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
+    at_lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
+    model.types = type_demands(at_lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
     if model.types:
-        model.type_reference = solve(model, lowest[0].jobs).parts
+        model.type_reference = solve(model, at_lowest[0].jobs).parts
     if model.delay_s < 0:
         model.notes.append(f"the measured response time is {-model.delay_s * 1e6:.1f} us per unit shorter than the "
                            "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
@@ -372,7 +372,7 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
         progress(f"{test.workload}: calibrating")
     model = calibrate(test, from_jobs, host)
     solve_closed = solver_for(solver)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spread in noise.analyse(test.steps, [k for _, (k, _) in NOISE_KPMS.items()], test.per_unit):
         mine = [s for s in test.steps if s.jobs == spread.jobs]
         use = [s for s in mine if noise.repeat_of(s) in spread.used] or mine

@@ -462,7 +462,7 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
     keeps_core = {t.name: not (t.flush_requests > 0 or blocks_on_io) and t.scale * d.cpu / SCHED_SLICE_S < 0.05
                   for t in model.types}
     waking = sum(t.share * t.scale for t in model.types if not keeps_core[t.name])
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for t in model.types:
         longer = 1 + t.scale * (parts["cpu"] - ref["cpu"]) / t.base_s if t.base_s > 0 else 1.0
         longer = max(MIN_SERVICE_FACTOR, longer)

@@ -132,8 +132,10 @@ class _Replication:
                 self.sim.stopped = True
         elif self.done == self.warmup:
             self.t0 = self.sim.now
-            for station in (self.cpu, *self.devices.values(), self.commit):
-                station.reset()
+            self.cpu.reset()
+            for device in self.devices.values():
+                device.reset()
+            self.commit.reset()
         self._think(job)
 
     def _woken(self, job: int) -> None:
