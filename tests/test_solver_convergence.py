@@ -108,9 +108,9 @@ def test_usl_fit_out_of_evaluations_is_an_error():
 
 def test_closed_network_simulation_without_events_is_an_error():
     stations = [SimStation("cpu", 0.01)]
-    assert closed_network(stations, 2, 0.0, 200, 20, seed=1).throughput > 0
+    assert closed_network(stations, 2, 0.0, units=200, warmup=20, seed=1).throughput > 0
     with pytest.raises(CapmarkError, match="stopped after 0 of 220 units"):
-        closed_network(stations, 0, 0.0, 200, 20, seed=1)
+        closed_network(stations, 0, 0.0, units=200, warmup=20, seed=1)
 
 
 def test_simulation_whose_replications_disagree_is_flagged():

@@ -265,7 +265,7 @@ class ClosedRun:
     utilizations: dict[str, float]
 
 
-def closed_network(stations: Sequence[SimStation], population: int, think: float, units: int, warmup: int,
+def closed_network(stations: Sequence[SimStation], population: int, think: float, *, units: int, warmup: int,
                    seed: int) -> ClosedRun:
     """`population` jobs cycle through exponential think time and every station in order, each with an
     exponential demand: the network exact MVA solves, for checking the engine against it."""

@@ -17,7 +17,7 @@ infinite-source batch b = a + exp(-a), a = commit arrivals during one flush.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from typing import Any
 
 from scipy.stats import gamma
@@ -65,6 +65,7 @@ class Config:
     """The platform a prediction is for; the measured one is cores=host cores and the rest 1."""
 
     cores: int
+    _: KW_ONLY  # the speeds are two floats side by side: named, never swapped
     cpu_speed: float = 1.0  # relative speed of one core (2 = twice as fast)
     disk_speed: float = 1.0  # relative speed of every device
     disks: int | None = None  # spread data IO evenly over this many devices (None: as measured)

@@ -19,6 +19,7 @@ _SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 MAX_JOBS = 4096  # most jobs searched for the SLA; the model is saturated long before on any measured host
 MAX_CORES = 1024  # most cores tried for a target load
 MAX_FACTOR = 64.0  # largest CPU or disk speed-up tried: far beyond one hardware generation
+NAMED_LOADS = 5  # unsettled loads a note names before it counts the rest
 MAX_CAPACITY_RATE = 1e12  # units/s: the capacity search doubles up to here; no database host comes near it
 
 
@@ -67,8 +68,8 @@ def unsettled_note(loads: list[str]) -> str | None:
     """The sentence a search's answer carries when solutions it decided on did not settle."""
     if not loads:
         return None
-    return (f"the model did not settle at {', '.join(loads)} during this search, so the answer near there rests on "
-            "rough figures")
+    named = ", ".join(loads[:NAMED_LOADS]) + (f" and {len(loads) - NAMED_LOADS} more" if len(loads) > NAMED_LOADS else "")
+    return f"the model did not settle at {named} during this search, so the answer near there rests on rough figures"
 
 
 @dataclass(kw_only=True)

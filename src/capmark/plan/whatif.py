@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ CHANGE_KEYS = ("growth", "jobs", "think", "cpus", "cpu_speed", "disk_speed", "di
 @dataclass
 class Scenario:
     name: str
+    _: KW_ONLY  # eight optional changes, most of them numbers: named at every call
     growth: float | None = None  # factor on the baseline throughput (1.2 = +20 %)
     jobs: int | None = None
     think_s: float | None = None
@@ -47,7 +48,7 @@ class Scenario:
     disks: int | None = None
 
     def config(self, model: DbModel) -> Config:
-        return Config(self.cpus or model.cores, self.cpu_speed, self.disk_speed, self.disks)
+        return Config(self.cpus or model.cores, cpu_speed=self.cpu_speed, disk_speed=self.disk_speed, disks=self.disks)
 
     def changes(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
