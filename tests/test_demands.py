@@ -158,9 +158,9 @@ def test_demands_from_storage_equal_demands_computed_live(runs):
 
 def test_demands_command_prints_json(runs):
     doc = api.demands(f"{runs['wal'].folder}:wal-lat1")
-    assert doc["schema"] == "capmark.demands/1"
-    assert [t["workload"] for t in doc["tests"]] == ["wal-lat1"]
-    keys = {c["key"] for c in doc["tests"][0]["components"]}
+    assert doc.to_json()["schema"] == "capmark.demands/1"
+    assert [t.workload for t in doc.tests] == ["wal-lat1"]
+    keys = {c["key"] for c in doc.tests[0].components}
     assert {"cpu_client_backends_s", "cpu_os_overhead_s", "wal_bytes", "wal_fsyncs"} <= keys
 
 

@@ -9,6 +9,8 @@ import math
 import pytest
 from rich.console import Console
 
+from capmark.analysis import document
+from capmark.analysis.planning import Sizing
 from capmark.errors import CapmarkError
 from capmark.model import lqn, mva, usl
 from capmark.model.open import effective_servers, quick_response_time
@@ -195,13 +197,16 @@ def test_unsettled_sizing_reaches_the_console(monkeypatch):
     model = commit_model()
     sla = parse_sla("p95<400us")
     most, fastest = max_jobs(model, sla, 0.0), max_rate(model, sla)
-    doc = {"workload": "commits", "unit": "transaction", "sla": {"text": sla.text}, "calibrated_from": [1],
-           "search_limit_reached": most.limit_reached, "max_jobs": most.jobs,
-           "at_max_jobs": most.at.to_dict() if most.at else None, "one_more_job": most.beyond.to_dict(),
-           "max_rate": fastest.rate, "at_max_rate": fastest.at.to_dict() if fastest.at else None,
-           "unsettled_notes": [n for n in (most.note, fastest.note) if n], "target": None}
+    sizing_answer = Sizing(unit="transaction", sla={"metric": sla.metric, "limit_s": sla.limit_s, "text": sla.text},
+                           calibrated_from=[1], think_s=0.0, platform={}, max_jobs=most.jobs,
+                           at_max_jobs=most.at.to_dict() if most.at else None, one_more_job=most.beyond.to_dict(),
+                           search_limit_reached=most.limit_reached, max_rate=fastest.rate,
+                           at_max_rate=fastest.at.to_dict() if fastest.at else None,
+                           rate_search_limit_reached=fastest.limit_reached, converged=False,
+                           unsettled={"jobs": most.unsettled, "rate": fastest.unsettled},
+                           unsettled_notes=[n for n in (most.note, fastest.note) if n], target=None)
     console = Console(record=True, width=300)
-    print_size(doc, console)
+    print_size(document.TestAnswer(workload="commits", ordinal=1, answer=sizing_answer), console)
     assert "note: the model did not settle at" in console.export_text()
 
 

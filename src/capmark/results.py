@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from capmark.driver.histogram import LatencyHistogram, merge_all
+from capmark.histogram import LatencyHistogram, merge_all
 
 
 @dataclass(frozen=True)

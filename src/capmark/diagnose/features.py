@@ -1,7 +1,7 @@
 """What the signatures look at, per step: plain numbers taken once from a stored step.
 
-Signatures work on these views only, so they can be tested on step data shaped like the seeds'
-figures as well as on real runs.
+Signatures work on these views only, so they can be tested on step data shaped like the figures of the AT&T
+performance-signatures paper as well as on real runs.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _waits(step: StepResult) -> tuple[dict[str, float], list[tuple[str, float]]]
 
 
 def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> StepView:
-    values, _ = kpm.compute(step, per_unit)
+    values, _ = kpm.of(step, per_unit)
     lat = step.latency.summary()
     units = step.units or 0
     busy = host_busy_s(step)

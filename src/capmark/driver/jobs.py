@@ -20,9 +20,9 @@ import psycopg
 
 from capmark.collect.pgstats import flush_own_stats
 from capmark.driver.client import ClientSession
-from capmark.driver.histogram import LatencyHistogram, bucket_bounds
 from capmark.driver.sampling import SliceSampling
 from capmark.engines.base import TargetInfo
+from capmark.histogram import LatencyHistogram, bucket_bounds
 from capmark.workloads.base import DataSize, Workload, slice_call
 
 

@@ -1,8 +1,8 @@
 """Do the instruments agree? Pairs of figures for the same thing from the database and from the OS.
 
-Seed 001 warns that wait-event counts undercount IO calls and that averages hide skew; the same care
-applies here: where two instruments disagree, the demands use the one closer to the resource (device
-counters for the disk, process CPU for the CPU split) and say so.
+Shallahamer's OraPub post on IO read wait occurrences warns that wait-event counts undercount IO calls and
+that averages hide skew; the same care applies here: where two instruments disagree, the demands use the one
+closer to the resource (device counters for the disk, process CPU for the CPU split) and say so.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def mm1(arrival_rate: float, service_rate: float) -> OpenResult:
 
 
 def quick_response_time(service_time: float, arrival_rate: float, servers: float) -> float:
-    """Seed 001's R = S / (1 - (S lambda / M)^M); M may be fractional (effective servers)."""
+    """Shallahamer's (OraPub) R = S / (1 - (S lambda / M)^M); M may be fractional (effective servers)."""
     u = service_time * arrival_rate / servers
     if u >= 1:
         raise CapmarkError(f"The quick formula needs S*lambda/M < 1; got {u:.2f}. Lower the load or raise M.")

@@ -270,7 +270,7 @@ def _err(model: float | None, measured: float | None) -> float | None:
 
 
 def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> dict[str, Any]:
-    values, _ = kpm.compute(step, per_unit)
+    values, _ = kpm.of(step, per_unit)
     f, _ = flushes(step)
     return {"throughput": values["throughput"], "response_time_s": (values["rt_mean_ms"] or 0) / 1000,
             "p95_s": (values["rt_p95_ms"] or 0) / 1000, "p99_s": (values["rt_p99_ms"] or 0) / 1000,

@@ -115,7 +115,7 @@ def kpm_table(test: TestResult, keys: list[str] | None = None, continued: bool =
         table.add_column(escape(f"{c.label}\n[{unit}]") if unit else c.label, justify="right")
     reasons: dict[str, str] = {}
     for step in test.steps:
-        values, why = kpm.compute(step, test.per_unit)
+        values, why = kpm.of(step, test.per_unit)
         reasons.update({k: v for k, v in why.items() if k in {c.key for c in cols}})
         table.add_row(*([str(noise.repeat_of(step))] if repeated else []),
                       *(fmt(values.get(c.key), c.digits) for c in cols))
