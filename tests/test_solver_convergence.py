@@ -145,6 +145,22 @@ def test_open_fixed_point_out_of_rounds_says_so():
     assert not short.converged and short.rounds == 1 and any("did not settle" in n for n in short.notes)
 
 
+def test_open_model_grows_the_batch_instead_of_declaring_saturation_at_its_first_round():
+    """At a batch of one (the first round) the flushes alone fill the WAL device at 1 / 80 us = 12,500 commits/s;
+    one flusher batches whatever arrives during its flush, so the settled model carries more, and only the CPU
+    without any flush work (2 cores / 85 us = 23,529/s) bounds it whatever the batch."""
+    model = commit_model()
+    above_first_round = solve_open(model, 12_600.0)
+    assert not above_first_round.saturated and above_first_round.converged
+    assert (above_first_round.batch or 0) > 2 and above_first_round.utilizations["WAL flush"] < 1
+    beyond_cpu = solve_open(model, 24_000.0)
+    assert beyond_cpu.saturated and beyond_cpu.converged  # saturated without any flush work: settled
+    cap, _ = sizing.capacity(model)
+    assert cap == pytest.approx(2 / 85e-6, rel=1e-3)
+    short = solve_open(model, 16_000.0, max_rounds=1)  # the batch had no round to grow in
+    assert short.saturated and not short.converged and any("might not" in n for n in short.notes)
+
+
 def test_an_unsettled_network_solution_reaches_the_prediction(monkeypatch):
     monkeypatch.setattr(dbmodel, "EXACT_JOBS", 0)  # every round by Bard-Schweitzer
     assert solve(commit_model(), 8).converged

@@ -576,10 +576,22 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None,
             if total_wal >= 1:
                 util[d.wal_station] = total_wal
         if max(util.values()) >= 1:
+            # a batch too small for this rate overloads what the flushes use (the first round's batch is 1); one
+            # flusher takes every commit that arrived during its flush, so the batch grows until they fit: only a
+            # load that saturates a station even without flush work is saturated whatever the batch
+            batch_bound = q > 0 and all(rate * st.total_demand / st.servers < 1 for st in _stations(d, 0.0, cfg.cores))
+            if batch_bound and rounds < max_rounds:
+                b *= 2
+                continue
             out = _prediction(name=OPEN_MODEL, model=model, jobs=None, rate=rate, think=0.0, saturated=True, x=None,
                               r=None, p95=None, p99=None, util=util, r0=r0, q=q, b=b, stations=stations,
                               bottleneck=max(util, key=lambda k: util[k]))
-            out.rounds, out.method = rounds, OPEN_METHOD  # saturation is an answer: the batch need not settle
+            out.rounds, out.method = rounds, OPEN_METHOD
+            if batch_bound:  # out of rounds with a batch that might still grow: saturation is not established
+                out.converged = False
+                out.notes.append(f"the open model at {rate:g} {model.unit}s/s did not settle in {rounds} rounds: its "
+                                 f"last batch of {b:.3g} commits per flush saturates {out.bottleneck}, a larger one "
+                                 "might not; treat the saturation as rough")
             return out
         res = {}
         for s in stations:
