@@ -17,7 +17,7 @@ from capmark.plan.calibrate import calibrate as calibrate_test
 from capmark.plan.calibrate import validate
 from capmark.plan.dbhost import DatabaseHost, database_host, require_host_cpu
 from capmark.plan.dbmodel import MAX_CORES, MAX_JOBS_SOLVED, DbModel
-from capmark.plan.sizing import MAX_JOBS, check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
+from capmark.plan.sizing import check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
 from capmark.plan.whatif import Scenario, evaluate, expand, load_scenarios
 from capmark.results import RunResult, TestResult
 
@@ -58,6 +58,8 @@ class WhatIf(Payload):
     baseline: dict[str, Any]
     model: list[int]
     scenarios: list[dict[str, Any]]
+    converged: bool  # every scenario's prediction settled
+    unconverged_scenarios: list[str]
 
 
 @dataclass(kw_only=True)
@@ -79,9 +81,13 @@ class Sizing(Payload):
     max_jobs: int
     at_max_jobs: dict[str, Any] | None
     one_more_job: dict[str, Any]
-    search_limit_reached: bool
+    search_limit_reached: bool  # the SLA held up to the jobs search's limit: max_jobs is that limit
     max_rate: float | None
     at_max_rate: dict[str, Any] | None
+    rate_search_limit_reached: bool  # the open model never saturated below the rate search's limit
+    converged: bool  # every solution the searches decided on settled
+    unsettled: dict[str, list[str]]  # jobs | rate: the loads whose solution did not
+    unsettled_notes: list[str]
     target: dict[str, Any] | None
 
 
@@ -199,17 +205,21 @@ def sizing_document(run: RunResult, tests: list[TestResult], sla_text: str, *, f
 
     def answer(t: TestResult) -> Sizing:
         model = calibrate_test(t, from_jobs, host)
-        jobs, at, beyond = max_jobs(model, sla, model.think_s, progress=progress)
+        most = max_jobs(model, sla, model.think_s, progress=progress)
         if progress:
             progress(f"{t.workload}: highest arrival rate within {sla.text}")
-        rate, at_rate = max_rate(model, sla)
+        fastest = max_rate(model, sla)
         if progress and target_tps:
             progress(f"{t.workload}: what {target_tps:g} {t.unit}s/s within {sla.text} needs")
         return Sizing(unit=t.unit, sla={"metric": sla.metric, "limit_s": sla.limit_s, "text": sla.text},
                       calibrated_from=model.calibrated_from, think_s=model.think_s, platform=_platform(model),
-                      max_jobs=jobs, at_max_jobs=at.to_dict() if at else None, one_more_job=beyond.to_dict(),
-                      search_limit_reached=jobs >= MAX_JOBS, max_rate=rate,
-                      at_max_rate=at_rate.to_dict() if at_rate else None,
+                      max_jobs=most.jobs, at_max_jobs=most.at.to_dict() if most.at else None,
+                      one_more_job=most.beyond.to_dict(), search_limit_reached=most.limit_reached,
+                      max_rate=fastest.rate, at_max_rate=fastest.at.to_dict() if fastest.at else None,
+                      rate_search_limit_reached=fastest.limit_reached,
+                      converged=not most.unsettled and not fastest.unsettled,
+                      unsettled={"jobs": most.unsettled, "rate": fastest.unsettled},
+                      unsettled_notes=[n for n in (most.note, fastest.note) if n],
                       target=smallest_change(model, sla, target_tps) if target_tps else None)
 
     return SizingDocument(run=run.run_id, tests=answer_each(run, tests, "size", answer))

@@ -27,7 +27,7 @@ FLUSH_FIT = 0.9
 def _per_type(steps: Sequence[StepResult]) -> dict[str, dict[str, Any]]:
     """Share of units and latency figures per type, averaged over the steps (repetitions of one job count)."""
     names = [t for t in steps[0].txn_types if all(s.histograms.get(t) is not None for s in steps)]
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name in names:
         shares, means, p95s, p99s, grid = [], [], [], [], []
         for s in steps:

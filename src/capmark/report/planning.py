@@ -318,6 +318,11 @@ def print_size(t: Sizing, workload: str, console: Console) -> None:
         say(f"  highest arrival rate within the SLA (open model): {num(t.max_rate, 0)} {t.unit}/s "
             f"(bottleneck {r['bottleneck']} at {r['utilizations'][r['bottleneck']] * 100:.0f}%)", highlight=False)
     _say_unconverged([p for p in (t.at_max_jobs, t.one_more_job, t.at_max_rate) if p], console)
+    for note in t.unsettled_notes:
+        say(f"  note: {note}", highlight=False, markup=False)
+    if t.rate_search_limit_reached:
+        say("  note: the open model did not saturate at any rate searched, so the highest rate is the search's limit, "
+            "not where the SLA breaks", highlight=False, markup=False)
     tg = t.target
     if tg:
         if tg["meets_now"]:
@@ -331,6 +336,8 @@ def print_size(t: Sizing, workload: str, console: Console) -> None:
                      f"disk speed x{o['disk_speed']['value']:.2f}" if o["disk_speed"]["value"] else "no disk speed-up"]
             say(f"  at {num(tg['target_rate'], 0)}/s the SLA needs one of: {'; '.join(parts)} (searched "
                 f"{tg['limits']}); smallest change: {tg['smallest']}", highlight=False)
+        if tg.get("unsettled_note"):
+            say(f"  note: {tg['unsettled_note']}", highlight=False, markup=False)
 
 
 @answered_only
