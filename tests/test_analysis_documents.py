@@ -62,6 +62,9 @@ def test_the_headline_takes_the_highest_valid_step(folder):
     query.steps[1].status = "failed"
     again = {h.workload: h for h in report_documents(run).headlines}["srv-query1"]
     assert again.peak_jobs == 1 and again.peak_throughput == pytest.approx(RECORDED_THROUGHPUT[("srv-query1", 1)])
+    # and the reader learns that the figures rest on one step, below the plan's highest
+    assert (again.valid_steps, again.steps, again.peak_at_highest_step) == (1, 2, False)
+    assert light.peak_at_highest_step and light.valid_steps == light.steps == 2
 
 
 def test_the_report_calibrates_each_test_once_and_renders_without_the_store(folder, monkeypatch):

@@ -41,6 +41,9 @@ CONTROL_CLIENT_CHECK = "2s"
 # Enough for a local or LAN server to accept a connection; used only to tell why a run failed.
 SERVER_PROBE_TIMEOUT_S = 3
 
+# Where the server keeps the same figures in another view, the one it lacks is no loss worth a note
+SAME_FIGURES_ELSEWHERE = {"wal_io_in_pg_stat_wal": "wal_io_in_pg_stat_io", "wal_io_in_pg_stat_io": "wal_io_in_pg_stat_wal"}
+
 
 class RunObserver:
     """Hooks a front end implements to show progress; the defaults do nothing."""
@@ -186,8 +189,9 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         devices, device_note = host.data_device(info.data_directory)
         devices = [devices] if devices else []
         for name, cap in info.capabilities.items():
-            if not cap.available:
-                notes.append(f"n/a: {name}: {cap.reason}")
+            covered = SAME_FIGURES_ELSEWHERE.get(name)
+            if not cap.available and not (covered and info.has(covered)):
+                notes.append(f"n/a: {cap.reason}")
         if device_note:
             notes.append(f"n/a: disk counters: {device_note}")
         notes.extend(f"n/a on the database host: {what}" for what in host.facts.cannot_see)

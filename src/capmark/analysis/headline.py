@@ -33,6 +33,9 @@ class Headline:
     capacity_jobs: int | None
     headroom_pct: float | None  # capacity over the measured peak, in % beyond it
     diagnosis: str
+    valid_steps: int  # the figures rest on these; the others failed a self-check
+    steps: int
+    peak_at_highest_step: bool  # the plan stopped there: more jobs may go faster still
     problem: str = ""  # why the model is missing, where it is
 
     def to_json(self) -> dict[str, Any]:
@@ -86,4 +89,6 @@ def headline(test: TestResult, calibration: Calibration | None, diagnosis: TestD
                     capacity_jobs=curve.get("max_throughput_jobs"),
                     headroom_pct=(capacity / peak - 1) * 100 if capacity and peak else None,
                     diagnosis=diagnosis.headline if diagnosis else "not diagnosed (no measured step)",
+                    valid_steps=sum(1 for s in test.steps if s.units and not problems(s)), steps=len(test.steps),
+                    peak_at_highest_step=peak_jobs is not None and peak_jobs == max(s.jobs for s in test.steps),
                     problem=problem)
