@@ -37,7 +37,7 @@ def main() -> None:
 
     for method in ("schweitzer", "exact"):
         times = [best(lambda n=n, m=method: lqn.solve(*stress_lqm(n), device_solver=m)) for n in range(1, 11)]
-        print(f"seed's Stress LQM, device layer {method}: " + ", ".join(f"{t * 1000:.1f}" for t in times)
+        print(f"CITI report's Stress LQM, device layer {method}: " + ", ".join(f"{t * 1000:.1f}" for t in times)
               + " ms for 1..10 clients (target <= 50 ms each)")
 
 

@@ -613,15 +613,17 @@ def test_scenario_names_are_printed_as_text():
     """A scenario named '[/x]' (or '[bold]') shows as written in the what-if table."""
     from rich.console import Console
 
+    from capmark.analysis.document import TestAnswer
+    from capmark.analysis.planning import WhatIf
     from capmark.report.planning import print_whatif
 
     prediction = {"saturated": False, "throughput": 100.0, "response_time_s": 0.01, "p95_s": 0.02, "stretch": 1.0,
                   "headroom": 0.5, "bottleneck": "CPU", "utilizations": {"CPU": 0.5}, "model": "closed MVA"}
-    doc = {"workload": "srv-query1", "unit": "query", "model": [1], "baseline": {"jobs": 1, "throughput": 100.0},
-           "scenarios": [{"name": name, "prediction": prediction, "change_vs_baseline_pct": {}}
-                         for name in ("Baseline", "[/x]", "[bold]loud")]}
+    doc = WhatIf(unit="query", platform={}, model=[1], baseline={"jobs": 1, "throughput": 100.0},
+                 scenarios=[{"name": name, "prediction": prediction, "change_vs_baseline_pct": {}}
+                            for name in ("Baseline", "[/x]", "[bold]loud")])
     console = Console(file=io.StringIO(), width=200)
-    print_whatif(doc, console)
+    print_whatif(TestAnswer(workload="srv-query1", ordinal=1, answer=doc), console)
     text = console.file.getvalue()
     assert "[/x]" in text and "[bold]loud" in text
 

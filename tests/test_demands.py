@@ -14,7 +14,7 @@ import pytest
 from capmark import api
 from capmark.config import RunSpec
 from capmark.driver import step as step_module
-from capmark.measure.demands import demands_of_test, host_busy_s, per_commit, step_demands
+from capmark.measure.demands import demands_of_test, disk_key, host_busy_s, per_commit, step_demands
 from capmark.measure.reconcile import reconcile
 from capmark.store import load_run
 
@@ -141,7 +141,7 @@ def test_forced_checkpoints_are_attributed_to_the_checkpointer(runs):
 def test_cached_reads_reach_no_device(runs):
     step = runs["cpu"].tests[0].steps[0]
     d, _ = step_demands(step)
-    device_reads = sum(v for k, v in d.items() if k.startswith("disk_") and k.endswith("_read_bytes"))
+    device_reads = sum(d.get(disk_key(dev, "read_bytes")) or 0.0 for dev in step.os.get("disks") or {})
     assert device_reads < 1.0  # bytes per query: every read hit shared buffers
     assert d["db_reads_blocks"] < 0.001
     pairs = {p["name"]: p for p in reconcile(step)}
@@ -158,9 +158,9 @@ def test_demands_from_storage_equal_demands_computed_live(runs):
 
 def test_demands_command_prints_json(runs):
     doc = api.demands(f"{runs['wal'].folder}:wal-lat1")
-    assert doc["schema"] == "capmark.demands/1"
-    assert [t["workload"] for t in doc["tests"]] == ["wal-lat1"]
-    keys = {c["key"] for c in doc["tests"][0]["components"]}
+    assert doc.to_json()["schema"] == "capmark.demands/1"
+    assert [t.workload for t in doc.tests] == ["wal-lat1"]
+    keys = {c["key"] for c in doc.tests[0].components}
     assert {"cpu_client_backends_s", "cpu_os_overhead_s", "wal_bytes", "wal_fsyncs"} <= keys
 
 

@@ -4,7 +4,7 @@ import random
 import numpy as np
 import pytest
 
-from capmark.driver.histogram import (
+from capmark.histogram import (
     BUCKETS_PER_E,
     N_BUCKETS,
     RELATIVE_WIDTH,

@@ -67,7 +67,7 @@ def test_product_form_network_matches_exact_mva(jobs: int) -> None:
     demands = {"CPU": 0.004, "disk a": 0.003, "disk b": 0.002}
     think = 0.01
     stations = [SimStation(k, v) for k, v in demands.items()]
-    runs = [closed_network(stations, jobs, think, 15_000, 1_000, seed) for seed in range(5)]
+    runs = [closed_network(stations, jobs, think, units=15_000, warmup=1_000, seed=seed) for seed in range(5)]
     exact = mva.exact_mva([mva.Station(k, v) for k, v in demands.items()], jobs, think)
     _check([r.throughput for r in runs], exact.throughput)
     _check([r.response_time for r in runs], exact.response_time)
@@ -79,7 +79,7 @@ def test_product_form_network_matches_exact_mva(jobs: int) -> None:
 def test_processor_sharing_over_cores_matches_multi_server_mva(cores: int, jobs: int) -> None:
     """Each of n jobs on m cores gets min(1, m/n) of a core: MVA's load-dependent m-server station."""
     stations = [SimStation("CPU", 0.004, "ps", cores), SimStation("disk", 0.001)]
-    runs = [closed_network(stations, jobs, 0.004, 15_000, 1_000, seed) for seed in range(5)]
+    runs = [closed_network(stations, jobs, 0.004, units=15_000, warmup=1_000, seed=seed) for seed in range(5)]
     exact = mva.exact_mva([mva.Station("CPU", 0.004, servers=cores), mva.Station("disk", 0.001)], jobs, 0.004)
     _check([r.throughput for r in runs], exact.throughput)
     _check([r.response_time for r in runs], exact.response_time)

@@ -13,6 +13,8 @@ import pytest
 from rich.console import Console
 
 from capmark import api
+from capmark.analysis.demands import demands_of
+from capmark.analysis.report import report_documents
 from capmark.collect import netinfo
 from capmark.config import RunSpec
 from capmark.measure.demands import demands_of_test, step_demands
@@ -199,7 +201,7 @@ def test_network_demands_survive_the_store_and_reach_both_reports(tcp_run):
     assert rows["net_bytes_received"]["group"] == "network" and rows["net_bytes_received"]["unit"] == "B"
     text = _console_text(stored.tests[0])
     assert "network bytes received by the client" in text and "network bytes sent by the client" in text
-    section = demands_section(stored, stored.tests[0])
+    section = demands_section(report_documents(stored).tests[0])
     assert section is not None and "network bytes received by the client" in section.html
 
 
@@ -227,12 +229,12 @@ def test_unix_socket_run_says_why_network_is_na(run_db, tmp_path):
     assert na["reason"] == "n/a: Unix socket" and na["values"] == [None] and na["mean"] is None
     assert "client_round_trips" in rows  # the driver still counts its round trips
     assert "n/a: Unix socket" in _console_text(run.tests[0])
-    section = demands_section(run, run.tests[0])
+    section = demands_section(report_documents(run).tests[0])
     assert section is not None and "(n/a: Unix socket)" in section.html
 
 
 def _console_text(test) -> str:
     out = io.StringIO()
-    demands_report.print_demands(demands_report.test_document(test), Console(file=out, width=200, color_system=None))
+    demands_report.print_demands(demands_of(test), Console(file=out, width=200, color_system=None))
     return out.getvalue()
 

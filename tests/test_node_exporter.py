@@ -364,7 +364,7 @@ def test_a_run_measured_through_the_exporter(exporter: tuple[str, int], embedded
     assert rows[HOST_CPU_KEY]["values"][0] == pytest.approx(
         (host_busy_s(first) - first.driver_cpu["user_s"] - first.driver_cpu["sys_s"]) / first.units)
     if not problems(first):
-        model = api.calibrate(run.folder)["tests"][0]["calibration"]
+        model = api.calibrate(run.folder).to_json()["tests"][0]["calibration"]
         # the model keeps the CPU one busy core would spend; the step kept `busy` cores busy
         one_core = 1 + model["cpu_growth"] * (max(1.0, host_busy_s(first) / first.elapsed_s) - 1)
         assert model["cores"] == cores and model["cpu_s"] * one_core == pytest.approx(host_busy_s(first) / first.units)

@@ -8,7 +8,7 @@ import statistics
 import pytest
 from scipy import stats
 
-from capmark.driver.histogram import LatencyHistogram
+from capmark.histogram import LatencyHistogram
 from capmark.measure import noise
 from capmark.measure.stepping import (
     FLAT_RISE,

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from capmark.analysis.document import TestAnswer
+from capmark.analysis.planning import Calibration
 from capmark.errors import CapmarkError
 from capmark.model import mva
 from capmark.model.cases import _stations
@@ -142,14 +144,16 @@ def test_an_unsettled_fixed_point_is_flagged_and_shown(monkeypatch):
 
 def test_the_unsettled_note_reaches_the_console(monkeypatch):
     monkeypatch.setattr(dbmodel, "MAX_ROUNDS", 3)
-    doc = {"workload": "tp-light", "answered": True, "calibrated_from_jobs": [1], "steps": [],
-           "model": "m", "calibration": {"cpu_s": 1e-4, "cores": 2, "flush_requests": 0.2, "flush_cpu_s": 1e-4,
-                                          "flush_device_s": 1e-4, "delay_s": 0.0, "notes": []},
-           "verdict": {"steps_scored": [], "throughput": {"median_abs_pct": None, "max_abs_pct": None},
-                       "response_time_s": {"median_abs_pct": None, "max_abs_pct": None}, "cpu_busy_max_points": None},
-           "p95_note": "", "usl": {"note": "n/a"}, "prediction": curve(TP_LIGHT, 10).to_dict()}
+    doc = Calibration(workload="tp-light", unit="transaction", solver="mva", interval_note="",
+                      calibrated_from_jobs=[1], steps=[], model="m",
+                      calibration={"cpu_s": 1e-4, "cores": 2, "flush_requests": 0.2, "flush_cpu_s": 1e-4,
+                                   "flush_device_s": 1e-4, "delay_s": 0.0, "notes": []},
+                      verdict={"steps_scored": [], "throughput": {"median_abs_pct": None, "max_abs_pct": None},
+                               "response_time_s": {"median_abs_pct": None, "max_abs_pct": None},
+                               "cpu_busy_max_points": None},
+                      p95_note="", usl={"note": "n/a"}, prediction=curve(TP_LIGHT, 10).to_dict())
     console = Console(record=True, width=200)
-    print_calibration(doc, console)
+    print_calibration(TestAnswer(workload="tp-light", ordinal=1, answer=doc), console)
     assert re.search(r"did not settle at [0-9, ]*\b10 \(shown: its last round\)", console.export_text())
 
 

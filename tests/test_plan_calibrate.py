@@ -72,11 +72,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_calibration_reproduces_its_own_step_and_predicts_the_others(run, drift):
     doc = api.calibrate(run.folder)
-    cpu_test = next(t for t in doc["tests"] if t["workload"] == "srv-query1")
-    assert cpu_test["calibrated_from_jobs"] == [1] and [r["jobs"] for r in cpu_test["steps"]] == [1, 2, 4]
-    first = cpu_test["steps"][0]
+    cpu_test = next(t.answer for t in doc.tests if t.workload == "srv-query1")
+    assert cpu_test is not None
+    assert cpu_test.calibrated_from_jobs == [1] and [r["jobs"] for r in cpu_test.steps] == [1, 2, 4]
+    first = cpu_test.steps[0]
     assert first["calibration"] and abs(first["error_pct"]["throughput"]) < 0.5
-    for r in cpu_test["steps"]:
+    for r in cpu_test.steps:
         assert r["model"]["bottleneck"] == "CPU"  # srv-query1 is CPU bound
         assert r["model"]["cpu_busy_pct"] <= 100.0 + 1e-6
     pred = cpu_test["prediction"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capmark.driver.histogram import LatencyHistogram
+from capmark.histogram import LatencyHistogram
 from capmark.plan import cpuscaling
 from capmark.plan.dbmodel import Config, DbModel, mix_percentiles, solve, solve_open
 from capmark.plan.mix import type_demands

@@ -153,11 +153,14 @@ def test_sizing_returns_a_load_that_meets_the_sla_and_one_more_that_does_not(kwa
     m = make_model(**kwargs)
     limit = solve(m, 6).p95_s * 1.001
     sla = parse_sla(f"p95<{limit * 1e6:.3f}us")
-    jobs, at, beyond = max_jobs(m, sla, 0.0)
-    assert jobs >= 6
+    most = max_jobs(m, sla, 0.0)
+    jobs, at, beyond = most.jobs, most.at, most.beyond
+    assert jobs >= 6 and not most.limit_reached and most.unsettled == []
     assert at is not None and at.p95_s <= sla.limit_s
     assert beyond.jobs == jobs + 1 and beyond.p95_s > sla.limit_s
-    rate, at_rate = max_rate(m, sla)
+    fastest = max_rate(m, sla)
+    rate, at_rate = fastest.rate, fastest.at
+    assert not fastest.limit_reached
     assert at_rate is not None and at_rate.p95_s <= sla.limit_s * (1 + 1e-6)
     assert solve_open(m, rate * 1.01).p95_s is None or solve_open(m, rate * 1.01).p95_s > sla.limit_s
 

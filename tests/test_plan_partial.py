@@ -60,16 +60,16 @@ def one_bad_test(measured, tmp_path):
 
 
 def _by_name(doc: dict) -> dict[str, dict]:
-    return {t["workload"]: t for t in doc["tests"]}
+    return {t["workload"]: t for t in doc["tests"]}  # the JSON a script reads
 
 
 def test_every_answerable_test_is_answered_and_the_other_says_why(one_bad_test, measured):
     good = next(t for t in measured.tests if t.workload == "wal-lat1")
     assert any(not problems(s) for s in good.steps), "the measured wal-lat1 run needs a valid step for this test"
     answers = {
-        "calibrate": api.calibrate(str(one_bad_test)),
-        "whatif": api.whatif(str(one_bad_test), changes={"cpus": 4}),
-        "size": api.size(str(one_bad_test), sla_text="p95<50ms"),
+        "calibrate": api.calibrate(str(one_bad_test)).to_json(),
+        "whatif": api.whatif(str(one_bad_test), changes={"cpus": 4}).to_json(),
+        "size": api.size(str(one_bad_test), sla_text="p95<50ms").to_json(),
     }
     for command, doc in answers.items():
         tests = _by_name(doc)
@@ -111,9 +111,8 @@ def test_from_steps_naming_every_valid_step(measured):
     test = next(t for t in measured.tests if t.workload == "srv-query1")
     valid = [s.jobs for s in test.steps if not problems(s)]
     assert valid, "the measured srv-query1 run needs a valid step for this test"
-    doc = api.calibrate(f"{measured.folder}:srv-query1", from_jobs=valid)
-    t = doc["tests"][0]
-    assert t["answered"] and t["calibrated_from_jobs"] == valid and t["verdict"]["steps_scored"] == []
+    t = api.calibrate(f"{measured.folder}:srv-query1", from_jobs=valid).tests[0].answer
+    assert t is not None and t.calibrated_from_jobs == valid and t.verdict["steps_scored"] == []
 
 
 def test_an_interrupt_during_the_analysis_is_not_swallowed(measured):

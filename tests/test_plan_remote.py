@@ -209,7 +209,7 @@ def test_without_the_host_cpu_planning_is_refused_in_one_sentence(copy, request)
 
 def test_stated_cores_override_the_measured_ones_and_say_so(measured):
     _needs_a_valid_step(measured)
-    t = api.calibrate(measured.folder, cores=4)["tests"][0]
+    t = api.calibrate(measured.folder, cores=4).to_json()["tests"][0]
     measured_cores = measured.tests[0].steps[0].os["cores"]
     assert t["calibration"]["cores"] == 4 and t["calibration"]["cores_from"] == "stated with --cores"
     assert f"as stated with --cores (the run recorded {measured_cores})" in " ".join(t["calibration"]["notes"])
@@ -219,8 +219,8 @@ def test_stated_cores_override_the_measured_ones_and_say_so(measured):
 
 def test_a_driver_elsewhere_is_the_client_tier(measured, driver_elsewhere):
     _needs_a_valid_step(measured)
-    local = api.calibrate(measured.folder)["tests"][0]["calibration"]
-    remote = api.calibrate(str(driver_elsewhere))["tests"][0]["calibration"]
+    local = api.calibrate(measured.folder).to_json()["tests"][0]["calibration"]
+    remote = api.calibrate(str(driver_elsewhere)).to_json()["tests"][0]["calibration"]
     step = measured.tests[0].steps[0]
     driver = (step.driver_cpu["user_s"] + step.driver_cpu["sys_s"]) / step.units
     assert local["client_s"] == 0.0
@@ -240,7 +240,7 @@ def test_host_cpu_without_processes_is_the_database_cpu(measured, tmp_path):
     step = test.steps[0]
     driver = step.driver_cpu["user_s"] + step.driver_cpu["sys_s"]
     assert rows[HOST_CPU_KEY]["values"][0] == pytest.approx((host_busy_s(step) - driver) / step.units)
-    calibration = api.calibrate(str(folder))["tests"][0]["calibration"]
+    calibration = api.calibrate(str(folder)).to_json()["tests"][0]["calibration"]
     # the driver runs there too; the model keeps the CPU one busy core would spend (the step kept `busy` busy)
     busy = host_busy_s(step) / step.elapsed_s
     one_core = 1 + calibration["cpu_growth"] * (max(1.0, busy) - 1)
@@ -248,7 +248,7 @@ def test_host_cpu_without_processes_is_the_database_cpu(measured, tmp_path):
 
 
 def _estimate(no_host_metrics: Path) -> dict[str, Any]:
-    return api.calibrate(str(no_host_metrics), cores=2)["tests"][0]["calibration"]
+    return api.calibrate(str(no_host_metrics), cores=2).to_json()["tests"][0]["calibration"]
 
 
 def test_stated_cores_estimate_the_cpu_and_say_so(no_host_metrics):
@@ -275,7 +275,7 @@ def test_the_estimate_is_the_sessions_cpu(measured, no_host_metrics):
 
 def test_the_estimate_is_close_to_the_measured_cpu(measured, no_host_metrics, driver_elsewhere):
     _needs_a_valid_step(measured)
-    reference = api.calibrate(str(driver_elsewhere))["tests"][0]["calibration"]  # the same run, host CPU measured
+    reference = api.calibrate(str(driver_elsewhere)).to_json()["tests"][0]["calibration"]  # the same run, host CPU measured
     assert reference["cpu_from"] == "measured"
     ratio = _estimate(no_host_metrics)["cpu_s"] / reference["cpu_s"]
     outside = _outside_share(measured.tests[0].steps[0])
@@ -288,15 +288,15 @@ def test_the_estimate_is_close_to_the_measured_cpu(measured, no_host_metrics, dr
 
 
 def test_an_estimated_cpu_answers_whatif_and_size(measured, no_host_metrics):
-    base = api.whatif(str(no_host_metrics), changes={"jobs": 4}, cores=2)["tests"][0]
-    more = api.whatif(str(no_host_metrics), changes={"jobs": 4, "cpus": 4}, cores=2)["tests"][0]
+    base = api.whatif(str(no_host_metrics), changes={"jobs": 4}, cores=2).to_json()["tests"][0]
+    more = api.whatif(str(no_host_metrics), changes={"jobs": 4, "cpus": 4}, cores=2).to_json()["tests"][0]
     assert base["platform"]["cpu_from"] == CPU_ESTIMATED and base["platform"]["notes"]
     two, four = base["scenarios"][1]["prediction"], more["scenarios"][1]["prediction"]
     assert two["bottleneck"] == "CPU"
     assert four["throughput"] > 1.5 * two["throughput"]  # CPU bound at 4 jobs on 2 cores: twice the cores
     mean_s = measured.tests[0].steps[0].latency.mean_s
     sla = f"mean<{4 * mean_s * 1e6:.0f}us"  # four times the one-job response time: a few jobs on 2 cores
-    sized = api.size(str(no_host_metrics), sla_text=sla, cores=2)["tests"][0]
+    sized = api.size(str(no_host_metrics), sla_text=sla, cores=2).to_json()["tests"][0]
     assert not sized["search_limit_reached"] and 1 <= sized["max_jobs"] < MAX_JOBS, sized["max_jobs"]
     assert sized["platform"]["cpu_from"] == CPU_ESTIMATED
     table = _cli("size", str(no_host_metrics), "--sla", sla, "--cores", "2")

@@ -12,13 +12,13 @@ import pytest
 from rich.console import Console
 
 from capmark import api
+from capmark.analysis.export import run_export
 from capmark.config import RunSpec
 from capmark.measure import noise
 from capmark.measure.stepping import stop
 from capmark.measure.validity import problems
 from capmark.plan.calibrate import validate
 from capmark.report.console import print_run, repeatability_rows
-from capmark.report.export import run_to_json
 from capmark.store import DB_NAME, load_run
 
 pytestmark = pytest.mark.db
@@ -67,7 +67,7 @@ def test_every_job_count_has_an_interval_that_contains_its_mean(repeated):
         assert row.kpms["rt_mean_ms"].half_width is not None
     if not full:
         pytest.skip("a repetition of every job count was invalid on this busy machine")
-    doc = run_to_json(load_run(Path(repeated.folder)))["tests"][0]
+    doc = run_export(load_run(Path(repeated.folder))).to_json()["tests"][0]
     assert [s["repeat"] for s in doc["steps"]] == [1, 1, 2, 2]
     rows = doc["repeatability"]["jobs"]
     assert [r["jobs"] for r in rows] == [1, 2] and rows[0]["kpms"]["throughput"]["half_width"] > 0
@@ -110,7 +110,7 @@ def test_auto_stepping_stops_at_the_bound_or_the_knee_and_says_so(embedded_dsn, 
     else:
         assert knee["jobs"] in jobs
     assert knee["text"] in printed(run)
-    assert run_to_json(run)["tests"][0]["stepping"]["knee"] == knee
+    assert run_export(run).to_json()["tests"][0]["stepping"]["knee"] == knee
     assert html.escape(knee["text"]) in (Path(run.folder) / "report.html").read_text()
 
 

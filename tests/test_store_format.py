@@ -54,8 +54,8 @@ def test_a_run_of_format_1_still_opens_with_its_figures(tmp_path):
 def test_a_run_of_format_1_is_analysed_and_rendered_without_a_database(tmp_path):
     folder = _unpack(tmp_path)
     doc = api.calibrate(str(folder))
-    light = next(t for t in doc["tests"] if t["workload"] == "tp-light")
-    assert {c["name"] for c in light["calibration"]["types"]} == {"read", "update"}
+    light = next(t.answer for t in doc.tests if t.workload == "tp-light")
+    assert light is not None and {c["name"] for c in light.calibration["types"]} == {"read", "update"}
     out = _cli("report", str(folder), "--format", "json")
     assert out.returncode == 0, out.stderr
 

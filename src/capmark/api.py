@@ -7,20 +7,65 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capmark.config import DEFAULT_RESULTS_DIR
+from capmark import runner
+from capmark.analysis.catalogue import Catalogue, catalogue
+from capmark.analysis.compare import Comparison, compare_runs
+from capmark.analysis.demands import DemandsDocument, demands_document
+from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
+from capmark.analysis.document import TestAnswer
+from capmark.analysis.export import RunExport, run_export
+from capmark.analysis.planning import (
+    AnticipationDocument,
+    CalibrationDocument,
+    Progress,
+    SizingDocument,
+    WhatIfDocument,
+    anticipation_document,
+    calibration_document,
+    scenarios_of,
+    sizing_document,
+    whatif_document,
+)
+from capmark.config import DEFAULT_RESULTS_DIR, RunSpec
 from capmark.engines import embedded
 from capmark.errors import CapmarkError
 from capmark.results import RunResult, TestResult
 
 # the measuring run is part of the public API; it lives in capmark.runner
-from capmark.runner import RunObserver, plan_tests, run, sigterm_as_interrupt, write_run_report  # noqa: F401
+from capmark.runner import RunObserver, plan_tests, sigterm_as_interrupt  # noqa: F401
 from capmark.store import DB_NAME, RunStore, load_run, resolve_run
-from capmark.workloads import registry
-from capmark.workloads.base import Workload
 
 
-def list_workloads() -> list[Workload]:
-    return list(registry.WORKLOADS.values())
+def list_workloads() -> Catalogue:
+    return catalogue()
+
+
+def solve_cases(file: Path) -> Any:
+    """Solve the queueing models of a JSON case file (closed, multi-class, open, USL fit, quick formula)."""
+    from capmark.model.cases import solve_file
+
+    return solve_file(file)
+
+
+def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
+    """Measure and store a run, and write its report.html however it ends (the runner stays below rendering)."""
+    return runner.run(spec, observer, on_stored=_report_of_stored_run)
+
+
+def _report_of_stored_run(folder: Path) -> str:
+    try:
+        write_run_report(folder)
+    except Exception as err:  # a full disk, or a rendering failure: never hide the run's own outcome behind it
+        lines = str(err).strip().splitlines()
+        return f"report.html could not be written ({lines[0] if lines else type(err).__name__})"
+    return ""
+
+
+def write_run_report(folder: Path) -> Path:
+    from capmark.analysis.report import stored_report_documents
+    from capmark.report.html import write_report
+
+    return write_report(stored_report_documents(folder))
 
 
 # --- stored runs -------------------------------------------------------------------------------------
@@ -51,10 +96,8 @@ def _refresh_report(run_result: RunResult, force: bool) -> ReportFile:
     path = folder / "report.html"
     if not force and _newer_than(path, folder / DB_NAME):
         return ReportFile(path, written=False)
-    from capmark.report.html import write_report
-
     try:
-        return ReportFile(write_report(run_result), written=True)
+        return ReportFile(write_run_report(folder), written=True)
     except OSError as err:
         return ReportFile(path, written=False, problem=f"could not write {path} ({err.strerror or err})")
 
@@ -83,112 +126,30 @@ def tests_of(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR) -> tuple[
     return run_result, chosen
 
 
-def demands(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> dict:
-    """Service demands and reconciliation of a stored run (or one test), as the capmark.demands/1 document."""
-    from capmark.report.demands import run_document
-
+def demands(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> DemandsDocument:
+    """Service demands and reconciliation of a stored run (or one test)."""
     run_result, tests = tests_of(ref, results_dir)
-    return run_document(run_result, tests)
-
-
-Progress = Callable[[str], None]
-
-
-def _answers(run_result: RunResult, tests: list[TestResult], what: str,
-             answer: Callable[[TestResult], dict]) -> list[tuple[TestResult, dict]]:
-    """Every test's answer, or for a test that cannot be answered {"answered": false, "reason": ...}: one test
-    without a valid step must not cost the others theirs. A run (or test choice) with nothing to answer
-    at all is an error, so that a script does not take an empty document for a result."""
-    if not any(t.steps for t in tests):
-        raise CapmarkError(f"Run {run_result.run_id} has no measured step to {what} (its tests failed or were "
-                           "interrupted before a step completed); measure a run with `capmark run` first.")
-    out: list[tuple[TestResult, dict[str, Any]]] = []
-    for t in tests:
-        if not t.steps:
-            doc = {"answered": False, "reason": f"Test {t.workload} has no measured step (status {t.status})."}
-        else:
-            try:
-                doc = {"answered": True, **answer(t)}
-            except CapmarkError as err:
-                doc = {"answered": False, "reason": str(err)}
-        out.append((t, {"workload": t.workload, "ordinal": t.ordinal, **doc}))
-    if not any(doc["answered"] for _, doc in out):
-        reasons = "; ".join(doc["reason"].rstrip(".") for _, doc in out)
-        raise CapmarkError(f"No test of run {run_result.run_id} can be used to {what}: {reasons}.")
-    return out
-
-
-def _check_jobs_bound(jobs: int | None, option: str) -> None:
-    from capmark.plan.dbmodel import MAX_JOBS_SOLVED
-
-    if jobs is not None and not 1 <= jobs <= MAX_JOBS_SOLVED:
-        raise CapmarkError(f"{option} must be between 1 and {MAX_JOBS_SOLVED:,} jobs (beyond, the predicted "
-                           f"throughput no longer changes); got {jobs}.")
-
-
-def _check_cores(cores: int | None) -> None:
-    from capmark.plan.dbmodel import MAX_CORES
-
-    if cores is not None and not 1 <= cores <= MAX_CORES:
-        raise CapmarkError(f"--cores must be between 1 and {MAX_CORES:,} (the largest hosts sold); got {cores}.")
-
-
-def _database_host(ref: str | None, results_dir: Path, cores: int | None) -> tuple[RunResult, list[TestResult], Any]:
-    """The run, its chosen tests and its database host as stored (with the cores the user stated); refused in one
-    sentence where the database host's CPU was never measured and no cores were stated."""
-    from capmark.plan.dbhost import database_host, require_host_cpu
-
-    _check_cores(cores)
-    run_result, tests = tests_of(ref, results_dir)
-    host = database_host(run_result, cores)
-    require_host_cpu(run_result, tests, host)
-    return run_result, tests, host
+    return demands_document(run_result, tests)
 
 
 def calibrate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR,
               from_jobs: list[int] | None = None, up_to: int | None = None, progress: Progress | None = None,
-              cores: int | None = None, solver: str = "mva") -> dict:
+              cores: int | None = None, solver: str = "mva") -> CalibrationDocument:
     """Calibrate a queueing model per test of a stored run, validate it against every step and predict the
-    curve beyond the measured range (default: up to twice the most jobs measured). A test that cannot be
-    calibrated gets {"answered": false, "reason": ...}. `cores` states the database host's cores (--cores);
-    `solver` 'sim' validates the steps by simulation beside MVA."""
-    from capmark.plan.calibrate import validate
-
-    _check_jobs_bound(up_to, "--up-to")
-    run_result, tests, host = _database_host(ref, results_dir, cores)
-    docs = _answers(run_result, tests, "calibrate a model", lambda t: validate(t, from_jobs, up_to, progress, host,
-                                                                                      solver))
-    return {"schema": "capmark.calibrate/2", "run": run_result.run_id, "tests": [d for _, d in docs]}
+    curve beyond the measured range (default: up to twice the most jobs measured). `cores` states the database
+    host's cores (--cores); `solver` 'sim' validates the steps by simulation beside MVA."""
+    run_result, tests = tests_of(ref, results_dir)
+    return calibration_document(run_result, tests, from_jobs=from_jobs, up_to=up_to, progress=progress, cores=cores,
+                                solver=solver)
 
 
-def _planned(ref: str | None, results_dir: Path, from_jobs: list[int] | None, what: str,
-             plan: Callable[[TestResult, Any], dict], cores: int | None = None
-             ) -> tuple[RunResult, list[tuple[TestResult, dict]]]:
-    """Calibrate each test's model and answer `plan(test, model)` with it, per test (see _answers)."""
-    from capmark.plan.calibrate import calibrate as calibrate_test
-
-    run_result, tests, host = _database_host(ref, results_dir, cores)
-    return run_result, _answers(run_result, tests, what, lambda t: plan(t, calibrate_test(t, from_jobs, host)))
-
-
-def _platform(model: Any) -> dict:
-    """The platform a plan was solved for, and how each part of it is known: measured, recorded, stated or
-    estimated, with the model's notes (an estimated CPU says so wherever it is used)."""
-    return {"cores": model.cores, "cores_from": model.cores_from, "cpu_from": model.cpu_from, "notes": model.notes}
-
-
-def _base_jobs(model: Any, at_jobs: int | None) -> int:
-    if at_jobs is None:
-        return model.calibrated_from[0]
-    _check_jobs_bound(at_jobs, "--at")
-    return at_jobs
-
-
-def _save(run_result: RunResult, kind: str, docs: list[tuple[int, dict]]) -> None:
+def _save(run_result: RunResult, kind: str, answers: list[TestAnswer[Any]]) -> None:
+    """Keep a plan with the run (for its report) and bring report.html up to date."""
     store = RunStore(Path(run_result.folder))
     try:
-        for ordinal, doc in docs:
-            store.save_derived(run_result.run_id, ordinal, kind, doc)
+        for a in answers:
+            if a.answered:
+                store.save_derived(run_result.run_id, a.ordinal, kind, a.to_json())
     finally:
         store.close()
     write_run_report(Path(run_result.folder))
@@ -197,79 +158,48 @@ def _save(run_result: RunResult, kind: str, docs: list[tuple[int, dict]]) -> Non
 def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from_jobs: list[int] | None = None,
            at_jobs: int | None = None, changes: dict[str, Any] | None = None, scenario_file: Path | None = None,
            save: bool = False, progress: Progress | None = None, cores: int | None = None,
-           solver: str = "mva") -> dict:
-    """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report.
-    `cores` states the database host's cores (--cores); `solver` 'sim' simulates the closed loads."""
-    from capmark.plan.whatif import evaluate, expand, load_scenarios
-
-    changes = {k: v for k, v in (changes or {}).items() if v is not None}
-    scenarios = load_scenarios(scenario_file) if scenario_file else []
-    if changes:
-        scenarios = expand("", changes) + scenarios
-    if not scenarios:
-        raise CapmarkError("Give at least one change (e.g. --growth 20%x3, --cpus 4, --disk-speed 2) or "
-                           "--scenarios FILE.toml.")
-
-    def plan(t: TestResult, model: Any) -> dict:
-        return {"unit": t.unit, "platform": _platform(model),
-                **evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress, solver)}
-
-    run_result, docs = _planned(ref, results_dir, from_jobs, "answer what-if questions", plan, cores)
+           solver: str = "mva") -> WhatIfDocument:
+    """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report."""
+    scenarios = scenarios_of(changes, scenario_file)
+    run_result, tests = tests_of(ref, results_dir)
+    doc = whatif_document(run_result, tests, scenarios, from_jobs=from_jobs, at_jobs=at_jobs, progress=progress,
+                          cores=cores, solver=solver)
     if save:
-        _save(run_result, "whatif", [(t.ordinal, d) for t, d in docs if d["answered"]])
-    return {"schema": "capmark.whatif/1", "run": run_result.run_id, "tests": [d for _, d in docs]}
+        _save(run_result, "whatif", doc.tests)
+    return doc
 
 
 def size(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, sla_text: str = "p95<5ms",
          from_jobs: list[int] | None = None, target_tps: float | None = None, save: bool = False,
-         progress: Progress | None = None, cores: int | None = None) -> dict:
+         progress: Progress | None = None, cores: int | None = None) -> SizingDocument:
     """Per test: the most jobs and the highest arrival rate within the SLA on the measured platform, and for a
-    target rate the smallest single change that meets it. `cores` states the database host's cores (--cores)."""
-    from capmark.plan.sizing import MAX_JOBS, check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
-
-    sla = parse_sla(sla_text)
-    if target_tps is not None:
-        check_target_rate(target_tps)
-
-    def plan(t: TestResult, model: Any) -> dict:
-        jobs, at, beyond = max_jobs(model, sla, model.think_s, progress=progress)
-        if progress:
-            progress(f"{t.workload}: highest arrival rate within {sla.text}")
-        rate, at_rate = max_rate(model, sla)
-        if progress and target_tps:
-            progress(f"{t.workload}: what {target_tps:g} {t.unit}s/s within {sla.text} needs")
-        return {"unit": t.unit, "sla": {"metric": sla.metric, "limit_s": sla.limit_s, "text": sla.text},
-                "calibrated_from": model.calibrated_from, "think_s": model.think_s, "platform": _platform(model),
-                "max_jobs": jobs, "at_max_jobs": at.to_dict() if at else None, "one_more_job": beyond.to_dict(),
-                "search_limit_reached": jobs >= MAX_JOBS,
-                "max_rate": rate, "at_max_rate": at_rate.to_dict() if at_rate else None,
-                "target": smallest_change(model, sla, target_tps) if target_tps else None}
-
-    run_result, docs = _planned(ref, results_dir, from_jobs, "size", plan, cores)
-    if save:
-        _save(run_result, "size", [(t.ordinal, d) for t, d in docs if d["answered"]])
-    return {"schema": "capmark.size/1", "run": run_result.run_id, "tests": [d for _, d in docs]}
-
-
-def diagnose(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> dict:
-    """Bottleneck signatures and self-checks of a stored run (or one test), as the capmark.diagnose/1 document."""
-    from capmark.diagnose.diagnosis import diagnose_run
-
+    target rate the smallest single change that meets it."""
     run_result, tests = tests_of(ref, results_dir)
-    return diagnose_run(run_result, tests)
+    doc = sizing_document(run_result, tests, sla_text, from_jobs=from_jobs, target_tps=target_tps, progress=progress,
+                          cores=cores)
+    if save:
+        _save(run_result, "size", doc.tests)
+    return doc
+
+
+def diagnose(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> DiagnosisDocument:
+    """Bottleneck signatures and self-checks of a stored run (or one test)."""
+    run_result, tests = tests_of(ref, results_dir)
+    return diagnosis_document(run_result, tests)
 
 
 def anticipate(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, at_jobs: int | None = None,
-               service_factor: float = 1.0, rate_factor: float = 1.0, servers: float | None = None) -> dict:
-    """Seed 001's quick response-time curve through a measured step, before and after a change."""
-    from capmark.plan.anticipate import anticipate as anticipate_test
-    from capmark.plan.anticipate import check_change
-
-    check_change(service_factor, rate_factor, servers)
+               service_factor: float = 1.0, rate_factor: float = 1.0, servers: float | None = None
+               ) -> AnticipationDocument:
+    """The quick response-time curve through a measured step (Shallahamer's formula), before and after a change."""
     run_result, tests = tests_of(ref, results_dir)
-    docs = _answers(run_result, tests, "anticipate",
-                    lambda t: anticipate_test(t, at_jobs, service_factor, rate_factor, servers))
-    return {"schema": "capmark.anticipate/1", "run": run_result.run_id, "tests": [d for _, d in docs]}
+    return anticipation_document(run_result, tests, at_jobs=at_jobs, service_factor=service_factor,
+                                 rate_factor=rate_factor, servers=servers)
+
+
+def export(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> RunExport:
+    """A stored run as one JSON document (capmark.run/1)."""
+    return run_export(open_run(ref, results_dir))
 
 
 # --- the embedded server -----------------------------------------------------------------------------
@@ -286,3 +216,11 @@ def db_status(data_dir: Path | None = None) -> embedded.EmbeddedStatus:
     return embedded.status(data_dir)
 
 
+def compare(baseline_ref: str | None, candidate_refs: list[str], results_dir: Path = DEFAULT_RESULTS_DIR,
+            progress: Progress | None = None) -> Comparison:
+    """A baseline run against one or more candidates, from storage alone (capmark.compare/1)."""
+    if not candidate_refs:
+        raise CapmarkError("Name at least one candidate run to compare with the baseline, e.g. "
+                           "`capmark compare BASELINE CANDIDATE`.")
+    baseline = open_run(baseline_ref, results_dir)
+    return compare_runs(baseline, [open_run(ref, results_dir) for ref in candidate_refs], progress)

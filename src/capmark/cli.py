@@ -34,7 +34,6 @@ from capmark.config import (
 )
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
 from capmark.report.console import knee_line, kpm_tables, print_run, repeatability_table, type_table
-from capmark.report.export import run_to_json
 from capmark.results import StepResult, TestResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -66,13 +65,13 @@ def json_text(doc: Any) -> str:
     return json.dumps(_finite(doc), indent=1, allow_nan=False)
 
 
-def _show_tests(doc: dict, fmt: Format, print_test: Callable[[dict, Console], None]) -> None:
+def _show_tests(doc: Any, fmt: Format, print_test: Callable[[Any, Console], None]) -> None:
     """A per-test document: as JSON for scripts, or each test's console view."""
     if fmt == Format.json:
-        print(json_text(doc))
+        print(json_text(doc.to_json()))
         return
     console = Console(emoji=False)
-    for test_doc in doc["tests"]:
+    for test_doc in doc.tests:
         print_test(test_doc, console)
 
 
@@ -218,12 +217,10 @@ def run(
     console = err_console if fmt == Format.json else Console(emoji=False)
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
     if fmt == Format.json:
-        print(json_text(run_to_json(result)))
+        print(json_text(api.export(result.folder).to_json()))
     else:
-        from capmark.diagnose.diagnosis import diagnose_run
-
-        for t in diagnose_run(result)["tests"]:
-            console.print(f"Diagnosis of {t['workload']}: {t['summary']}", highlight=False, markup=False)
+        for t in api.diagnose(result.folder).tests:
+            console.print(f"Diagnosis of {t.workload}: {t.summary}", highlight=False, markup=False)
         console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}"
                       " (capmark diagnose for the evidence)", markup=False, highlight=False)
     if result.status != "complete":
@@ -231,41 +228,23 @@ def run(
         raise typer.Exit(RunFailed.exit_code)
 
 
-def _key_metrics(w) -> list[str]:
-    """The throughput unit, latency, and the KPM columns a family adds to the common ones."""
-    from capmark.measure.kpm import COLUMNS, unit_of
-    from capmark.workloads.base import COMMON_KPMS
-
-    extra = [f"{COLUMNS[k].label} [{unit_of(COLUMNS[k], w.throughput_label)}]" for k in w.kpms
-             if k not in COMMON_KPMS and k in COLUMNS]
-    return [w.throughput_label, "ms (p50/p95/p99)", *extra]
-
-
 @app.command("list")
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
     """List the workloads (family, unit of work, key metrics, parameters) and the suites."""
-    from capmark.workloads.registry import SUITES
-
-    items = api.list_workloads()
+    doc = api.list_workloads()
     if fmt == Format.json:
-        print(json_text({"workloads": [
-            {"name": w.name, "family": w.family, "unit": w.unit, "throughput_unit": w.throughput_label,
-             "description": w.description, "key_metrics": _key_metrics(w), "kpms": list(w.kpms),
-             "client_side": w.client_side, "transaction_types": list(w.txn_types),
-             "params": [{"name": p.name, "default": p.default, "allowed": p.allowed(), "help": p.help}
-                        for p in w.params]} for w in items],
-            "suites": {k: list(v) for k, v in SUITES.items()}}))
+        print(json_text(doc.to_json()))
         return
     table = Table(title="capmark workloads", title_justify="left")
     for col in ("name", "family", "unit", "key metrics", "parameters (default, allowed)", "description"):
         table.add_column(col)
-    for w in items:
-        params = "\n".join(f"{p.name}={p.default} {p.allowed()}" for p in w.params) or "-"
+    for w in doc.workloads:
+        params = "\n".join(f"{p['name']}={p['default']} {p['allowed']}" for p in w.params) or "-"
         modes = "" if w.client_side else " (server-side only)"
-        table.add_row(w.name, w.family, w.unit, ", ".join(_key_metrics(w)), params, w.description + modes)
+        table.add_row(w.name, w.family, w.unit, ", ".join(w.key_metrics), params, w.description + modes)
     console = Console(emoji=False)
     console.print(table)
-    for name, members in SUITES.items():
+    for name, members in doc.suites.items():
         console.print(f"suite {name}: {', '.join(members)}")
 
 
@@ -283,7 +262,7 @@ def report(
     if report_file.problem:
         _say(f"{report_file.problem}; the stored run itself is unaffected.")
     if fmt == Format.json:
-        print(json_text(run_to_json(result)))
+        print(json_text(api.export(result.folder).to_json()))
         return
     print_run(result)
     if not report_file.problem:
@@ -309,9 +288,7 @@ def solve(file: Annotated[Path, typer.Argument(help="A JSON case (kind, method, 
                                                  "shared/validation/queueing_cases.json, a list of them, or "
                                                  "{\"cases\": [...]}.")]) -> None:
     """Solve queueing models (closed, multi-class, open M/M/m, USL fit, quick formula) and print JSON."""
-    from capmark.model.cases import solve_file
-
-    print(json_text(solve_file(file)))
+    print(json_text(api.solve_cases(file)))
 
 
 RunTestArg = Annotated[str | None, typer.Argument(metavar="RUN[:TEST]", help="Run id or folder, optionally "
@@ -460,6 +437,56 @@ def anticipate(
     _positive_count(at, "--at", "4")
     doc = api.anticipate(run_ref, results_dir, at, service, rate, servers)
     _show_tests(doc, fmt, print_anticipation)
+
+
+class CompareFormat(StrEnum):
+    console = "console"
+    json = "json"
+    html = "html"
+
+
+@app.command()
+def compare(
+    baseline: Annotated[str, typer.Argument(metavar="BASELINE", help="Run id or folder of the baseline run.")],
+    candidates: Annotated[list[str], typer.Argument(metavar="CANDIDATE", help="Run ids or folders to compare "
+                                                    "with it.")],
+    fmt: Annotated[CompareFormat, typer.Option("--format", help="console for people, json for scripts, html for "
+                                               "a self-contained page with plots.")] = CompareFormat.console,
+    output: Annotated[Path | None, typer.Option("--output", help="With --format html: the file to write "
+                                                "(default: compare-BASELINE.html in the current folder).")] = None,
+    fail_on_regression: Annotated[float | None, typer.Option("--fail-on-regression", metavar="PCT",
+                                                            help="Exit 1 when a figure got significantly worse by "
+                                                            "at least PCT %.")] = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+) -> None:
+    """Compare stored runs: which figures changed beyond noise (Welch's t-test), and the environment, service
+    demands, models and diagnosis beside them."""
+    from capmark.report.planning import progress_on_stderr
+
+    if fail_on_regression is not None and not (math.isfinite(fail_on_regression) and fail_on_regression >= 0):
+        raise CapmarkError(f"--fail-on-regression must be a percentage of at least 0; got {fail_on_regression:g}, "
+                           "e.g. --fail-on-regression 5.")
+    if output is not None and fmt != CompareFormat.html:
+        raise CapmarkError("--output names the HTML file; add --format html (console and json print to stdout).")
+    with progress_on_stderr() as progress:
+        doc = api.compare(baseline, candidates, results_dir, progress)
+    if fmt == CompareFormat.json:
+        print(json_text(doc.to_json()))
+    elif fmt == CompareFormat.html:
+        from capmark.report.compare_html import write_comparison
+
+        path = write_comparison(doc, output or Path(f"compare-{doc.baseline}.html"))
+        err_console.print(f"Comparison written to {path}", markup=False, highlight=False)
+    else:
+        from capmark.report.compare_console import print_comparison
+
+        print_comparison(doc, Console(emoji=False))
+    if fail_on_regression is not None:
+        found = doc.regressions(fail_on_regression)
+        if found:
+            listed = "; ".join(r.sentence() for r in found)
+            _say(f"significant slow-down of at least {fail_on_regression:g} %: {listed}.")
+            raise typer.Exit(1)
 
 
 @db_app.command("start")

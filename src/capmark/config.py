@@ -11,7 +11,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from capmark.errors import CapmarkError
-from capmark.workloads.scripts import MAX_SEED, MAX_TRIES, QUERY_MODES
 
 DEFAULT_WARMUP_S = 5.0
 DEFAULT_DURATION_S = 15.0
@@ -38,6 +37,11 @@ AUTO_JOBS = "auto"  # --jobs auto: step 1, 2, 4, ... until the knee (measure/ste
 # Keys are 4-byte integers (at most 2^31 rows per table), and 10,000 units is already 10^9 rows per table:
 # hundreds of GB and hours of loading before the first step.
 MAX_SCALE = 10_000
+ROWS_PER_SCALE = 100_000  # what one unit of --scale adds to each of the data model's main tables
+# pgbench's own domains for --seed, --max-tries and --query-mode, which a script run accepts as pgbench does
+MAX_SEED = (1 << 64) - 1  # pgbench's --random-seed is an unsigned 64-bit number
+MAX_TRIES = 1_000_000  # pgbench's --max-tries is an unsigned int; beyond this a run would only spin
+QUERY_MODES = ("simple", "extended", "prepared")  # pgbench's --protocol
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
@@ -319,8 +323,6 @@ def check_host_metrics(source: str, node_exporter: str | None) -> None:
 
 def check_scale(scale: int) -> None:
     """The data model size: --scale units of 100,000 rows per table."""
-    from capmark.workloads.datamodel import ROWS_PER_SCALE
-
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
         raise CapmarkError(f"The scale must be a positive whole number; got {scale!r}, e.g. --scale 1.")
     if scale > MAX_SCALE:

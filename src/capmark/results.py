@@ -5,7 +5,26 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from capmark.driver.histogram import LatencyHistogram, merge_all
+from capmark.histogram import LatencyHistogram, merge_all
+
+
+@dataclass(frozen=True)
+class WaitKey:
+    """A key of StepResult.waits as a structure: its kind (the database's wait-event type; "CPU" for a session
+    not waiting, "Client" for one idle on its client) and the event (or the session state). The stored form is
+    "kind:event" (or "CPU"): of() reads it and `key` writes it, so no other code takes a key apart."""
+
+    kind: str
+    event: str = ""
+
+    @classmethod
+    def of(cls, key: str) -> WaitKey:
+        kind, _, event = key.partition(":")
+        return cls(kind, event)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.event}" if self.event else self.kind
 
 
 @dataclass

@@ -9,7 +9,7 @@ import functools
 import os
 import signal
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -42,6 +42,9 @@ CONTROL_CLIENT_CHECK = "2s"
 # Enough for a local or LAN server to accept a connection; used only to tell why a run failed.
 SERVER_PROBE_TIMEOUT_S = 3
 
+# Where the server keeps the same figures in another view, the one it lacks is no loss worth a note
+SAME_FIGURES_ELSEWHERE = {"wal_io_in_pg_stat_wal": "wal_io_in_pg_stat_io", "wal_io_in_pg_stat_io": "wal_io_in_pg_stat_wal"}
+
 
 class RunObserver:
     """Hooks a front end implements to show progress; the defaults do nothing."""
@@ -55,6 +58,16 @@ class RunObserver:
     def step_done(self, test: TestResult, step: StepResult) -> None: ...
 
     def test_done(self, test: TestResult) -> None: ...
+
+
+# What the caller does with a run once its final status is stored, however it ended: called with the run folder,
+# returns what it could not do, in words for the user ('' when it did everything). The runner measures and
+# stores; rendering (report.html) belongs to the layers above it (tests/test_layers.py), so it comes in here.
+OnStored = Callable[[Path], str]
+
+
+def _nothing_to_do(folder: Path) -> str:
+    return ""
 
 
 @contextmanager
@@ -115,14 +128,15 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
     return plans
 
 
-def run(spec: RunSpec, observer: RunObserver | None = None) -> RunResult:
-    """Measure the planned tests at every step of their plans and store everything."""
+def run(spec: RunSpec, observer: RunObserver | None = None, on_stored: OnStored = _nothing_to_do) -> RunResult:
+    """Measure the planned tests at every step of their plans, store everything, then hand the stored run to
+    `on_stored` (e.g. to write its report)."""
     observer = observer or RunObserver()
     plans = plan_tests(spec)
     store = RunStore.create(spec.results_dir, new_run_id())
     try:
         with sigterm_as_interrupt(), _embedded_run_lock(spec, store.folder.name):
-            return _run(spec, plans, store, observer)
+            return _run(spec, plans, store, observer, on_stored)
     except KeyboardInterrupt:  # before the run record, or a second interrupt during the first one's cleanup
         if store.has_run():
             with contextlib.suppress(sqlite3.Error):
@@ -140,18 +154,19 @@ def _embedded_run_lock(spec: RunSpec, run_id: str) -> AbstractContextManager:
     return nullcontext() if spec.dsn or env_dsn() else embedded.exclusive_run(spec.data_dir, run_id)
 
 
-def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver) -> RunResult:
+def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver,
+         on_stored: OnStored) -> RunResult:
     dsn, is_embedded = _resolve_target(spec, observer)
     joined = _join_cluster(spec, plans, observer)  # before the target is touched: a wrong address changes nothing
     try:
-        return _run_joined(spec, plans, store, observer, dsn, is_embedded, joined)
+        return _run_joined(spec, plans, store, observer, on_stored, dsn, is_embedded, joined)
     finally:
         if spec.cluster:
             cluster.leave()
 
 
-def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver, dsn: str,
-                is_embedded: bool, joined: dict[str, Any] | None) -> RunResult:
+def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver, on_stored: OnStored,
+                dsn: str, is_embedded: bool, joined: dict[str, Any] | None) -> RunResult:
     control = connect(dsn, application_name="capmark control")
     host: hosts.HostSource | None = None
     try:
@@ -180,8 +195,9 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         device, device_note = host.data_device(info.data_directory)
         devices = [device] if device else []
         for name, cap in info.capabilities.items():
-            if not cap.available:
-                notes.append(f"n/a: {name}: {cap.reason}")
+            covered = SAME_FIGURES_ELSEWHERE.get(name)
+            if not cap.available and not (covered and info.has(covered)):
+                notes.append(f"n/a: {cap.reason}")
         if device_note:
             notes.append(f"n/a: disk counters: {device_note}")
         notes.extend(f"n/a on the database host: {what}" for what in host.facts.cannot_see)
@@ -209,7 +225,7 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
             setup_s=setup_s)
         store.save_run(run_result)
         ctx = StepContext(dsn=dsn, info=info, control=control, host=host, devices=devices, device_note=device_note)
-        return _measure(ctx, store, run_result, plans, size, spec, observer)
+        return _measure(ctx, store, run_result, plans, size, spec, observer, on_stored)
     finally:
         with contextlib.suppress(Exception):  # the connection may be gone with the server
             control.close()
@@ -247,40 +263,41 @@ class _TestAborted(Exception):
 
 
 def _measure(ctx: StepContext, store: RunStore, run_result: RunResult, plans: list[TestPlan],
-             size: datamodel.DataSize, spec: RunSpec, observer: RunObserver) -> RunResult:
-    """Every test in turn. However the run ends, its record ends with a status, a reason and a report."""
+             size: datamodel.DataSize, spec: RunSpec, observer: RunObserver, on_stored: OnStored) -> RunResult:
+    """Every test in turn. However the run ends, its record ends with a status and a reason, and on_stored
+    follows (the report)."""
     try:
         for ordinal, plan in enumerate(plans, start=1):
             _run_test(ctx, store, run_result, ordinal, plan, size, spec, observer)
     except KeyboardInterrupt:
         where = run_result.tests[-1].reason if run_result.tests else "interrupted"
-        problem = _finish(store, run_result, "interrupted", where)
+        problem = _finish(store, run_result, "interrupted", where, on_stored)
         raise RunInterrupted(f"{where[0].upper()}{where[1:]}; the completed steps are stored in {store.folder}"
                              f"{'; ' + problem if problem else ''}.") from None
     except _TestAborted as aborted:
-        problem = _finish(store, run_result, "failed", str(aborted))
+        problem = _finish(store, run_result, "failed", str(aborted), on_stored)
         raise RunFailed(f"The run failed: {aborted}. The completed steps are stored in {store.folder}"
                         f"{'; ' + problem if problem else ''}.") from aborted.__cause__
     failed = [t for t in run_result.tests if t.status == "failed"]
     reason = "; ".join(f"{t.workload}: {t.reason}" for t in failed)
-    problem = _finish(store, run_result, "failed" if failed else "complete", reason)
+    problem = _finish(store, run_result, "failed" if failed else "complete", reason, on_stored)
     if problem:
         observer.say(f"The run is stored in {store.folder}, but {problem}.")
     return load_run(store.folder)
 
 
-def _finish(store: RunStore, run_result: RunResult, status: str, reason: str) -> str:
-    """Store the final status and write the report; returns what could not be done ('' when all was)."""
+def _finish(store: RunStore, run_result: RunResult, status: str, reason: str, on_stored: OnStored) -> str:
+    """Store the final status and hand the stored run to on_stored (the report); returns what could not be done
+    ('' when all was)."""
     run_result.status, run_result.reason = status, reason
     try:
         store.set_status(run_result.run_id, status, reason)
     except sqlite3.Error as err:
         return f"its final status could not be stored ({err}), so it will show as crashed"
     try:
-        write_run_report(store.folder)
-    except Exception as err:  # a full disk, or a rendering failure: never hide the run's own outcome behind it
-        return f"report.html could not be written ({_first_line(err)})"
-    return ""
+        return on_stored(store.folder)
+    except Exception as err:  # on_stored reports what it could not do; a bug in it must not hide the run either
+        return f"the work after storing it failed ({_first_line(err)})"
 
 
 def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal: int, plan: TestPlan,
@@ -348,10 +365,6 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
         if test.status == "running":
             test.status = "ok"
         store.save_test(run_result.run_id, test)
-        if test.steps:
-            from capmark.report.demands import test_document
-
-            store.save_derived(run_result.run_id, test.ordinal, "demands", test_document(test))
     except KeyboardInterrupt:
         _stop_test(store, run_result, test, "interrupted", f"interrupted {where}", observer)
         raise
@@ -460,12 +473,6 @@ def _check_connections(control: Any, jobs: int) -> None:
     if jobs + used + 2 > max_conn:
         raise CapmarkError(f"The plan needs {jobs} job connections but the server allows {max_conn} with {used} in "
                            "use; lower --jobs or raise max_connections.")
-
-
-def write_run_report(folder: Path) -> Path:
-    from capmark.report.html import write_report
-
-    return write_report(load_run(folder))
 
 
 def _memory_period(spec: RunSpec) -> float:

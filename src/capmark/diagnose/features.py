@@ -1,7 +1,7 @@
 """What the signatures look at, per step: plain numbers taken once from a stored step.
 
-Signatures work on these views only, so they can be tested on step data shaped like the seeds'
-figures as well as on real runs.
+Signatures work on these views only, so they can be tested on step data shaped like the figures of the AT&T
+performance-signatures paper as well as on real runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from capmark.measure import kpm
 from capmark.measure.demands import demands_of_test, devices, host_busy_s, per_commit, run_queue
 from capmark.measure.reconcile import reconcile
 from capmark.measure.validity import problems
-from capmark.results import StepResult, TestResult
+from capmark.results import StepResult, TestResult, WaitKey
 
 WAIT_CLASSES = ("CPU", "LWLock", "Lock", "IO", "IPC", "BufferPin", "Activity", "Timeout", "Extension")
 
@@ -69,20 +69,21 @@ class TestView:
 
 
 def _waits(step: StepResult) -> tuple[dict[str, float], list[tuple[str, float]]]:
-    active = {k: v for k, v in step.waits.items() if not k.startswith("Client:")}
+    keys = {k: WaitKey.of(k) for k in step.waits}
+    active = {k: v for k, v in step.waits.items() if keys[k].kind != "Client"}
     n = sum(active.values())
     if not n:
         return {}, []
     classes: dict[str, float] = {}
     for key, count in active.items():
-        cls = key.split(":", 1)[0]
+        cls = keys[key].kind
         classes[cls if cls in WAIT_CLASSES else "other"] = classes.get(cls, 0.0) + count / n
     top = sorted(((k, v / n) for k, v in active.items() if k != "CPU"), key=lambda kv: -kv[1])[:5]
     return classes, top
 
 
 def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> StepView:
-    values, _ = kpm.compute(step, per_unit)
+    values, _ = kpm.of(step, per_unit)
     lat = step.latency.summary()
     units = step.units or 0
     busy = host_busy_s(step)

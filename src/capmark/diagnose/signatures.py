@@ -12,11 +12,12 @@ from typing import Any
 
 from capmark.diagnose.features import StepView, TestView
 from capmark.measure.validity import full_seconds
+from capmark.results import WaitKey
 
 Detector = Callable[[TestView], "Finding | None"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Finding:
     key: str
     name: str
@@ -79,13 +80,13 @@ def retrograde(t: TestView) -> Finding | None:
                                 f"shared data coherent grows with the square of the jobs")
         except Exception:  # noqa: BLE001 - a fit that does not converge is simply no evidence
             pass
-    return Finding("retrograde", "Retrograde throughput (poor SMP scalability)", min(conf, 0.95),
-                   [peak.jobs] + [s.jobs for s in after], evidence,
-                   "More concurrency makes the system do less work: jobs spend more and more of their time "
+    return Finding(key="retrograde", name="Retrograde throughput (poor SMP scalability)", confidence=min(conf, 0.95),
+                   steps=[peak.jobs] + [s.jobs for s in after], evidence=evidence,
+                   meaning="More concurrency makes the system do less work: jobs spend more and more of their time "
                    "coordinating (locks, cache-line transfers, spinning) instead of working.",
-                   ["run at the peak concurrency (a connection pool sized to it)", "look for hot rows, hot index "
+                   to_try=["run at the peak concurrency (a connection pool sized to it)", "look for hot rows, hot index "
                     "pages or a shared counter every unit touches", "check the wait profile of the last steps"],
-                   _jobs_chart(steps, throughput=[s.throughput for s in steps],
+                   chart=_jobs_chart(steps, throughput=[s.throughput for s in steps],
                                cpu_per_unit_us=[(s.cpu_per_unit_s or 0) * 1e6 for s in steps]))
 
 
@@ -133,13 +134,14 @@ def cpu_misconfiguration(t: TestView) -> Finding | None:
                 f"{plateau:.0f} % = {k}/{cores} of its cores"]
     if idle_cpu:
         evidence.append("busy % per core: " + ", ".join(f"cpu{i} {v:.0f}" for i, v in enumerate(idle_cpu)))
-    return Finding("cpu_misconfiguration", "CPU misconfiguration (cores left idle)", 0.85 if idle_cpu else 0.6,
-                   [s.jobs for s in loaded], evidence,
-                   f"Enough work is offered to keep all {cores} cores busy, but only {k} of them work: the database "
+    return Finding(key="cpu_misconfiguration", name="CPU misconfiguration (cores left idle)",
+                   confidence=0.85 if idle_cpu else 0.6,
+                   steps=[s.jobs for s in loaded], evidence=evidence,
+                   meaning=f"Enough work is offered to keep all {cores} cores busy, but only {k} of them work: the database "
                    "(or a container, cgroup or affinity setting) is restricted to part of the machine.",
-                   ["check CPU affinity (taskset -p), cgroup cpu limits (cpu.max) and the container's CPU quota",
+                   to_try=["check CPU affinity (taskset -p), cgroup cpu limits (cpu.max) and the container's CPU quota",
                     "check the hypervisor's vCPU allocation"],
-                   _jobs_chart(loaded, **{f"cpu{i} busy %": [s.per_cpu_busy_pct[i] if i < len(s.per_cpu_busy_pct)
+                   chart=_jobs_chart(loaded, **{f"cpu{i} busy %": [s.per_cpu_busy_pct[i] if i < len(s.per_cpu_busy_pct)
                                                               else None for s in loaded]
                                           for i in range(len(loaded[0].per_cpu_busy_pct))}))
 
@@ -180,13 +182,14 @@ def software_serialization(t: TestView) -> Finding | None:
         top = next((w for s in loaded for w in s.top_waits), None)
         evidence.append(f"{max(locks):.0%} of the jobs' samples wait on a lock" + (f" (top: {top[0]})" if top else ""))
     conf = 0.55 + (0.15 if cpu is not None and cpu > 0.1 else 0) + (0.2 if max(locks) > 0.3 else 0)
-    return Finding("software_serialization", "Software serialization", min(conf, 0.95), [s.jobs for s in loaded],
-                   evidence,
-                   "Work is offered to every core, but one code path lets only one job through at a time (a global "
+    return Finding(key="software_serialization", name="Software serialization", confidence=min(conf, 0.95),
+                   steps=[s.jobs for s in loaded],
+                   evidence=evidence,
+                   meaning="Work is offered to every core, but one code path lets only one job through at a time (a global "
                    "lock, a single-threaded server component), so the CPU idles while jobs queue for it.",
-                   ["find the serializing resource in the wait profile (Lock:advisory, Lock:transactionid, LWLock)",
+                   to_try=["find the serializing resource in the wait profile (Lock:advisory, Lock:transactionid, LWLock)",
                     "shorten or split the critical section; avoid one global lock or counter per transaction"],
-                   _jobs_chart(steps, cpu_busy_pct=[s.cpu_busy_pct for s in steps],
+                   chart=_jobs_chart(steps, cpu_busy_pct=[s.cpu_busy_pct for s in steps],
                                throughput=[s.throughput for s in steps]))
 
 
@@ -203,20 +206,26 @@ def single_threaded_io(t: TestView) -> Finding | None:
     if not hits:
         return None
     s, queue = hits[-1]
-    return Finding("single_threaded_io", "Single-threaded IO", 0.6 + 0.1 * min(3, len(hits)), [h[0].jobs for h in hits],
-                   [f"at {s.jobs} jobs iowait is {s.cpu_iowait_pct:.0f} % of CPU time while user + system is "
+    return Finding(key="single_threaded_io", name="Single-threaded IO", confidence=0.6 + 0.1 * min(3, len(hits)),
+                   steps=[h[0].jobs for h in hits],
+                   evidence=[f"at {s.jobs} jobs iowait is {s.cpu_iowait_pct:.0f} % of CPU time while user + system is "
                     f"{(s.cpu_user_pct or 0) + (s.cpu_sys_pct or 0):.0f} %",
                     f"the device queue holds {queue:.2f} requests on average: never more than one IO in service"],
-                   "Jobs wait on IO, but the IO is issued one request at a time: the device could do more in "
+                   meaning="Jobs wait on IO, but the IO is issued one request at a time: the device could do more in "
                    "parallel; something in the software path serializes it (one writer process, a lock around IO).",
-                   ["look for the serializing writer (WAL flush, a single checkpointer or bgwriter pass)",
+                   to_try=["look for the serializing writer (WAL flush, a single checkpointer or bgwriter pass)",
                     "raise IO concurrency (effective_io_concurrency, io_method, more writers) where it applies"],
-                   _jobs_chart(steps, iowait_pct=[s.cpu_iowait_pct for s in steps],
+                   chart=_jobs_chart(steps, iowait_pct=[s.cpu_iowait_pct for s in steps],
                                device_queue=[max((d.get("queue_length") or 0) for d in s.devices.values())
                                              for s in steps]))
 
 
 # --- 6. lock / latch contention -----------------------------------------------------------------------------
+
+def _is_wal_lock(key: WaitKey) -> bool:
+    """PostgreSQL's WAL latches (WALWrite, WALInsert, WALBufMapping, ...): queueing for them is group commit."""
+    return key.kind == "LWLock" and key.event.startswith("WAL")
+
 
 def lock_contention(t: TestView) -> Finding | None:
     steps = [s for s in t.valid_steps if s.waits]
@@ -226,7 +235,7 @@ def lock_contention(t: TestView) -> Finding | None:
     if share[-1] < 0.3 or share[-1] < share[0] + 0.15:
         return None
     last = steps[-1]
-    top = [f"{k} {v:.0%}" for k, v in last.top_waits if k.startswith(("Lock:", "LWLock:"))][:3]
+    top = [f"{k} {v:.0%}" for k, v in last.top_waits if WaitKey.of(k).kind in ("Lock", "LWLock")][:3]
     evidence = [f"lock and latch waits grow from {share[0]:.0%} of the jobs' samples at {steps[0].jobs} jobs to "
                 f"{share[-1]:.0%} at {last.jobs} jobs" + (f" (top: {', '.join(top)})" if top else "")]
     ctx = _rise(steps[0].ctxt_per_unit, last.ctxt_per_unit)
@@ -235,16 +244,17 @@ def lock_contention(t: TestView) -> Finding | None:
         evidence.append(f"context switches per unit rise {ctx:.0%}")
     if cpu is not None and cpu > 0.1:
         evidence.append(f"CPU per unit rises {cpu:.0%}")
-    wal = sum(v for k, v in last.top_waits if k.startswith("LWLock:WAL"))
+    wal = sum(v for k, v in last.top_waits if _is_wal_lock(WaitKey.of(k)))
     if wal >= 0.7 * share[-1]:
         return None  # queueing for the WAL write lock is group commit, which commit_bound reports
-    return Finding("lock_contention", "Lock / latch contention",
-                   min(0.95, 0.5 + share[-1] / 2 + (0.1 if ctx and ctx > 0.2 else 0)), [s.jobs for s in steps], evidence,
-                   "Jobs queue for the same locks or latches more and more as they are added: the data or a shared "
+    return Finding(key="lock_contention", name="Lock / latch contention",
+                   confidence=min(0.95, 0.5 + share[-1] / 2 + (0.1 if ctx and ctx > 0.2 else 0)),
+                   steps=[s.jobs for s in steps], evidence=evidence,
+                   meaning="Jobs queue for the same locks or latches more and more as they are added: the data or a shared "
                    "structure has a hot spot.",
-                   ["find the hot rows or pages (pg_locks, the top wait events)", "spread updates over more rows, "
+                   to_try=["find the hot rows or pages (pg_locks, the top wait events)", "spread updates over more rows, "
                     "shorten transactions, or lower the concurrency to the knee"],
-                   _jobs_chart(steps, lock_wait_share_pct=[v * 100 for v in share],
+                   chart=_jobs_chart(steps, lock_wait_share_pct=[v * 100 for v in share],
                                throughput=[s.throughput for s in steps]))
 
 
@@ -281,16 +291,17 @@ def poor_caching(t: TestView) -> Finding | None:
         return None
     s, util = hits[-1]
     mem = f"; the instance's processes use {s.instance_rss / s.ram:.0%} of RAM" if s.instance_rss and s.ram else ""
-    return Finding("poor_caching", "Poor caching (IO bound with memory to spare)", 0.8 if s.instance_rss else 0.6,
-                   [h[0].jobs for h in hits],
-                   [f"at {s.jobs} jobs the buffer hit ratio is {s.buffer_hit_pct:.1f} % and the busiest device "
+    return Finding(key="poor_caching", name="Poor caching (IO bound with memory to spare)",
+                   confidence=0.8 if s.instance_rss else 0.6,
+                   steps=[h[0].jobs for h in hits],
+                   evidence=[f"at {s.jobs} jobs the buffer hit ratio is {s.buffer_hit_pct:.1f} % and the busiest device "
                     f"is {util:.0f} % busy{mem}",
                     f"{s.reads_per_unit or 0:.1f} blocks read from outside shared buffers per unit"],
-                   "The working set does not fit the database cache, so units read from the device although the "
+                   meaning="The working set does not fit the database cache, so units read from the device although the "
                    "machine has memory left: every miss becomes device time.",
-                   ["raise shared_buffers (and let the OS cache help if direct IO is off)", "add or fix indexes so "
+                   to_try=["raise shared_buffers (and let the OS cache help if direct IO is off)", "add or fix indexes so "
                     "fewer pages are touched", "partition or archive cold data"],
-                   _jobs_chart(t.valid_steps, buffer_hit_pct=[s.buffer_hit_pct for s in t.valid_steps],
+                   chart=_jobs_chart(t.valid_steps, buffer_hit_pct=[s.buffer_hit_pct for s in t.valid_steps],
                                device_busy_pct=[max((d.get("utilization_pct") or 0) for d in s.devices.values())
                                                 if s.devices else None for s in t.valid_steps]))
 
@@ -319,14 +330,14 @@ def commit_bound(t: TestView) -> Finding | None:
         evidence.append(f"WAL fsyncs per commit fall from {first_fsyncs:.2f} at {first.jobs} jobs to "
                         f"{last_fsyncs:.2f} at {last.jobs}: group commit, one flush now serves "
                         f"{first_fsyncs / last_fsyncs:.1f}x as many commits")
-    return Finding("commit_bound", "Commit bound (WAL flush, group commit)", 0.9 if falls else 0.6,
-                   [s.jobs for s in steps], evidence,
-                   "Commit latency is mostly the WAL flush to the device; with more jobs one flush serves several "
+    return Finding(key="commit_bound", name="Commit bound (WAL flush, group commit)", confidence=0.9 if falls else 0.6,
+                   steps=[s.jobs for s in steps], evidence=evidence,
+                   meaning="Commit latency is mostly the WAL flush to the device; with more jobs one flush serves several "
                    "commits, so throughput grows while the device does fewer, larger flushes.",
-                   ["a device with faster flushes (lower fsync latency: NVMe, battery-backed cache)",
+                   to_try=["a device with faster flushes (lower fsync latency: NVMe, battery-backed cache)",
                     "batch work into fewer transactions, or synchronous_commit = off where losing the last "
                     "commits on a crash is acceptable", "commit_delay to widen the batches at high concurrency"],
-                   _jobs_chart(steps, fsyncs_per_commit=[fsyncs for _, fsyncs in measured],
+                   chart=_jobs_chart(steps, fsyncs_per_commit=[fsyncs for _, fsyncs in measured],
                                flush_share_pct=[(s.flush_share_of_commit or 0) * 100 for s in steps]))
 
 
@@ -356,11 +367,11 @@ def varying_demand(t: TestView) -> Finding | None:
         meaning += (" Here only CPU rises, and only where more jobs than cores share saturated CPUs, within the "
                     f"default plan's {PLANNED_OVERSUBSCRIPTION} x the cores: time-slicing (context switches, caches "
                     "refilled) costs that much, so it is information, not a fault.")
-    return Finding("varying_demand", "Service demand varies with load", 0.7 if len(big) > 1 else 0.6,
-                   [s.jobs for s in t.steps], [v["note"] for v in big[:5]], meaning,
-                   ["calibrate on the steps nearest the load you plan for", "read the demand table "
+    return Finding(key="varying_demand", name="Service demand varies with load", confidence=0.7 if len(big) > 1 else 0.6,
+                   steps=[s.jobs for s in t.steps], evidence=[v["note"] for v in big[:5]], meaning=meaning,
+                   to_try=["calibrate on the steps nearest the load you plan for", "read the demand table "
                     "(capmark demands) for the components named here"],
-                   {}, severity="info" if slicing else "problem")
+                   chart={}, severity="info" if slicing else "problem")
 
 
 def _cpu_rise_from_time_slicing(t: TestView, varying: list[dict[str, Any]]) -> bool:
@@ -375,14 +386,28 @@ def _cpu_rise_from_time_slicing(t: TestView, varying: list[dict[str, Any]]) -> b
 
 # --- 10. bottleneck switch -------------------------------------------------------------------------------------
 
-def _busiest(s: StepView) -> tuple[str, float] | None:
-    given: dict[str, float | None] = {"CPU": s.cpu_busy_pct}
-    given.update({f"disk {k}": d.get("utilization_pct") for k, d in s.devices.items()})
-    res = {k: v for k, v in given.items() if v is not None}
-    if not res:
+@dataclass(frozen=True)
+class Resource:
+    """A resource a step keeps busy: the CPU (no device) or one data device. Compared and looked up as itself;
+    `label` is only for the reader."""
+
+    device: str | None = None
+
+    @property
+    def label(self) -> str:
+        return "CPU" if self.device is None else f"disk {self.device}"
+
+
+CPU = Resource()
+
+
+def _busiest(s: StepView) -> tuple[Resource, float] | None:
+    res = {r: _util(s, r) for r in (CPU, *(Resource(k) for k in s.devices))}
+    busy = {r: v for r, v in res.items() if v is not None}
+    if not busy:
         return None
-    name = max(res, key=lambda k: res[k])
-    return name, res[name]
+    top = max(busy, key=lambda r: busy[r])
+    return top, busy[top]
 
 
 def bottleneck_switch(t: TestView) -> Finding | None:
@@ -393,24 +418,24 @@ def bottleneck_switch(t: TestView) -> Finding | None:
             other_b = _util(b, ba[0])
             if other_a is None or other_b is None or ba[1] - other_a < 10 or bb[1] - other_b < 10:
                 continue
-            return Finding("bottleneck_switch", "Bottleneck switch", 0.75, [a.jobs, b.jobs],
-                           [f"at {a.jobs} jobs the busiest resource is {ba[0]} ({ba[1]:.0f} %), at {b.jobs} jobs "
-                            f"{bb[0]} ({bb[1]:.0f} %)"],
-                           "The resource that limits changes with load (the CITI PeopleSoft report: disk to CPU "
+            return Finding(key="bottleneck_switch", name="Bottleneck switch", confidence=0.75, steps=[a.jobs, b.jobs],
+                           evidence=[f"at {a.jobs} jobs the busiest resource is {ba[0].label} ({ba[1]:.0f} %), at {b.jobs} "
+                            f"jobs {bb[0].label} ({bb[1]:.0f} %)"],
+                           meaning="The resource that limits changes with load (the CITI PeopleSoft report: disk to CPU "
                            "between 6 and 7 "
                            "clients): tuning the first one stops paying at the switch.",
-                           ["plan capacity for both resources", "use the model (capmark whatif) to see which one "
+                           to_try=["plan capacity for both resources", "use the model (capmark whatif) to see which one "
                             "limits at the planned load"],
-                           _jobs_chart(t.valid_steps, cpu_busy_pct=[s.cpu_busy_pct for s in t.valid_steps],
-                                       **{f"{k} busy %": [_util(s, k) for s in t.valid_steps]
-                                          for k in {ba[0], bb[0]} if k != "CPU"}))
+                           chart=_jobs_chart(t.valid_steps, cpu_busy_pct=[s.cpu_busy_pct for s in t.valid_steps],
+                                       **{f"{r.label} busy %": [_util(s, r) for s in t.valid_steps]
+                                          for r in dict.fromkeys((ba[0], bb[0])) if r != CPU}))
     return None
 
 
-def _util(s: StepView, name: str) -> float | None:
-    if name == "CPU":
+def _util(s: StepView, resource: Resource) -> float | None:
+    if resource.device is None:
         return s.cpu_busy_pct
-    d = s.devices.get(name[5:])
+    d = s.devices.get(resource.device)
     return d.get("utilization_pct") if d else None
 
 
@@ -444,19 +469,19 @@ def background_interference(t: TestView) -> Finding | None:
     share, s, dips, aligned, worst, bg = best
     kinds = {k for b in s.background for k in ("checkpoint", "autovacuum") if b.get(k, 0) > 0}
     series_median = statistics.median(s.series_units)
-    return Finding("background_interference", "Background interference (" + " / ".join(sorted(kinds)) + ")",
-                   min(0.95, 0.5 + share / 2), [s.jobs],
-                   [f"at {s.jobs} jobs {len(dips)} seconds ran below 70 % of the median throughput (worst "
+    return Finding(key="background_interference", name="Background interference (" + " / ".join(sorted(kinds)) + ")",
+                   confidence=min(0.95, 0.5 + share / 2), steps=[s.jobs],
+                   evidence=[f"at {s.jobs} jobs {len(dips)} seconds ran below 70 % of the median throughput (worst "
                     f"{worst:.0%}); {len(aligned)} of them coincide with " + " or ".join(sorted(kinds)) + " activity"],
-                   "Background work (writing a checkpoint, vacuuming) competes with the workload for the device "
+                   meaning="Background work (writing a checkpoint, vacuuming) competes with the workload for the device "
                    "and CPU and shows up as latency spikes in the time series.",
-                   ["spread checkpoints (checkpoint_completion_target, larger max_wal_size)", "tune autovacuum cost "
+                   to_try=["spread checkpoints (checkpoint_completion_target, larger max_wal_size)", "tune autovacuum cost "
                     "limits, or schedule heavy maintenance off peak"],
-                   {"kind": "time", "x": list(range(1, len(s.series_units) + 1)),
+                   chart={"kind": "time", "x": list(range(1, len(s.series_units) + 1)),
                     "series": {"units/s": list(s.series_units),
                                "background (0-1) x median": [bg.get(i, 0) * series_median
                                                              for i in range(len(s.series_units))]}},
-                   [{"jobs": s.jobs, "from_s": min(dips) + 1, "to_s": max(dips) + 1}])
+                   time_ranges=[{"jobs": s.jobs, "from_s": min(dips) + 1, "to_s": max(dips) + 1}])
 
 
 # --- 12. oversubscription -------------------------------------------------------------------------------------------
@@ -492,14 +517,14 @@ def oversubscription(t: TestView) -> Finding | None:
         meaning += (f" The default plan goes on to {PLANNED_OVERSUBSCRIPTION} x the cores on purpose, to show "
                     "where the system saturates: every workload that keeps the CPUs busy does this, so it is "
                     "information, not a fault.")
-    return Finding("oversubscription", "Oversubscription (more jobs than the system can serve)", 0.7,
-                   sorted({ref.jobs, *(s.jobs for s in beyond)}),
-                   [f"from {ref.jobs} to {last.jobs} jobs throughput changes {gain:+.0%} while the mean response "
+    return Finding(key="oversubscription", name="Oversubscription (more jobs than the system can serve)", confidence=0.7,
+                   steps=sorted({ref.jobs, *(s.jobs for s in beyond)}),
+                   evidence=[f"from {ref.jobs} to {last.jobs} jobs throughput changes {gain:+.0%} while the mean response "
                     f"time grows {r_rise:.1f}x"],
-                   meaning,
-                   ["cap concurrency near the knee with a connection pool", "size for the response time you "
+                   meaning=meaning,
+                   to_try=["cap concurrency near the knee with a connection pool", "size for the response time you "
                     "need (capmark size)"],
-                   _jobs_chart(steps, throughput=[s.throughput for s in steps],
+                   chart=_jobs_chart(steps, throughput=[s.throughput for s in steps],
                                response_ms=[s.rt_mean_s * 1000 for s in steps]),
                    severity="info" if planned else "problem")
 
@@ -524,13 +549,14 @@ def instrumentation_mismatch(t: TestView) -> Finding | None:
         evidence.append(f"{name}: the database side counts {worst[1]['ratio']:.0%} of the other side at "
                         f"{worst[0].jobs} jobs ({len(hits)} of {len(steps)} steps below 80 %). {worst[1]['sentence']}")
     jobs = sorted({s.jobs for hits in chosen.values() for s, _ in hits})
-    return Finding("instrumentation_mismatch", "Instrumentation mismatch", 0.6 + 0.1 * min(3, len(chosen) - 1), jobs,
-                   evidence,
-                   "What the database reports undercounts what the OS (or a finer instrument) saw (Shallahamer, "
+    return Finding(key="instrumentation_mismatch", name="Instrumentation mismatch",
+                   confidence=0.6 + 0.1 * min(3, len(chosen) - 1), steps=jobs,
+                   evidence=evidence,
+                   meaning="What the database reports undercounts what the OS (or a finer instrument) saw (Shallahamer, "
                    "OraPub): wait "
                    "events and database counters miss work, so demands taken from them alone would be too low.",
-                   ["take the demand from the OS side (capmark does, see capmark demands)", "check which processes "
-                    "or IO paths the database does not see"], {})
+                   to_try=["take the demand from the OS side (capmark does, see capmark demands)", "check which processes "
+                    "or IO paths the database does not see"], chart={})
 
 
 # --- 1. memory leak (soak) ----------------------------------------------------------------------------------------------
@@ -573,15 +599,17 @@ def memory_leak(t: TestView) -> Finding | None:
         if collapse is not None:
             evidence.append(f"throughput at the end fell to {collapse:.0%} of its median")
         conf = 0.4 if levels_off else (0.9 if collapse is not None else 0.7)
-        return Finding("memory_leak", name, conf, [s.jobs], evidence,
-                       "A process keeps allocating memory it does not give back; under a steady load it will run out "
+        return Finding(key="memory_leak", name=name, confidence=conf, steps=[s.jobs], evidence=evidence,
+                       meaning="A process keeps allocating memory it does not give back; under a steady load it will "
+                       "run out "
                        "of memory and slow down or crash." if not levels_off else
                        "Memory grew and then stopped: caches warming up (catalog, plan, buffer mappings), not a leak.",
-                       ["watch the process over a longer soak", "look for per-session caches (prepared statements, "
+                       to_try=["watch the process over a longer soak", "look for per-session caches (prepared statements, "
                         "temp tables, work_mem hash tables) that grow with use"] if not levels_off else
                        ["nothing, unless it reaches a limit"],
-                       {"kind": "time", "x": [m["t"] for m in series], "series": {f"{role} MB": [r / 2**20 for r in rss]}},
-                       [{"jobs": s.jobs, "from_s": series[0]["t"], "to_s": series[-1]["t"]}])
+                       chart={"kind": "time", "x": [m["t"] for m in series],
+                              "series": {f"{role} MB": [r / 2**20 for r in rss]}},
+                       time_ranges=[{"jobs": s.jobs, "from_s": series[0]["t"], "to_s": series[-1]["t"]}])
     return None
 
 

@@ -20,11 +20,11 @@ import psycopg
 
 from capmark.collect.pgstats import flush_own_stats
 from capmark.driver.client import ClientSession
-from capmark.driver.histogram import LatencyHistogram, bucket_bounds
 from capmark.driver.sampling import SliceSampling
 from capmark.engines.base import TargetInfo
 from capmark.engines.rows import one_row
 from capmark.errors import CapmarkError
+from capmark.histogram import LatencyHistogram, bucket_bounds
 from capmark.workloads.base import ClientUnit, DataSize, ParamValue, Workload, slice_call
 
 

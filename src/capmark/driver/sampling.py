@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from capmark.driver.histogram import N_BUCKETS, bucket_of
+from capmark.histogram import N_BUCKETS, bucket_of
 
 TIMING_SHARE = 0.02  # timing may cost at most 2 % of a unit's time
 SAMPLE_TARGET = 10_000  # a type's percentiles rest on at least this many timed units per step...

@@ -19,10 +19,10 @@ from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
 from capmark.driver import sampling
 from capmark.driver.groups import Outcome, StepJobs, driver_processes, job_group
-from capmark.driver.histogram import merge_all
 from capmark.driver.jobs import Pacing
 from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
+from capmark.histogram import merge_all
 from capmark.results import StepResult
 from capmark.workloads import sto
 from capmark.workloads.base import DataSize, ParamValue, Workload

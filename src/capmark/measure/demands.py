@@ -24,7 +24,7 @@ BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum", "i
 WRITERS = {"client backend": "backends", "checkpointer": "checkpointer", "background writer": "background writer"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Component:
     key: str
     label: str
@@ -105,16 +105,22 @@ def _cpu(role: str) -> str:
     return "cpu_" + role.replace(" ", "_") + "_s"
 
 
+def disk_key(device: str, figure: str) -> str:
+    """The key of one device's figure (busy_s, reads, writes, flushes, read_bytes, write_bytes) in step_demands.
+    Readers build it with this from the device's name, never take a key apart."""
+    return f"disk_{device}_{figure}"
+
+
 def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, Component]]:
     """Per-unit demands of one step, and the description of every component present."""
     units = step.units or 0
     out: dict[str, float | None] = {}
     comps: dict[str, Component] = {}
 
-    def put(key: str, value: float | None, label: str, group: str, unit: str, scale: float = 1.0,
+    def put(key: str, value: float | None, *, label: str, group: str, unit: str, scale: float = 1.0,
             time: bool = False) -> None:
         out[key] = value / units if value is not None and units else None
-        comps[key] = Component(key, label, group, unit, scale, time)
+        comps[key] = Component(key=key, label=label, group=group, unit=unit, scale=scale, time=time)
 
     # CPU: every process of the instance by role, the driver, and what no process accounts for
     busy = host_busy_s(step)
@@ -125,9 +131,9 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             r = step.process_cpu.get(role, {})
             value = r.get("user_s", 0.0) + r.get("sys_s", 0.0)
             attributed += value
-            put(_cpu(role), value, f"CPU {role}", "cpu", "ms", 1e3, True)
+            put(_cpu(role), value, label=f"CPU {role}", group="cpu", unit="ms", scale=1e3, time=True)
     driver = driver_cpu_s(step)
-    put("cpu_driver_s", driver, _driver_label(step), "cpu", "ms", 1e3, True)
+    put("cpu_driver_s", driver, label=_driver_label(step), group="cpu", unit="ms", scale=1e3, time=True)
     on_host = driver_on_host(step)
     driver_here = driver_database_host_s(step)  # the driver's CPU is host CPU only where it runs there
     others = other_programs_cpu_s(step)
@@ -136,68 +142,72 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
         # the host and (where they were measured) the other programs on the host; what is left is the kernel's
         # own work, and the CPU of programs that started and ended inside the window
         put("cpu_os_overhead_s", busy - attributed - driver_here - (others or 0.0),
-            REMAINDER_LABEL if others is not None else REMAINDER_LABEL_WITH_OTHERS, "cpu", "ms", 1e3, True)
-        put("cpu_host_busy_s", busy, HOST_BUSY_LABEL, "os", "ms", 1e3)
+            label=REMAINDER_LABEL if others is not None else REMAINDER_LABEL_WITH_OTHERS, group="cpu", unit="ms",
+            scale=1e3, time=True)
+        put("cpu_host_busy_s", busy, label=HOST_BUSY_LABEL, group="os", unit="ms", scale=1e3)
     elif busy is not None and attributed is None:
         # the host's CPU without its processes (a node_exporter sees no processes): the database's CPU is the
         # host's busy time, less the driver where it runs there; no remainder exists without processes
-        put(HOST_CPU_KEY, busy - driver_here, _host_cpu_label(step), "cpu", "ms", 1e3, True)
-        put("cpu_host_busy_s", busy, HOST_BUSY_LABEL, "os", "ms", 1e3)
+        put(HOST_CPU_KEY, busy - driver_here, label=_host_cpu_label(step), group="cpu", unit="ms", scale=1e3, time=True)
+        put("cpu_host_busy_s", busy, label=HOST_BUSY_LABEL, group="os", unit="ms", scale=1e3)
     if others is not None:
-        put("host_other_programs_cpu_s", others, "CPU of other programs on the database host (measured, not part "
-            "of the workload)", "os", "ms", 1e3)
+        put("host_other_programs_cpu_s", others, label="CPU of other programs on the database host (measured, not part "
+            "of the workload)", group="os", unit="ms", scale=1e3)
 
     # disks of the data directory
     for dev, d in (step.os.get("disks") or {}).items():
-        put(f"disk_{dev}_busy_s", d.get("io_ms", 0) / 1000, f"{dev} busy", "disk", "ms", 1e3, True)
-        put(f"disk_{dev}_reads", d.get("reads", 0), f"{dev} reads", "disk", "ops")
-        put(f"disk_{dev}_writes", d.get("writes", 0), f"{dev} writes", "disk", "ops")
-        put(f"disk_{dev}_flushes", d.get("flushes", 0), f"{dev} flushes", "disk", "ops")
-        put(f"disk_{dev}_read_bytes", d.get("sectors_read", 0) * 512, f"{dev} read", "disk", "kB", 1 / 1024)
-        put(f"disk_{dev}_write_bytes", d.get("sectors_written", 0) * 512, f"{dev} written", "disk", "kB", 1 / 1024)
+        put(disk_key(dev, "busy_s"), d.get("io_ms", 0) / 1000, label=f"{dev} busy", group="disk", unit="ms", scale=1e3,
+            time=True)
+        put(disk_key(dev, "reads"), d.get("reads", 0), label=f"{dev} reads", group="disk", unit="ops")
+        put(disk_key(dev, "writes"), d.get("writes", 0), label=f"{dev} writes", group="disk", unit="ops")
+        put(disk_key(dev, "flushes"), d.get("flushes", 0), label=f"{dev} flushes", group="disk", unit="ops")
+        put(disk_key(dev, "read_bytes"), d.get("sectors_read", 0) * 512, label=f"{dev} read", group="disk", unit="kB",
+            scale=1 / 1024)
+        put(disk_key(dev, "write_bytes"), d.get("sectors_written", 0) * 512, label=f"{dev} written", group="disk",
+            unit="kB", scale=1 / 1024)
 
     # database IO by who did it
     io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
     if io:
         for backend_type, who in WRITERS.items():
             put(f"db_writes_{who.replace(' ', '_')}_blocks", total(io, "writes", backend_type=backend_type) or 0.0,
-                f"data blocks written by {who}", "dbio", "blocks")
-        put("db_reads_blocks", total(io, "reads") or 0.0, "data reads (IOs)", "dbio", "IOs")
-        put("db_extends_blocks", total(io, "extends") or 0.0, "data extends", "dbio", "blocks")
+                label=f"data blocks written by {who}", group="dbio", unit="blocks")
+        put("db_reads_blocks", total(io, "reads") or 0.0, label="data reads (IOs)", group="dbio", unit="IOs")
+        put("db_extends_blocks", total(io, "extends") or 0.0, label="data extends", group="dbio", unit="blocks")
         for kind in ("read", "write", "extend", "fsync"):
             ms = total(io, f"{kind}_time")
-            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, f"data {kind} time", "dbio",
-                "ms", 1e3, True)
+            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, label=f"data {kind} time", group="dbio",
+                unit="ms", scale=1e3, time=True)
     else:
         db = step.db_delta.get("database", [])
         bgw = step.db_delta.get("bgwriter", [])
-        put("db_reads_blocks", total(db, "blks_read"), "data blocks read", "dbio", "blocks")
+        put("db_reads_blocks", total(db, "blks_read"), label="data blocks read", group="dbio", unit="blocks")
         for legacy, who in (("buffers_checkpoint", "checkpointer"), ("buffers_clean", "background_writer"),
                             ("buffers_backend", "backends")):
-            put(f"db_writes_{who}_blocks", total(bgw, legacy), f"data blocks written by {who.replace('_', ' ')}",
-                "dbio", "blocks")
+            put(f"db_writes_{who}_blocks", total(bgw, legacy), label=f"data blocks written by {who.replace('_', ' ')}",
+                group="dbio", unit="blocks")
         for kind, col in (("read", "blk_read_time"), ("write", "blk_write_time")):
             ms = total(db, col)
-            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, f"data {kind} time", "dbio",
-                "ms", 1e3, True)
+            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, label=f"data {kind} time", group="dbio",
+                unit="ms", scale=1e3, time=True)
 
     # WAL
     wal = step.db_delta.get("wal", [])
-    put("wal_bytes", total(wal, "wal_bytes"), "WAL generated", "wal", "kB", 1 / 1024)
-    put("wal_records", total(wal, "wal_records"), "WAL records", "wal", "records")
-    put("wal_fpi", total(wal, "wal_fpi"), "WAL full-page images", "wal", "images")
+    put("wal_bytes", total(wal, "wal_bytes"), label="WAL generated", group="wal", unit="kB", scale=1 / 1024)
+    put("wal_records", total(wal, "wal_records"), label="WAL records", group="wal", unit="records")
+    put("wal_fpi", total(wal, "wal_fpi"), label="WAL full-page images", group="wal", unit="images")
     wio = wal_io(step)
     if wio:
-        put("wal_writes", wio["writes"], "WAL writes", "wal", "writes")
-        put("wal_fsyncs", wio["fsyncs"], "WAL fsyncs", "wal", "fsyncs")
-        put("wal_write_time_s", wio["write_ms"] / 1000, "WAL write time", "wal", "ms", 1e3, True)
-        put("wal_fsync_time_s", wio["fsync_ms"] / 1000, "WAL fsync time", "wal", "ms", 1e3, True)
+        put("wal_writes", wio["writes"], label="WAL writes", group="wal", unit="writes")
+        put("wal_fsyncs", wio["fsyncs"], label="WAL fsyncs", group="wal", unit="fsyncs")
+        put("wal_write_time_s", wio["write_ms"] / 1000, label="WAL write time", group="wal", unit="ms", scale=1e3, time=True)
+        put("wal_fsync_time_s", wio["fsync_ms"] / 1000, label="WAL fsync time", group="wal", unit="ms", scale=1e3, time=True)
     written = wal_written_bytes(step)
-    put("wal_written_bytes", written, "WAL written to disk", "wal", "kB", 1 / 1024)
+    put("wal_written_bytes", written, label="WAL written to disk", group="wal", unit="kB", scale=1 / 1024)
 
     # network tier: the job connections' traffic (round trips are counted by the client-side driver)
     if step.round_trips:
-        put("client_round_trips", step.round_trips, "round trips", "network", "trips")
+        put("client_round_trips", step.round_trips, label="round trips", group="network", unit="trips")
     _network(step, put, comps)
     return out, comps
 
@@ -221,11 +231,12 @@ def _network(step: StepResult, put: Callable[..., None], comps: dict[str, Compon
     if not net:
         return
     if "reason" in net:
-        put(NETWORK_NA_KEY, None, NETWORK_NA_LABEL, "network", "")
-        comps[NETWORK_NA_KEY] = Component(NETWORK_NA_KEY, NETWORK_NA_LABEL, "network", "", reason=net["reason"])
+        put(NETWORK_NA_KEY, None, label=NETWORK_NA_LABEL, group="network", unit="")
+        comps[NETWORK_NA_KEY] = Component(key=NETWORK_NA_KEY, label=NETWORK_NA_LABEL, group="network", unit="",
+                                          reason=net["reason"])
         return
     for field, key, label, unit in NETWORK_COUNTERS:
-        put(key, net.get(field), label, "network", unit)
+        put(key, net.get(field), label=label, group="network", unit=unit)
 
 
 def wait_sampled_cpu_s(step: StepResult) -> float | None:

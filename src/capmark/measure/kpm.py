@@ -100,6 +100,15 @@ def workload_commits(step: StepResult) -> float | None:
     return max(0.0, commits - own)
 
 
+def of(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The step's KPMs as stored when the run measured it (computed from its raw record for a step that has
+    none stored), and for each None the reason."""
+    stored = step.kpm
+    if stored and "throughput" in stored:
+        return {k: v for k, v in stored.items() if k != "na_reasons"}, dict(stored.get("na_reasons") or {})
+    return compute(step, per_unit)
+
+
 def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """KPM values (None where not measurable) and, for each None, the reason.
 

@@ -132,7 +132,7 @@ def analyse(steps: list[StepResult], kpm_keys: list[str], per_unit: dict[str, fl
         mine = sorted((s for s in steps if s.jobs == jobs), key=repeat_of)
         good = [s for s in mine if not problems(s)]
         noise = JobNoise(jobs, [repeat_of(s) for s in mine], [repeat_of(s) for s in good])
-        values = [kpm.compute(s, per_unit)[0] for s in (good or mine)]
+        values = [kpm.of(s, per_unit)[0] for s in (good or mine)]
         for key in kpm_keys:
             got = [v[key] for v in values if isinstance(v.get(key), int | float) and math.isfinite(v[key])]
             if key != "jobs" and len(got) == len(values) and got:

@@ -1,8 +1,8 @@
 """Do the instruments agree? Pairs of figures for the same thing from the database and from the OS.
 
-Seed 001 warns that wait-event counts undercount IO calls and that averages hide skew; the same care
-applies here: where two instruments disagree, the demands use the one closer to the resource (device
-counters for the disk, process CPU for the CPU split) and say so.
+Shallahamer's OraPub post on IO read wait occurrences warns that wait-event counts undercount IO calls and
+that averages hide skew; the same care applies here: where two instruments disagree, the demands use the one
+closer to the resource (device counters for the disk, process CPU for the CPU split) and say so.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from capmark.collect.pgstats import total
 from capmark.measure.demands import driver_database_host_s, host_busy_s, other_programs_cpu_s, wal_written_bytes
 from capmark.measure.kpm import BLOCK, db_reads
-from capmark.results import StepResult
+from capmark.results import StepResult, WaitKey
 
 THRESHOLD = 0.2  # disagree when the ratio is off by more than 20 %
 MINIMUM = {"bytes": 1e6, "s": 0.05}  # below this on both sides there is too little to compare
@@ -79,7 +79,7 @@ def reconcile(step: StepResult) -> list[dict]:
     pairs.append(_pair("WAL bytes written vs device bytes written", wal_written, dev_write, "bytes",
                        "WAL written for the log demand (the WAL shares the data device here)",
                        "WAL is {ratio:.0%} of what the device wrote; the rest is data files and other IO."))
-    io_samples = sum(n for k, n in step.waits.items() if k.startswith("IO:"))
+    io_samples = sum(n for k, n in step.waits.items() if WaitKey.of(k).kind == "IO")
     if step.wait_samples:
         sampled_s = io_samples / (step.wait_samples / step.elapsed_s) if step.elapsed_s else None
         io_ms = sum(total(step.db_delta.get("io", []), c) or 0.0 for c in

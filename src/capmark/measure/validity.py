@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TypeVar
 
 from capmark.measure.demands import host_busy_s
 from capmark.results import StepResult
@@ -45,7 +46,10 @@ class Stability:
     opening: float  # mean of the first tenth of the window / median of the rest
 
 
-def full_seconds(series: list[int]) -> list[int]:
+_Count = TypeVar("_Count", int, float)  # units per second, or their batch means
+
+
+def full_seconds(series: list[_Count]) -> list[_Count]:
     """A 1 s series without its last second, which often holds units that ended just after the window."""
     return series[:-1] if len(series) > 3 else series
 

@@ -136,7 +136,8 @@ def _closed(model: dict, method: str | None) -> dict[str, Any]:
     return {"method": r.method, "throughput": r.throughput, "response_time": r.response_time,
             "queue_lengths": r.queue_lengths, "utilizations": r.utilizations, "residence_times": r.residence_times,
             "residence_time_per_visit": r.residence_time_per_visit(stations),
-            "bottleneck": stations[max(range(len(stations)), key=lambda i: r.utilizations[i])].name}
+            "bottleneck": stations[max(range(len(stations)), key=lambda i: r.utilizations[i])].name,
+            "converged": r.converged, "iterations": r.iterations, **({"note": r.note} if r.note else {})}
 
 
 # --- multi-class closed models ------------------------------------------------------------------------------
@@ -183,7 +184,7 @@ def _multiclass(model: dict) -> dict[str, Any]:
     r = mva.exact_mva_multiclass(demands, pops, think, delay)
     return {"method": r.method, "throughput": r.throughput, "response_time": r.response_time,
             "queue_lengths": r.queue_lengths,
-            "utilizations": r.utilizations}
+            "utilizations": r.utilizations, "iterations": r.iterations}
 
 
 # --- open models, USL, quick formula ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from capmark.model.lqn import Entry, Processor, Task
 MS = 1e-3
 # Table 25, "redo blks written" per Stress update request, for 1..10 clients (N_log-blk-wrt of Table 32)
 REDO_BLOCKS = (2.000, 1.989, 1.931, 1.837, 1.773, 1.735, 1.703, 1.679, 1.660, 1.639)
-# Table 34, the seed's LQM outputs for 1..10 clients: completion time (ms), Oracle CPU and disk utilization (%)
+# Table 34 of CITI Technical Report 98-3, its LQM outputs for 1..10 clients: completion time (ms), Oracle CPU, disk busy (%)
 TABLE34_MODEL = {
     "response_ms": (78, 102, 126, 150, 174, 200, 225, 252, 278, 304),
     "oracle_cpu_pct": (31.6, 49.0, 60.0, 67.7, 72.9, 76.5, 79.2, 81.2, 82.8, 84.2),

@@ -21,7 +21,13 @@ import math
 from dataclasses import dataclass, field
 
 from capmark.errors import CapmarkError
-from capmark.model.mva import MAX_EXACT_POPULATION, exact_mva_multiclass, schweitzer_multiclass
+from capmark.model.mva import (
+    BISECTION_TOL,
+    MAX_BISECTION_STEPS,
+    MAX_EXACT_POPULATION,
+    exact_mva_multiclass,
+    schweitzer_multiclass,
+)
 
 
 @dataclass
@@ -51,7 +57,7 @@ class Task:
     think_time: float = 0.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LQNResult:
     throughput: float  # reference requests per second
     response_time: float  # per reference request
@@ -98,7 +104,7 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
     s1 = {t.name: sum(d1[t.name].values()) for t in soft}
     s2 = {t.name: sum(d2[t.name].values()) for t in soft}
     waits = {t.name: 0.0 for t in soft}
-    rounds = 0
+    rounds, change = 0, math.inf
     for it in range(1, max_iter + 1):
         rounds = it
         # device layer: one class per task, population = threads, think = idle time per thread cycle
@@ -148,7 +154,8 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
         solve_layer = _software_layer if N <= MAX_EXACT_POPULATION else _software_layer_schweitzer
         xs, waits_now = solve_layer(layer, N, ref.think_time)
         new_w.update(waits_now)
-        done = abs(xs - x) <= tol * x
+        change = abs(xs - x) / x
+        done = change <= tol
         x = 0.5 * x + 0.5 * xs
         s1 = {k: 0.5 * s1[k] + 0.5 * new_s1[k] for k in new_s1}
         s2 = {k: 0.5 * s2[k] + 0.5 * new_s2[k] for k in new_s2}
@@ -156,13 +163,16 @@ def solve(processors: list[Processor], tasks: list[Task], tol: float = 1e-9, max
         if done:
             break
     else:
-        raise CapmarkError(f"The layered model did not converge in {max_iter} rounds.")
+        raise CapmarkError(f"The layered model did not settle in {max_iter} rounds (the throughput still moved by "
+                           f"{change:.2g} of itself, above the tolerance {tol:g}); allow more rounds (max_iter) or a "
+                           "looser tolerance (tol).")
     util = {p: x * sum(vis[t.name] * (d1[t.name][p] + d2[t.name][p]) for t in soft) / procs[p].multiplicity
             for p in pnames}
     task_util = {t.name: x * vis[t.name] * (s1.get(t.name, 0.0) + s2.get(t.name, 0.0))
                  / (t.multiplicity if math.isfinite(t.multiplicity) else 1.0) for t in soft}
-    return LQNResult(x, N / x - ref.think_time, util, task_util, waits, {e: x * v for e, v in visits.items()},
-                     s1, rounds)
+    return LQNResult(throughput=x, response_time=N / x - ref.think_time, processor_utilization=util,
+                     task_utilization=task_util, task_waiting_time=waits,
+                     entry_throughput={e: x * v for e, v in visits.items()}, entry_phase1_time=s1, iterations=rounds)
 
 
 _Layer = list[tuple[str, float, float, float, float]]  # task, multiplicity, visits, phase-1 and phase-2 time
@@ -215,11 +225,14 @@ def _software_layer_schweitzer(layer: _Layer, population: int, think_time: float
         if m < population and a * v * (s1 + s2) > 0:
             hi = min(hi, m / (a * v * (s1 + s2)))
     lo = 0.0
-    for _ in range(200):
+    for _ in range(MAX_BISECTION_STEPS):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if customers(mid) < population else (lo, mid)
-        if hi - lo <= 1e-15 * hi:
+        if hi - lo <= BISECTION_TOL * hi:
             break
+    else:
+        raise CapmarkError(f"The layered model's software layer could not settle its throughput in "
+                           f"{MAX_BISECTION_STEPS} bisection steps; check that the tasks' demands are finite.")
     x = (lo + hi) / 2
     return x, waits(x)
 

@@ -32,6 +32,10 @@ MAX_EXACT_VECTORS = 100_000
 # Beyond 10^15 customers a population count no longer holds whole units in double precision ((N-1)/N
 # rounds to 1 near 2^53); no real system comes near, so a larger figure is a mistake in the input.
 MAX_POPULATION = 10**15
+# Bard-Schweitzer's throughput is found by bisection: each step halves the bracket, so about 50 steps reach the
+# relative tolerance from any finite bracket; the limit only stops a bracket that never shrinks (an infinite one).
+BISECTION_TOL = 1e-15
+MAX_BISECTION_STEPS = 200
 EXACT = "exact MVA"
 APPROXIMATE = "Bard-Schweitzer approximate MVA"
 
@@ -72,8 +76,11 @@ class Station:
         return self.total_demand / min(j, self.servers)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ClosedResult:
+    """A closed network's solution. `converged` is False only where an iterative solver stopped at its limit
+    before its tolerance (then `note` says so); the exact recursions always settle."""
+
     throughput: float
     response_time: float  # sum of residence times (think time excluded)
     residence_times: list[float]
@@ -82,6 +89,8 @@ class ClosedResult:
     iterations: int = 0
     stations: list[str] = field(default_factory=list)
     method: str = EXACT
+    converged: bool = True
+    note: str | None = None
 
     def residence_time_per_visit(self, stations: Sequence[Station]) -> list[float]:
         return [r / s.visits for r, s in zip(self.residence_times, stations, strict=True)]
@@ -135,7 +144,8 @@ def exact_mva(stations: Sequence[Station], population: int, think_time: float = 
         x = n / (think_time + sum(r))
         q = [x * ri for ri in r]
     utils = [_utilization(s, x, None) for s in stations]
-    return ClosedResult(x, sum(r), list(r), list(q), utils, stations=[s.name for s in stations])
+    return ClosedResult(throughput=x, response_time=sum(r), residence_times=list(r), queue_lengths=list(q),
+                        utilizations=utils, stations=[s.name for s in stations])
 
 
 def _demand_table(station: Station, population: int) -> list[float]:
@@ -171,7 +181,8 @@ def _exact_load_dependent(stations: Sequence[Station], population: int, think_ti
             p[1:n + 1] = x * d_at[i][:n] * p[:n]  # numpy reads the right side before writing
             p[0] = max(0.0, 1.0 - float(p[1:n + 1].sum()))
     utils = [_utilization(s, x, marg[i].tolist() if i in marg else None) for i, s in enumerate(stations)]
-    return ClosedResult(x, float(r.sum()), r.tolist(), q.tolist(), utils, stations=[s.name for s in stations])
+    return ClosedResult(throughput=x, response_time=float(r.sum()), residence_times=r.tolist(),
+                        queue_lengths=q.tolist(), utilizations=utils, stations=[s.name for s in stations])
 
 
 def _parts(station: Station) -> list[tuple[float, bool]]:
@@ -189,8 +200,19 @@ def _parts(station: Station) -> list[tuple[float, bool]]:
     return [(station.total_demand, True)]
 
 
+@dataclass(frozen=True)
+class Bisection:
+    """Where a bisection for a throughput stopped: the value, the steps it took and whether the bracket shrank
+    below its tolerance (False: it stopped at its step limit, and the value is only the bracket's middle)."""
+
+    value: float
+    steps: int
+    settled: bool
+
+
 def _schweitzer_throughput(queue_demands: Sequence[float], delay: float, population: float,
-                           seen_extra: Sequence[float] | None = None) -> tuple[float, int]:
+                           seen_extra: Sequence[float] | None = None,
+                           max_steps: int = MAX_BISECTION_STEPS) -> Bisection:
     """Solve Bard-Schweitzer's fixed point for the throughput X directly. A queue's length is
     Q_k = X D_k (1 + c_k) / (1 - a X D_k), a = (N-1)/N, c_k an optional correction of what an arrival sees
     (Linearizer); X is the root of X Z + sum Q_k = N, which rises with X up to the pole 1/(a D_max), so
@@ -212,11 +234,11 @@ def _schweitzer_throughput(queue_demands: Sequence[float], delay: float, populat
     if total > 0:
         hi = min(hi, population / total)
     lo, steps = 0.0, 0
-    while hi - lo > 1e-15 * hi and steps < 200:
+    while hi - lo > BISECTION_TOL * hi and steps < max_steps:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if customers(mid) < population else (lo, mid)
         steps += 1
-    return (lo + hi) / 2, steps
+    return Bisection((lo + hi) / 2, steps, hi - lo <= BISECTION_TOL * hi)
 
 
 def _queue_lengths(demands: Sequence[float], queueing: Sequence[bool], x: float, population: float,
@@ -239,23 +261,34 @@ def _queue_lengths(demands: Sequence[float], queueing: Sequence[bool], x: float,
     return q
 
 
-def approximate_mva(stations: Sequence[Station], population: int, think_time: float = 0.0) -> ClosedResult:
+def approximate_mva(stations: Sequence[Station], population: int, think_time: float = 0.0,
+                    max_steps: int | None = None) -> ClosedResult:
     """Bard-Schweitzer approximate MVA for any station kind (multi-server and load-dependent stations split
     as in _parts); cost independent of the population. As N grows it tends to the asymptotic bound
-    X = 1 / D_max (per server), so it is exact in the limit."""
+    X = 1 / D_max (per server), so it is exact in the limit. A throughput bisection that stops at `max_steps`
+    (default MAX_BISECTION_STEPS) before its tolerance gives a result with converged False and a note."""
     check_population(population)
     parts = [_parts(s) for s in stations]
     queue_d = [d for ps in parts for d, is_queue in ps if is_queue]
     delay = think_time + sum(d for ps in parts for d, is_queue in ps if not is_queue)
-    x, steps = _schweitzer_throughput(queue_d, delay, population)
+    found = _schweitzer_throughput(queue_d, delay, population,
+                                   max_steps=MAX_BISECTION_STEPS if max_steps is None else max_steps)
+    x, steps = found.value, found.steps
     flat = [part for ps in parts for part in ps]
     q_parts = iter(_queue_lengths([d for d, _ in flat], [is_queue for _, is_queue in flat], x, population,
                                   think_time))
     residence = [sum(next(q_parts) for _ in ps) / x for ps in parts]
     utils = [min(1.0, x * s.service_time_with_n_present[-1]) if s.service_time_with_n_present is not None
              else _utilization(s, x, None) for s in stations]
-    return ClosedResult(x, sum(residence), residence, [x * r for r in residence], utils, steps,
-                        [s.name for s in stations], APPROXIMATE)
+    return ClosedResult(throughput=x, response_time=sum(residence), residence_times=residence,
+                        queue_lengths=[x * r for r in residence], utilizations=utils, iterations=steps,
+                        stations=[s.name for s in stations], method=APPROXIMATE, converged=found.settled,
+                        note=None if found.settled else _unsettled_note(APPROXIMATE, steps))
+
+
+def _unsettled_note(method: str, steps: int) -> str:
+    return (f"{method} stopped at its limit of {steps} bisection steps before its throughput settled; the figures "
+            "are approximate (a larger step limit, or exact MVA for a small population, settles it)")
 
 
 def _convolution(stations: Sequence[Station], population: int, think_time: float) -> ClosedResult | None:
@@ -291,19 +324,22 @@ def _convolution(stations: Sequence[Station], population: int, think_time: float
             q.append(qi)
             r.append(qi / x)
     utils = [x * s.total_demand for s in stations]
-    return ClosedResult(float(x), float(sum(r)), r, q, utils, stations=[s.name for s in stations])
+    return ClosedResult(throughput=float(x), response_time=float(sum(r)), residence_times=r, queue_lengths=q,
+                        utilizations=utils, stations=[s.name for s in stations])
 
 
 def schweitzer_multiclass(demands: Sequence[Sequence[float]], population: Sequence[int],
                           think_time: Sequence[float] | None = None, delay: Sequence[bool] | None = None,
-                          tol: float = 1e-10, max_iter: int = 10_000) -> MultiClassResult:
+                          tol: float = 1e-10, max_iter: int = 10_000,
+                          max_steps: int = MAX_BISECTION_STEPS) -> MultiClassResult:
     """Multi-class Bard-Schweitzer: a class-c arrival sees Q_k - Q_kc / N_c.
 
     Solved class by class (nonlinear Gauss-Seidel): with the other classes' queues held, one class's
     equations are single-class Schweitzer whose arrivals also see the others' customers, solved for its
     throughput directly (_schweitzer_throughput). A class of a billion customers thus settles in a sweep
     instead of creeping towards saturation by 1/N per iteration. Converged when a sweep moves no queue
-    length by more than tol x the largest class population."""
+    length by more than tol x the largest class population; not converged in max_iter sweeps (or a throughput
+    bisection stopped at max_steps) is an error."""
     k, classes = len(demands), len(population)
     d = [[float(v) for v in row] for row in demands]  # [station][class]
     z = [float(v) for v in (think_time if think_time is not None else [0.0] * classes)]
@@ -311,15 +347,21 @@ def schweitzer_multiclass(demands: Sequence[Sequence[float]], population: Sequen
     q = [[0.0] * classes for _ in range(k)]
     x = [0.0] * classes
     limit = tol * max(1.0, float(max(population)))
+    moved, sweeps = math.inf, 0
     for _ in range(max_iter):
+        sweeps += 1
         moved = 0.0
         for c in range(classes):
             new = [0.0] * k
             if population[c] > 0:
                 others = [sum(q[i]) - q[i][c] for i in range(k)]
-                x[c], _ = _schweitzer_throughput([d[i][c] for i in range(k) if queueing[i]],
-                                                 z[c] + sum(d[i][c] for i in range(k) if not queueing[i]),
-                                                 population[c], [others[i] for i in range(k) if queueing[i]])
+                found = _schweitzer_throughput([d[i][c] for i in range(k) if queueing[i]],
+                                               z[c] + sum(d[i][c] for i in range(k) if not queueing[i]),
+                                               population[c], [others[i] for i in range(k) if queueing[i]], max_steps)
+                if not found.settled:
+                    raise CapmarkError(f"Multi-class Bard-Schweitzer MVA could not settle class {c}'s throughput in "
+                                       f"{found.steps} bisection steps; allow more steps (max_steps).")
+                x[c] = found.value
                 new = _queue_lengths([d[i][c] for i in range(k)], queueing, x[c], population[c], z[c], others)
             moved = max(moved, max(abs(new[i] - q[i][c]) for i in range(k)))
             for i in range(k):
@@ -327,11 +369,14 @@ def schweitzer_multiclass(demands: Sequence[Sequence[float]], population: Sequen
         if moved < limit:
             break
     else:
-        raise CapmarkError(f"Bard-Schweitzer MVA did not converge in {max_iter} sweeps.")
+        raise CapmarkError(f"Multi-class Bard-Schweitzer MVA did not settle in {max_iter} sweeps (queue lengths "
+                           f"still moved by {moved:.3g} customers, above {limit:.3g}); allow more sweeps (max_iter) "
+                           "or a looser tolerance (tol).")
     r = [[q[i][c] / x[c] if x[c] > 0 else d[i][c] for c in range(classes)] for i in range(k)]
-    return MultiClassResult(x, [sum(r[i][c] for i in range(k)) for c in range(classes)], r,
-                            [sum(row) for row in q], q, [sum(x[c] * d[i][c] for c in range(classes)) for i in range(k)],
-                            APPROXIMATE)
+    return MultiClassResult(throughput=x, response_time=[sum(r[i][c] for i in range(k)) for c in range(classes)],
+                            residence_times=r, queue_lengths=[sum(row) for row in q], queue_lengths_by_class=q,
+                            utilizations=[sum(x[c] * d[i][c] for c in range(classes)) for i in range(k)],
+                            method=APPROXIMATE, iterations=sweeps)
 
 
 def schweitzer_mva(stations: Sequence[Station], population: int, think_time: float = 0.0) -> ClosedResult:
@@ -342,7 +387,8 @@ def schweitzer_mva(stations: Sequence[Station], population: int, think_time: flo
     return approximate_mva(stations, population, think_time)
 
 
-def linearizer(stations: Sequence[Station], population: int, think_time: float = 0.0, passes: int = 3) -> ClosedResult:
+def linearizer(stations: Sequence[Station], population: int, think_time: float = 0.0, passes: int = 3,
+               max_steps: int = MAX_BISECTION_STEPS) -> ClosedResult:
     """Linearizer (Chandy & Neuse 1982), single class: like Bard-Schweitzer, but with the deviation
     F_k = Q_k(n-1)/(n-1) - Q_k(n)/n estimated from solutions at N and N-1 (assumed linear in n)."""
     if any(s.load_dependent for s in stations):
@@ -353,17 +399,21 @@ def linearizer(stations: Sequence[Station], population: int, think_time: float =
     queue = [s.kind != "delay" for s in stations]
     delay = think_time + sum(d[i] for i in range(k) if not queue[i])
 
+    settled = [True]
+
     def core(n: int, f: list[float]) -> tuple[float, list[float], list[float], int]:
         extra = [max(-0.999, (n - 1) * f[i]) for i in range(k) if queue[i]]
-        x, steps = _schweitzer_throughput([d[i] for i in range(k) if queue[i]], delay, n, extra)
+        found = _schweitzer_throughput([d[i] for i in range(k) if queue[i]], delay, n, extra, max_steps)
+        settled[0] = settled[0] and found.settled
+        x = found.value
         a = (n - 1) / n
         r = [d[i] * (1 + max(-0.999, (n - 1) * f[i])) / (1 - a * x * d[i]) if queue[i] else d[i] for i in range(k)]
-        return x, r, [x * ri for ri in r], steps
+        return x, r, [x * ri for ri in r], found.steps
 
     n = population
     f = [0.0] * k
     total_it = 0
-    for _ in range(passes):
+    for _ in range(passes):  # a fixed number of passes is the method (Chandy & Neuse use 3), not a search
         x, r, q_n, it1 = core(n, f)
         if n > 1:
             _, _, q_n1, it2 = core(n - 1, f)
@@ -371,11 +421,13 @@ def linearizer(stations: Sequence[Station], population: int, think_time: float =
             total_it += it2
         total_it += it1
     x, r, q_n, it = core(n, f)
-    return ClosedResult(x, sum(r), r, q_n, [x * di for di in d], total_it + it, [s.name for s in stations],
-                        "Linearizer approximate MVA")
+    method = "Linearizer approximate MVA"
+    return ClosedResult(throughput=x, response_time=sum(r), residence_times=r, queue_lengths=q_n,
+                        utilizations=[x * di for di in d], iterations=total_it + it, stations=[s.name for s in stations],
+                        method=method, converged=settled[0], note=None if settled[0] else _unsettled_note(method, it))
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MultiClassResult:
     throughput: list[float]  # per class
     response_time: list[float]  # per class
@@ -384,6 +436,7 @@ class MultiClassResult:
     queue_lengths_by_class: list[list[float]]  # [station][class]
     utilizations: list[float]  # per station
     method: str = EXACT
+    iterations: int = 0  # sweeps of the approximation (0: the exact recursion)
 
 
 def exact_mva_multiclass(demands: Sequence[Sequence[float]], population: Sequence[int],
@@ -422,8 +475,9 @@ def exact_mva_multiclass(demands: Sequence[Sequence[float]], population: Sequenc
     x, r = last
     by_class = [[x[c] * r[i][c] for c in range(classes)] for i in range(k)]
     utils = [sum(x[c] * demands[i][c] for c in range(classes)) for i in range(k)]
-    return MultiClassResult(x, [sum(r[i][c] for i in range(k)) for c in range(classes)], r,
-                            q[tuple(population)], by_class, utils)
+    return MultiClassResult(throughput=x, response_time=[sum(r[i][c] for i in range(k)) for c in range(classes)],
+                            residence_times=r, queue_lengths=q[tuple(population)], queue_lengths_by_class=by_class,
+                            utilizations=utils)
 
 
 def seidmann(station: Station) -> list[Station]:

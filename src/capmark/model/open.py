@@ -9,8 +9,13 @@ from scipy.optimize import brentq
 
 from capmark.errors import CapmarkError
 
+# The effective servers M are searched up to this many: far beyond any host's cores, where the quick formula's R
+# is the service time to many digits
+MAX_EFFECTIVE_SERVERS = 1e4
+MAX_ROOT_ITERATIONS = 100  # Brent's method settles in a few dozen steps on this smooth, monotone function
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class OpenResult:
     utilization: float
     wait_probability: float
@@ -43,7 +48,8 @@ def mmm(arrival_rate: float, service_rate: float, servers: int = 1) -> OpenResul
     lq = pw * rho / (1 - rho)
     wq = lq / arrival_rate
     r = wq + 1 / service_rate
-    return OpenResult(rho, pw, lq, arrival_rate * r, wq, r)
+    return OpenResult(utilization=rho, wait_probability=pw, mean_queue_length_waiting=lq,
+                      mean_number_in_system=arrival_rate * r, waiting_time=wq, response_time=r)
 
 
 def mm1(arrival_rate: float, service_rate: float) -> OpenResult:
@@ -51,20 +57,34 @@ def mm1(arrival_rate: float, service_rate: float) -> OpenResult:
 
 
 def quick_response_time(service_time: float, arrival_rate: float, servers: float) -> float:
-    """Seed 001's R = S / (1 - (S lambda / M)^M); M may be fractional (effective servers)."""
+    """Shallahamer's (OraPub) R = S / (1 - (S lambda / M)^M); M may be fractional (effective servers)."""
     u = service_time * arrival_rate / servers
     if u >= 1:
         raise CapmarkError(f"The quick formula needs S*lambda/M < 1; got {u:.2f}. Lower the load or raise M.")
     return service_time / (1 - u ** servers)
 
 
-def effective_servers(service_time: float, arrival_rate: float, response_time: float) -> float:
-    """The M for which the quick formula gives the observed response time."""
+def effective_servers(service_time: float, arrival_rate: float, response_time: float,
+                      max_iter: int = MAX_ROOT_ITERATIONS) -> float:
+    """The M for which the quick formula gives the observed response time (a root between S*lambda and
+    MAX_EFFECTIVE_SERVERS); a response time no M in that range gives, or a root search that does not settle in
+    max_iter steps, is an error."""
     if response_time <= service_time:
         raise CapmarkError("The observed response time must exceed the service time to solve for M.")
-    low = service_time * arrival_rate * (1 + 1e-9)  # M must keep S*lambda/M below 1
-    return float(brentq(lambda m: quick_response_time(service_time, arrival_rate, m) - response_time,
-                        max(low, 1e-9), 1e4))
+    low = max(service_time * arrival_rate * (1 + 1e-9), 1e-9)  # M must keep S*lambda/M below 1
+
+    def gap(m: float) -> float:
+        return quick_response_time(service_time, arrival_rate, m) - response_time
+
+    if gap(MAX_EFFECTIVE_SERVERS) > 0:
+        raise CapmarkError(f"The observed response time {response_time:.3g} s is so close to the service time "
+                           f"{service_time:.3g} s that no effective number of servers up to {MAX_EFFECTIVE_SERVERS:g} "
+                           "explains it; measure at a load where jobs queue.")
+    root, info = brentq(gap, low, MAX_EFFECTIVE_SERVERS, maxiter=max_iter, full_output=True, disp=False)
+    if not info.converged:
+        raise CapmarkError(f"The effective number of servers did not settle in {info.iterations} root-finding "
+                           f"steps ({info.flag}); allow more steps (max_iter).")
+    return float(root)
 
 
 def open_network(arrival_rates: list[float], demands: list[list[float]]) -> dict[str, list]:

@@ -26,6 +26,8 @@ from typing import Any
 
 from scipy.stats import t as student_t
 
+from capmark.errors import CapmarkError
+
 Callback = Callable[[Any], None]
 CONFIDENCE = 0.95  # the level of every interval the simulation reports
 
@@ -222,7 +224,7 @@ class GroupCommit:
         return busy / elapsed if elapsed > 0 else 0.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Interval:
     """Mean of independent replications and its two-sided confidence interval (Student's t)."""
 
@@ -240,9 +242,9 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
     """Replications are independent and their means near normal, so mean +- t(n-1) s / sqrt(n)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
-        return Interval(mean, -math.inf, math.inf, list(values))
+        return Interval(mean=mean, low=-math.inf, high=math.inf, values=list(values))
     half = student_t.ppf((1 + confidence) / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return Interval(mean, mean - half, mean + half, list(values))
+    return Interval(mean=mean, low=mean - half, high=mean + half, values=list(values))
 
 
 @dataclass(frozen=True)
@@ -263,7 +265,7 @@ class ClosedRun:
     utilizations: dict[str, float]
 
 
-def closed_network(stations: Sequence[SimStation], population: int, think: float, units: int, warmup: int,
+def closed_network(stations: Sequence[SimStation], population: int, think: float, *, units: int, warmup: int,
                    seed: int) -> ClosedRun:
     """`population` jobs cycle through exponential think time and every station in order, each with an
     exponential demand: the network exact MVA solves, for checking the engine against it."""
@@ -309,6 +311,9 @@ def closed_network(stations: Sequence[SimStation], population: int, think: float
     for who in range(population):
         sim.after(exp(1 / think) if think > 0 else 0.0, begin, who)
     sim.run()
+    if done[0] < warmup + units:  # the events ran out: the figures would cover part of the run
+        raise CapmarkError(f"The simulation stopped after {done[0]:,} of {warmup + units:,} units with no event left "
+                           "to play; give it at least one job.")
     elapsed = sim.now - t0[0]
     utils = {s.name: srv.utilization(elapsed) for s, srv in zip(stations, servers, strict=True) if srv is not None}
     return ClosedRun(units / elapsed, total_r[0] / units, utils)

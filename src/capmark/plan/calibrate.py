@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from capmark.errors import CapmarkError
 from capmark.measure import kpm, noise
-from capmark.measure.demands import devices, host_busy_s, step_demands, wait_sampled_cpu_s
+from capmark.measure.demands import Component, devices, disk_key, host_busy_s, step_demands, wait_sampled_cpu_s
 from capmark.measure.validity import problems
 from capmark.model import usl
 from capmark.plan import cpuscaling
@@ -33,21 +33,37 @@ from capmark.plan.dbhost import (
     no_host_cpu_sentence,
     stated_cores_note,
 )
-from capmark.plan.dbmodel import CLOSED_MODEL, CPU_ESTIMATED, CPU_MEASURED, WAL_FLUSH, DbModel, Prediction, solve
+from capmark.plan.dbmodel import (
+    CLOSED_MODEL,
+    CPU_ESTIMATED,
+    CPU_MEASURED,
+    WAL_FLUSH,
+    DbModel,
+    Prediction,
+    device_station,
+    solve,
+)
 from capmark.plan.mix import type_demands
 from capmark.plan.predict import curve
 from capmark.plan.simulate import SIM_MODEL
 from capmark.plan.simulate import solver as solver_for
 from capmark.results import StepResult, TestResult
 
+# The calibration's fixed point (flush requests <-> batch size, delay <-> cycle time): rounds of each, and how far
+# its last delay correction may still move the cycle time for the calibration to count as settled (a tenth of a
+# per cent: well below the run-to-run noise of any measured throughput)
+CALIBRATION_ROUNDS = 4
+DELAY_ROUNDS = 3
+CALIBRATION_SETTLED = 1e-3
+
 # From this busy fraction on, commits usually find a flush in progress and batch up: synchronisation shapes the load
 BUSY_FLUSHER = 0.5
 MIN_FLUSHES_PER_UNIT = 0.005  # below this the flushes are background housekeeping, not the workload's commits
 
 
-def _db_cpu(d: dict[str, float | None]) -> float:
-    return sum(v for k, v in d.items() if k.startswith("cpu_") and v is not None
-               and k not in ("cpu_driver_s", "cpu_host_busy_s"))
+def _db_cpu(d: dict[str, float | None], components: dict[str, Component]) -> float:
+    """The CPU components of a step's demands but the driver's."""
+    return sum(v for k, v in d.items() if components[k].group == "cpu" and v is not None and k != "cpu_driver_s")
 
 
 def flushes(step: StepResult) -> tuple[float, float | None]:
@@ -63,21 +79,21 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> dict[str, Any]:
     """The demands of one calibration step. The database host's CPU is the measured one where the host was
     measured, else the wait-sampled estimate (the caller has checked that the user stated the cores); the
     driver's CPU is host CPU where it ran on the database host, else a client tier delay."""
-    d, _ = step_demands(step)
+    d, components = step_demands(step)
     measured = has_host_cpu(step)
     on_host = driver_runs_on_host(step, host)
     driver = d.get("cpu_driver_s") or 0.0
-    host_cpu = _db_cpu(d) if measured else (wait_sampled_cpu_s(step) or 0.0)
+    host_cpu = _db_cpu(d, components) if measured else (wait_sampled_cpu_s(step) or 0.0)
     # on a cluster, the nodes on the database host spent host CPU and the others a client tier delay
     here = (step.driver_cpu["database_host_s"] / step.units if "database_host_s" in step.driver_cpu and step.units
             else driver if on_host else 0.0)
     cpu = host_cpu + here
-    busy = {k[5:-7]: v for k, v in d.items() if k.startswith("disk_") and k.endswith("_busy_s") and v is not None}
+    busy = {dev: v for dev in step.os.get("disks") or {} if (v := d.get(disk_key(dev, "busy_s"))) is not None}
     f, flush_s = flushes(step)
     wal_dev = None
     flush_dev = flush_cpu = 0.0
     if f > 0 and busy:
-        wal_dev = max(busy, key=lambda k: d.get(f"disk_{k}_flushes") or 0.0)
+        wal_dev = max(busy, key=lambda k: d.get(disk_key(k, "flushes")) or 0.0)
         flush_dev = busy[wal_dev] / f if flush_s is None else min(busy[wal_dev] / f, flush_s)
         flush_cpu = max(0.0, flush_s - flush_dev) if flush_s is not None else 0.0
         busy[wal_dev] = max(0.0, busy[wal_dev] - f * flush_dev)
@@ -191,16 +207,8 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     if model.flush_requests > 0 and not model.flush_cpu_s and not model.flush_device_s:
         model.notes.append("WAL flush time is not measured (track_wal_io_timing off): group commit not modelled")
         model.flush_requests = 0.0
-    # flush requests before batching = measured flushes x predicted batch; the delay closes the gap to the
-    # measured cycle time; both depend on each other, so a few rounds
-    measured_f = [p["f"] for p in params]
-    for _ in range(4):
-        batches = [solve(model, s.jobs).batch or 1.0 for s in chosen]
-        model = replace(model, flush_requests=mean(f * b for f, b in zip(measured_f, batches, strict=True)))
-        for _ in range(3):
-            gaps = [s.jobs / (s.units / s.elapsed_s) - (solve(model, s.jobs).response_time_s or 0.0) - model.think_s
-                    for s in chosen]
-            model = replace(model, delay_s=model.delay_s + mean(gaps))
+    model = fit_flushes_and_delay(model, [Anchor(jobs=s.jobs, cycle_s=s.jobs / (s.units / s.elapsed_s),
+                                                  flushes_per_unit=p["f"]) for s, p in zip(chosen, params, strict=True)])
     at_lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
     model.types = type_demands(at_lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
     if model.types:
@@ -211,17 +219,63 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     return model
 
 
+@dataclass(frozen=True, kw_only=True)
+class Anchor:
+    """What a calibration step pins the model to: its jobs, its measured cycle time (jobs / throughput) and its
+    measured WAL flushes per unit."""
+
+    jobs: int
+    cycle_s: float
+    flushes_per_unit: float
+
+
+def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = CALIBRATION_ROUNDS,
+                          delay_rounds: int = DELAY_ROUNDS) -> DbModel:
+    """Flush requests before batching = measured flushes x predicted batch; the delay closes the gap to the
+    measured cycle time; both depend on each other, so rounds of both. Should the last delay correction still
+    move the cycle by more than CALIBRATION_SETTLED, or a solution on the way not settle, the model says so in a
+    note (its figures then rest on an unsettled calibration)."""
+    mean = statistics.fmean
+    unsettled: set[int] = set()
+
+    def solved(m: DbModel, jobs: int) -> Prediction:
+        p = solve(m, jobs)
+        if not p.converged:
+            unsettled.add(jobs)
+        return p
+
+    correction = 0.0
+    for _ in range(rounds):
+        batches = [solved(model, a.jobs).batch or 1.0 for a in anchors]
+        model = replace(model, flush_requests=mean(a.flushes_per_unit * b for a, b in zip(anchors, batches,
+                                                                                           strict=True)))
+        for _ in range(delay_rounds):
+            gaps = [a.cycle_s - (solved(model, a.jobs).response_time_s or 0.0) - model.think_s for a in anchors]
+            correction = mean(gaps)
+            model = replace(model, delay_s=model.delay_s + correction)
+    cycle = mean(a.cycle_s for a in anchors)
+    if abs(correction) > CALIBRATION_SETTLED * cycle:
+        model.notes.append(f"the calibration did not settle in {rounds} x {delay_rounds} rounds (its last delay "
+                           f"correction was {correction * 1e6:+.2f} us, {abs(correction) / cycle:.1%} of the cycle); "
+                           "predictions carry that much doubt")
+    if unsettled:
+        model.notes.append("the model's fixed point did not settle at "
+                           f"{', '.join(str(j) for j in sorted(unsettled))} job(s) while calibrating; the calibration "
+                           "rests on those rough solutions")
+    return model
+
+
 def _err(model: float | None, measured: float | None) -> float | None:
     return (model / measured - 1) * 100 if model is not None and measured else None
 
 
 def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> dict[str, Any]:
-    values, _ = kpm.compute(step, per_unit)
+    values, _ = kpm.of(step, per_unit)
     f, _ = flushes(step)
     return {"throughput": values["throughput"], "response_time_s": (values["rt_mean_ms"] or 0) / 1000,
             "p95_s": (values["rt_p95_ms"] or 0) / 1000, "p99_s": (values["rt_p99_ms"] or 0) / 1000,
             "cpu_busy_pct": values["cpu_busy_pct"],
-            "device_util_pct": {f"disk {k}": v["utilization_pct"] for k, v in devices(step).items()},
+            "device_util_pct": {device_station(k): v["utilization_pct"] for k, v in devices(step).items()},
             "flushes_per_unit": f or None}
 
 
@@ -330,7 +384,9 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
             progress(f"{test.workload}: simulating {spread.jobs} job{'s' if spread.jobs != 1 else ''}")
         p = solve_closed(model, spread.jobs, think)
         mva_p = solve(model, spread.jobs, think) if solver == "sim" else None
-        dev_model = {k: v * 100 for k, v in p.utilizations.items() if k.startswith("disk ")}
+        measured_devices = dict.fromkeys([*model.devices, *([model.wal_device] if model.wal_device else [])])
+        dev_model = {station: p.utilizations[station] * 100 for station in map(device_station, measured_devices)
+                     if station in p.utilizations}
         interval = _intervals(spread)
         rows.append({
             "jobs": spread.jobs, "valid": not why, "invalid_because": why, "calibration": spread.jobs in
@@ -395,7 +451,8 @@ def _type_rows(steps: list[StepResult], model: dict[str, dict[str, float]]) -> d
 
 
 def _point(p: Prediction) -> dict[str, Any]:
-    return {"throughput": p.throughput, "response_time_s": p.response_time_s, "p95_s": p.p95_s, "p99_s": p.p99_s,
+    return {"jobs": p.jobs, "offered_rate": p.offered_rate, "converged": p.converged, "rounds": p.rounds,
+            "throughput": p.throughput, "response_time_s": p.response_time_s, "p95_s": p.p95_s, "p99_s": p.p99_s,
             "cpu_busy_pct": p.cpu_busy_pct, "utilizations": p.utilizations, "bottleneck": p.bottleneck,
             "by_type": p.by_type,
             "flushes_per_unit": p.flushes_per_unit, "batch": p.batch, "stretch": p.stretch, "method": p.method,
@@ -413,7 +470,10 @@ def usl_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not scored:
         return {"note": "the USL is compared on valid steps the queueing model was not calibrated on, and every "
                         "valid step is a calibration step"}
-    f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
+    try:
+        f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
+    except CapmarkError as err:  # a fit that did not settle is no second model: say why instead
+        return {"note": str(err).rstrip(".")}
     usl_err = [(f.throughput(r["jobs"]) / r["measured"]["throughput"] - 1) * 100 for r in valid]
     qn_err = [r["error_pct"]["throughput"] for r in valid]
     usl_med = statistics.median(abs(usl_err[i]) for i in scored)

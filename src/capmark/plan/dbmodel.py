@@ -17,7 +17,7 @@ infinite-source batch b = a + exp(-a), a = commit arrivals during one flush.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from typing import Any
 
 from scipy.stats import gamma
@@ -46,6 +46,8 @@ MIN_DAMPING = 0.02
 DAMPING_WINDOW = 20
 CONVERGED = 1e-7  # relative change of batch, flush wait and throughput a round still asks for
 MAX_ROUNDS = 500
+OPEN_CONVERGED = 1e-9  # relative change of the open model's batch size a round still asks for
+OPEN_METHOD = "M/M/m and M/M/1 (Erlang C)"
 # Up to this many jobs each round solves the network exactly (its load-dependent CPU costs jobs^2
 # steps, about 3 ms at 200); above it with Bard-Schweitzer / Seidmann, whose error there is given in
 # docs/planning.md. A curve is sampled at geometric steps (predict.job_grid), never every integer.
@@ -63,6 +65,7 @@ class Config:
     """The platform a prediction is for; the measured one is cores=host cores and the rest 1."""
 
     cores: int
+    _: KW_ONLY  # the speeds are two floats side by side: named, never swapped
     cpu_speed: float = 1.0  # relative speed of one core (2 = twice as fast)
     disk_speed: float = 1.0  # relative speed of every device
     disks: int | None = None  # spread data IO evenly over this many devices (None: as measured)
@@ -84,7 +87,7 @@ CPU_MEASURED = "measured"
 CPU_ESTIMATED = "estimated from wait samples"  # the database host's CPU was not measured (see dbhost.py)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TypeDemand:
     """One transaction type of a mix: a class of the model. Its demands are the mean unit's, scaled: the work
     outside WAL flushes by `scale`, the flushes by its own `flush_requests` (see calibrate.type_demands)."""
@@ -99,7 +102,7 @@ class TypeDemand:
     base_quantiles_s: list[float] = field(default_factory=list)  # at QUANTILES, measured at calibration
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DbModel:
     workload: str
     unit: str
@@ -133,7 +136,7 @@ class DbModel:
         return asdict(self)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prediction:
     model: str
     calibrated_from: list[int]
@@ -152,8 +155,10 @@ class Prediction:
     flushes_per_unit: float | None
     batch: float | None  # commits per WAL flush
     demands_s: dict[str, float]  # per unit at this load
-    converged: bool = True  # the closed solver's fixed point settled (see solve)
-    rounds: int = 0  # fixed-point rounds the closed solver took
+    # the solver settled: the fixed point's residual fell below CONVERGED (closed), the batch size stopped moving
+    # (open), the replications agree (simulation); False comes with a note and the figures of the last round
+    converged: bool = True
+    rounds: int = 0  # rounds (fixed point) or replications (simulation) the solver took
     method: str = ""  # how the closed network was solved (exact or approximate MVA, or simulation)
     # 95 % confidence intervals (low, high) per figure, where the solver has them (the simulation's replications)
     interval: dict[str, tuple[float, float]] | None = None
@@ -171,7 +176,7 @@ class Prediction:
         return {**asdict(self), "cpu_busy_pct": self.cpu_busy_pct}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Demands:
     cpu: float
     devices: dict[str, float]
@@ -188,19 +193,26 @@ def _with_waits(d: _Demands, flush_requests: float, flusher_busy: float, jobs: f
     return replace(d, cpu=d.cpu + flush_requests * waiting_share(flusher_busy, jobs) * d.wait_cpu)
 
 
+def device_station(device: str) -> str:
+    """The station (and utilization key) of a measured data device: built from the device's name wherever a
+    device's figure is looked up, never taken apart."""
+    return f"disk {device}"
+
+
 def _demands(model: DbModel, cfg: Config) -> _Demands:
     """Per-unit demands on the configured platform (before batching)."""
     cpu = model.cpu_s / cfg.cpu_speed
-    devices = {f"disk {k}": v / cfg.disk_speed for k, v in model.devices.items()}
-    wal = f"disk {model.wal_device}" if model.wal_device else None
+    devices = {device_station(k): v / cfg.disk_speed for k, v in model.devices.items()}
+    wal = device_station(model.wal_device) if model.wal_device else None
     if cfg.disks:
         total = sum(devices.values())
         devices = {f"disk {i + 1} of {cfg.disks}": total / cfg.disks for i in range(cfg.disks)}
         wal = f"disk 1 of {cfg.disks}" if model.wal_device else None
     if wal and wal not in devices:
         devices[wal] = 0.0
-    return _Demands(cpu, devices, model.flush_cpu_s / cfg.cpu_speed, model.flush_device_s / cfg.disk_speed, wal,
-                    model.wait_cpu_s / cfg.cpu_speed)
+    return _Demands(cpu=cpu, devices=devices, flush_cpu=model.flush_cpu_s / cfg.cpu_speed,
+                    flush_device=model.flush_device_s / cfg.disk_speed, wal_station=wal,
+                    wait_cpu=model.wait_cpu_s / cfg.cpu_speed)
 
 
 def _stations(d: _Demands, flushes: float, cores: int, growth: float = 0.0) -> list[mva.Station]:
@@ -237,7 +249,7 @@ def flush_quantile_factor(p: float) -> float:
     return (1 + p) / 1.5
 
 
-def _shape(model: DbModel, d: _Demands, r: float, r0: float, cpu_queue: float, flush_queue: float,
+def _shape(model: DbModel, d: _Demands, *, r: float, r0: float, cpu_queue: float, flush_queue: float,
            cpu_k: float = 1.0) -> tuple[float, float]:
     """p95 and p99: the calibration's latency shape for the part without queueing, a tail for each kind of
     queueing delay on top of it: the CPU queue's (cpu_queue_shape), the flush wait's (flush_quantile_factor),
@@ -277,7 +289,7 @@ def _flush_time(d: _Demands, wal_util_other: float, wake_s: float = 0.0, slow: f
     return d.flush_cpu * slow + wake_s + d.flush_device / max(1e-6, 1 - min(wal_util_other, 0.999999))
 
 
-def _utilizations(names: list[str], busy: list[float], d: _Demands, rate: float, flushes: float, flush_s: float,
+def _utilizations(names: list[str], busy: list[float], d: _Demands, *, rate: float, flushes: float, flush_s: float,
                   q: float) -> dict[str, float]:
     util = dict(zip(names, busy, strict=True))
     if q > 0:
@@ -287,7 +299,7 @@ def _utilizations(names: list[str], busy: list[float], d: _Demands, rate: float,
     return util
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _ClosedState:
     """What one round of the closed solver carries to the next."""
 
@@ -316,9 +328,11 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     think_s = z + model.delay_s + model.client_s + extra
     result = mva.exact_mva(stations, n, think_s) if n <= EXACT_JOBS else mva.approximate_mva(stations, n, think_s)
     x = result.throughput
-    new = _ClosedState(state.batch, state.wait, result.residence_times[0] / stations[0].total_demand,
-                       result.utilizations[[st.name for st in stations].index(d.wal_station)] if d.wal_station else 0.0,
-                       x)
+    new = _ClosedState(batch=state.batch, wait=state.wait,
+                       cpu_stretch=result.residence_times[0] / stations[0].total_demand,
+                       wal_other=(result.utilizations[[st.name for st in stations].index(d.wal_station)]
+                                  if d.wal_station else 0.0),
+                       throughput=x)
     new.slow = slowdown(model.cpu_growth, result.utilizations[0] * cfg.cores)
     new.cpu_wait = max(0.0, result.residence_times[0] - stations[0].total_demand * new.slow)
     if q <= 0:
@@ -338,15 +352,17 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     return new, result, flush_s, residual
 
 
-def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Config | None = None) -> Prediction:
+def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Config | None = None,
+          max_rounds: int | None = None) -> Prediction:
     """Closed load: `jobs` clients, each thinking `think_s` between units (default: as measured).
 
     Batch size, flush wait and the network's solution depend on each other: a damped fixed point. A plain
     half step can circle a limit cycle for ever, so the step shrinks whenever a round asks for more
-    change than the one before; a prediction that still has not settled after MAX_ROUNDS says so
-    (converged False and a note)."""
+    change than the one before; a prediction that still has not settled after max_rounds (default MAX_ROUNDS)
+    says so (converged False and a note)."""
     if not jobs >= 1:
         raise CapmarkError(f"A closed load needs at least 1 job, got {jobs:g}.")
+    max_rounds = _rounds(max_rounds)
     if jobs > MAX_JOBS_SOLVED:
         raise CapmarkError(f"{jobs:g} jobs is beyond what the model predicts ({MAX_JOBS_SOLVED:,}); the answer would "
                            "be the saturated throughput, which a smaller number already shows.")
@@ -357,8 +373,8 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     q = model.flush_requests
     state = _ClosedState(wait=_flush_time(d, 0.0) if q > 0 else 0.0)
     damping, window_start, converged, rounds = FIRST_DAMPING, math.inf, False, 0
-    result, flush_s = None, 0.0
-    while rounds < MAX_ROUNDS:
+    result, flush_s, residual = None, 0.0, math.inf
+    while rounds < max_rounds:
         rounds += 1
         state, result, flush_s, residual = _closed_round(model, d, cfg, n, z, state, damping)
         if residual <= CONVERGED:
@@ -374,18 +390,25 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     d = _with_waits(d, q, state.flusher_busy, n)
     stations = _stations(d, q / b, cfg.cores, model.cpu_growth)
     r = n / x - z
-    util = _utilizations([st.name for st in stations], result.utilizations, d, x, q / b, flush_s, q)
+    util = _utilizations([st.name for st in stations], result.utilizations, d, rate=x, flushes=q / b, flush_s=flush_s,
+                         q=q)
     # the cores' slowdown at this load (the last round's): longer service, not queueing, so it scales the
     # unqueued response time rather than adding to the tail
     slow = state.slow
     r0_slowed = r0 + (slow - 1) * (d.cpu + q * d.flush_cpu)
     stretch = result.residence_times[0] / stations[0].total_demand
     cpu_k = cpu_queue_shape(result.queue_lengths[0] * (n - 1) / n, cfg.cores)
-    parts = _parts(model, d, r, slow, stretch, sum(result.residence_times[1:]))
-    p95, p99 = _shape(model, d, r, r0_slowed, result.residence_times[0] - stations[0].total_demand * slow,
-                      parts["flush"] - q * (d.flush_cpu + d.flush_device), cpu_k)
-    out = _prediction(CLOSED_MODEL, model, jobs, None, z, False, x, r, p95, p99, util, r0, q, b, stations)
+    parts = _parts(model, d, r=r, slow=slow, cpu_stretch=stretch, devices=sum(result.residence_times[1:]))
+    p95, p99 = _shape(model, d, r=r, r0=r0_slowed, cpu_queue=result.residence_times[0] - stations[0].total_demand * slow,
+                      flush_queue=parts["flush"] - q * (d.flush_cpu + d.flush_device), cpu_k=cpu_k)
+    out = _prediction(name=CLOSED_MODEL, model=model, jobs=jobs, rate=None, think=z, saturated=False, x=x, r=r,
+                      p95=p95, p99=p99, util=util, r0=r0, q=q, b=b, stations=stations)
     out.converged, out.rounds, out.method = converged, rounds, result.method
+    if not converged:
+        out.notes.append(unsettled_note(f"the closed model at {jobs:g} jobs", rounds, residual))
+    if not result.converged and result.note:  # the network solver of the last round stopped short too
+        out.converged = False
+        out.notes.append(result.note)
     out.parts = parts
     out.flush_s = flush_s if q > 0 else None
     out.by_type = by_type(model, d, out.parts, x, cpu_k)
@@ -395,7 +418,21 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     return out
 
 
-def _parts(model: DbModel, d: _Demands, r: float, slow: float, cpu_stretch: float,
+def _rounds(max_rounds: int | None) -> int:
+    """The round limit asked for, MAX_ROUNDS (read when called) by default."""
+    limit = MAX_ROUNDS if max_rounds is None else max_rounds
+    if limit < 1:
+        raise CapmarkError(f"A model solution needs at least 1 round, got {limit}.")
+    return limit
+
+
+def unsettled_note(what: str, rounds: int, residual: float) -> str:
+    """What the user reads when a fixed point stopped at its round limit: which, how far off, what to do."""
+    return (f"{what} did not settle in {rounds} rounds (the last round still moved it by {residual:.1e} of itself); "
+            "its figures are the last round's, so treat them as rough, or ask about a nearby load")
+
+
+def _parts(model: DbModel, d: _Demands, *, r: float, slow: float, cpu_stretch: float,
            devices: float) -> dict[str, float]:
     """The response time in parts: CPU service outside flushes (slowed where busy cores slow each other),
     its queueing, the data devices, the fixed delays, and what is left, the commits' waits for their flushes
@@ -508,10 +545,13 @@ def _open_slowdown(load: float, growth: float, cores: int) -> float:
     return slowdown(growth, min(cores, busy))
 
 
-def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Prediction:
-    """Open load: units arrive at `rate` per second (Poisson), whatever the number of clients."""
+def solve_open(model: DbModel, rate: float, config: Config | None = None,
+               max_rounds: int | None = None) -> Prediction:
+    """Open load: units arrive at `rate` per second (Poisson), whatever the number of clients. The batch size is
+    a half-step fixed point; one that has not settled after max_rounds says so (converged False and a note)."""
     if not (0 < rate < math.inf):
         raise CapmarkError(f"An open load needs a positive, finite arrival rate, got {rate:g}.")
+    max_rounds = _rounds(max_rounds)
     cfg = config or Config(model.cores)
     d = _demands(model, cfg)
     q = model.flush_requests
@@ -520,9 +560,10 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
     flush_s = _flush_time(d, 0.0)
     stations = _stations(d, q, cfg.cores)
     util: dict[str, float] = {}
-    converged, rounds = False, 0
+    converged, rounds, residual = False, 0, math.inf
     base = d
-    while rounds < MAX_ROUNDS:
+    res: dict[str, float] = {}
+    while rounds < max_rounds:
         rounds += 1
         f = q / b
         waiting = _with_waits(base, q, busy, math.inf)
@@ -535,8 +576,23 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
             if total_wal >= 1:
                 util[d.wal_station] = total_wal
         if max(util.values()) >= 1:
-            return _prediction(OPEN_MODEL, model, None, rate, 0.0, True, None, None, None, None, util, r0, q, b,
-                               stations, max(util, key=lambda k: util[k]))
+            # a batch too small for this rate overloads what the flushes use (the first round's batch is 1); one
+            # flusher takes every commit that arrived during its flush, so the batch grows until they fit: only a
+            # load that saturates a station even without flush work is saturated whatever the batch
+            batch_bound = q > 0 and all(rate * st.total_demand / st.servers < 1 for st in _stations(d, 0.0, cfg.cores))
+            if batch_bound and rounds < max_rounds:
+                b *= 2
+                continue
+            out = _prediction(name=OPEN_MODEL, model=model, jobs=None, rate=rate, think=0.0, saturated=True, x=None,
+                              r=None, p95=None, p99=None, util=util, r0=r0, q=q, b=b, stations=stations,
+                              bottleneck=max(util, key=lambda k: util[k]))
+            out.rounds, out.method = rounds, OPEN_METHOD
+            if batch_bound:  # out of rounds with a batch that might still grow: saturation is not established
+                out.converged = False
+                out.notes.append(f"the open model at {rate:g} {model.unit}s/s did not settle in {rounds} rounds: its "
+                                 f"last batch of {b:.3g} commits per flush saturates {out.bottleneck}, a larger one "
+                                 "might not; treat the saturation as rough")
+            return out
         res = {}
         for s in stations:
             if s.servers > 1:
@@ -553,16 +609,21 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
         wait = flush_s * (1 + busy / 2)
         r = (sum(res.values()) + model.delay_s + model.client_s + q * wait - f * d.flush_cpu * s_cpu
              + _burst_wait(q, b, d.cpu + f * d.flush_cpu, cfg.cores))
-        if abs(b_new - b) <= 1e-9 * b:
+        residual = abs(b_new - b) / b
+        if residual <= OPEN_CONVERGED:
             converged = True
             break
         b = 0.5 * b + 0.5 * b_new
-    util = _utilizations(list(util), list(util.values()), d, rate, q / b, flush_s, q)
-    parts = _parts(model, d, r, 1.0, res["CPU"] / stations[0].total_demand, sum(v for k, v in res.items() if k != "CPU"))
-    p95, p99 = _shape(model, d, r, _no_queue_response(model, d), res["CPU"] - stations[0].total_demand,
-                      parts["flush"] - q * (d.flush_cpu + d.flush_device))
-    out = _prediction(OPEN_MODEL, model, None, rate, 0.0, False, rate, r, p95, p99, util, r0, q, b, stations)
-    out.converged, out.rounds, out.method = converged, rounds, "M/M/m and M/M/1 (Erlang C)"
+    util = _utilizations(list(util), list(util.values()), d, rate=rate, flushes=q / b, flush_s=flush_s, q=q)
+    parts = _parts(model, d, r=r, slow=1.0, cpu_stretch=res["CPU"] / stations[0].total_demand,
+                   devices=sum(v for k, v in res.items() if k != "CPU"))
+    p95, p99 = _shape(model, d, r=r, r0=_no_queue_response(model, d), cpu_queue=res["CPU"] - stations[0].total_demand,
+                      flush_queue=parts["flush"] - q * (d.flush_cpu + d.flush_device))
+    out = _prediction(name=OPEN_MODEL, model=model, jobs=None, rate=rate, think=0.0, saturated=False, x=rate, r=r,
+                      p95=p95, p99=p99, util=util, r0=r0, q=q, b=b, stations=stations)
+    out.converged, out.rounds, out.method = converged, rounds, OPEN_METHOD
+    if not converged:
+        out.notes.append(unsettled_note(f"the open model at {rate:g} {model.unit}s/s", rounds, residual))
     out.flush_s = flush_s if q > 0 else None
     out.parts = parts
     out.by_type = by_type(model, d, out.parts, rate)
@@ -572,7 +633,7 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None) -> Pre
     return out
 
 
-def _prediction(name: str, model: DbModel, jobs: float | None, rate: float | None, think: float, saturated: bool,
+def _prediction(*, name: str, model: DbModel, jobs: float | None, rate: float | None, think: float, saturated: bool,
                 x: float | None, r: float | None, p95: float | None, p99: float | None, util: dict[str, float],
                 r0: float, q: float, b: float, stations: list[mva.Station],
                 bottleneck: str | None = None) -> Prediction:

@@ -2,7 +2,7 @@
 
 PostgreSQL lets one backend at a time write and flush WAL (WALWriteLock); when it gets the lock it
 flushes everything inserted so far, so every commit that arrived during the previous flush rides on
-the next one. Seed 000 saw the effect (redo writes per request fall with clients) but had to plug in
+the next one. The CITI Technical Report 98-3 saw the effect (redo writes per request fall with clients) but had to plug in
 the measured value per load level. Here the batch size follows from a finite-source argument:
 
 while a flush of length F runs, the b jobs of its batch wait; each of the other N - b jobs asks for

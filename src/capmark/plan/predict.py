@@ -29,7 +29,7 @@ class Curve:
         return {"points": [p.to_dict() for p in self.points], "max_throughput": self.max_throughput,
                 "max_throughput_jobs": self.max_throughput_jobs, "knee_jobs": self.knee_jobs,
                 "knee_rule": f"response time >= {KNEE_FACTOR:g} x its one-job value", "bottleneck": self.bottleneck,
-                "unconverged_jobs": self.unconverged_jobs}
+                "converged": not self.unconverged_jobs, "unconverged_jobs": self.unconverged_jobs}
 
 
 def job_grid(up_to: int) -> list[int]:

@@ -24,6 +24,7 @@ simulated throughput is lower than the model's (the simulation does not overlap 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from capmark.errors import CapmarkError
-from capmark.model.sim import Fcfs, GroupCommit, ProcessorSharing, Simulator, mean_interval
+from capmark.model.sim import Fcfs, GroupCommit, Interval, ProcessorSharing, Simulator, mean_interval
 from capmark.plan.dbmodel import (
     MAX_JOBS_SOLVED,
     WAL_FLUSH,
@@ -50,6 +51,9 @@ UNITS = 20_000  # measured units per replication: a throughput interval of about
 WARMUP_UNITS = 1_000  # discarded first: every job has cycled many times, queues have left the empty start
 # Above this many jobs a replication would cost seconds (events grow with jobs x units); the MVA answers there.
 MAX_SIM_JOBS = 2_000
+# The simulation has settled when its replications agree: the 95 % interval of throughput and mean response time
+# within this fraction of the mean either side. The defaults give about 1 %; a figure beyond 5 % is a guess.
+SIM_PRECISION = 0.05
 
 
 class _Replication:
@@ -142,6 +146,9 @@ class _Replication:
         for job in range(self.jobs):
             self._think(job)
         self.sim.run()
+        if not self.sim.stopped:  # the events ran out before the units: the figures would cover a part of the run
+            raise CapmarkError(f"The simulation stopped after {self.done:,} of {warmup + units:,} units with no event "
+                               "left to play; check that the model has a positive demand or think time.")
         elapsed = self.sim.now - self.t0
         util = {"CPU": self.cpu.utilization(elapsed)}
         util.update({name: dev.utilization(elapsed) for name, dev in self.devices.items()})
@@ -180,6 +187,11 @@ def simulate(model: DbModel, jobs: float, think_s: float | None = None, config: 
     r0 = _no_queue_response(model, d)
     top = max(util, key=lambda k: util[k])
     notes = []
+    spread = max(_relative_half_width(x), _relative_half_width(rt))
+    settled = spread <= SIM_PRECISION
+    if not settled:
+        notes.append(f"the simulation's {replications} replications disagree: the 95 % interval is +-{spread:.0%} of "
+                     f"the mean (settled within +-{SIM_PRECISION:.0%}); simulate more units or replications")
     if z + model.client_s + model.delay_s < 0:
         notes.append(f"the calibrated delay is negative ({model.delay_s * 1e6:.1f} us: CPU and IO overlap) and larger "
                      "than the think time; the simulation takes the rest off each response time but cannot shorten "
@@ -189,10 +201,15 @@ def simulate(model: DbModel, jobs: float, think_s: float | None = None, config: 
         saturated=False, throughput=x.mean, response_time_s=rt.mean, p95_s=p95, p99_s=p99, utilizations=util,
         bottleneck=top, stretch=rt.mean / r0 if r0 > 0 else None,
         headroom=(0.8 / util[top] - 1) if util[top] > 0 else None, flushes_per_unit=flushes, batch=batch,
-        demands_s={s.name: s.total_demand for s in stations}, converged=True, rounds=0,
+        demands_s={s.name: s.total_demand for s in stations}, converged=settled, rounds=replications,
         method=f"discrete-event simulation, {replications} replications of {units:,} units",
         interval={"throughput": (float(x.low), float(x.high)),
                   "response_time_s": (float(rt.low), float(rt.high))}, notes=notes)
+
+
+def _relative_half_width(interval: Interval) -> float:
+    """The interval's half width over its mean (infinite for one replication or a zero mean)."""
+    return interval.half_width / abs(interval.mean) if interval.mean else math.inf
 
 
 def solver(name: str) -> Callable[..., Prediction]:

@@ -19,6 +19,8 @@ _SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 MAX_JOBS = 4096  # most jobs searched for the SLA; the model is saturated long before on any measured host
 MAX_CORES = 1024  # most cores tried for a target load
 MAX_FACTOR = 64.0  # largest CPU or disk speed-up tried: far beyond one hardware generation
+NAMED_LOADS = 5  # unsettled loads a note names before it counts the rest
+MAX_CAPACITY_RATE = 1e12  # units/s: the capacity search doubles up to here; no database host comes near it
 
 
 @dataclass(frozen=True)
@@ -49,61 +51,121 @@ def parse_sla(text: str) -> Sla:
     return Sla(metric, limit_s, text.strip())
 
 
+class _Tried:
+    """The model solutions a search made, keeping the loads whose solution did not settle: a search decides on
+    every one of them, so its answer is only as firm as they are."""
+
+    def __init__(self) -> None:
+        self.unsettled: list[str] = []
+
+    def check(self, p: Prediction, load: str) -> Prediction:
+        if not p.converged and load not in self.unsettled:
+            self.unsettled.append(load)
+        return p
+
+
+def unsettled_note(loads: list[str]) -> str | None:
+    """The sentence a search's answer carries when solutions it decided on did not settle."""
+    if not loads:
+        return None
+    named = ", ".join(loads[:NAMED_LOADS]) + (f" and {len(loads) - NAMED_LOADS} more" if len(loads) > NAMED_LOADS else "")
+    return f"the model did not settle at {named} during this search, so the answer near there rests on rough figures"
+
+
+@dataclass(kw_only=True)
+class JobsAnswer:
+    """The most jobs within an SLA (0: even one job misses it), the predictions at it and at one job more."""
+
+    jobs: int
+    at: Prediction | None
+    beyond: Prediction
+    limit_reached: bool  # the SLA still held at MAX_JOBS: the answer is the search's limit, not where it breaks
+    unsettled: list[str]  # loads whose solution did not settle while searching
+
+    @property
+    def note(self) -> str | None:
+        return unsettled_note(self.unsettled)
+
+
+@dataclass(kw_only=True)
+class RateAnswer:
+    """The highest arrival rate within an SLA (0: even a trickle misses it) and the prediction there."""
+
+    rate: float
+    at: Prediction | None
+    limit_reached: bool  # the open model never saturated below MAX_CAPACITY_RATE: the search ended at that limit
+    unsettled: list[str]
+
+    @property
+    def note(self) -> str | None:
+        return unsettled_note(self.unsettled)
+
+
 def max_jobs(model: DbModel, sla: Sla, think_s: float, config: Config | None = None,
-             progress: Callable[[str], None] | None = None) -> tuple[int, Prediction | None, Prediction]:
+             progress: Callable[[str], None] | None = None) -> JobsAnswer:
     """The most jobs whose predicted response time meets the SLA, its prediction, and the one-more prediction.
     Response time rises with jobs, so a doubling search then bisection (at most 2 log2 MAX_JOBS solutions)."""
+    tried = _Tried()
+
+    def at(jobs: int) -> Prediction:
+        return tried.check(solve(model, jobs, think_s, config), f"{jobs:,} jobs")
+
     def met(jobs: int) -> bool:
         if progress:
             progress(f"{model.workload}: most jobs within {sla.text}: trying {jobs}")
-        return sla.met(solve(model, jobs, think_s, config))
+        return sla.met(at(jobs))
 
-    first = solve(model, 1, think_s, config)
+    first = at(1)
     if not sla.met(first):
-        return 0, None, first
+        return JobsAnswer(jobs=0, at=None, beyond=first, limit_reached=False, unsettled=tried.unsettled)
     lo, hi = 1, 2
     while hi <= MAX_JOBS and met(hi):
         lo, hi = hi, hi * 2
-    if hi > MAX_JOBS:
-        return lo, solve(model, lo, think_s, config), solve(model, lo + 1, think_s, config)
-    while hi - lo > 1:
+    limit = hi > MAX_JOBS
+    while not limit and hi - lo > 1:
         mid = (lo + hi) // 2
         if met(mid):
             lo = mid
         else:
             hi = mid
-    return lo, solve(model, lo, think_s, config), solve(model, lo + 1, think_s, config)
+    return JobsAnswer(jobs=lo, at=at(lo), beyond=at(lo + 1), limit_reached=limit, unsettled=tried.unsettled)
 
 
-def capacity(model: DbModel, config: Config | None = None) -> float:
-    """The arrival rate at which the open model's busiest station reaches 100 %."""
+def capacity(model: DbModel, config: Config | None = None) -> tuple[float, bool]:
+    """The arrival rate at which the open model's busiest station reaches 100 %, and whether the search stopped
+    at MAX_CAPACITY_RATE without finding it (then the rate is that limit)."""
     lo, hi = 0.0, 1.0
     while not solve_open(model, hi, config).saturated:
         lo, hi = hi, hi * 2
-        if hi > 1e12:
-            break
+        if hi > MAX_CAPACITY_RATE:
+            return lo, True
     for _ in range(60):
         mid = (lo + hi) / 2
         if solve_open(model, mid, config).saturated:
             hi = mid
         else:
             lo = mid
-    return lo
+    return lo, False
 
 
-def max_rate(model: DbModel, sla: Sla, config: Config | None = None) -> tuple[float, Prediction | None]:
+def max_rate(model: DbModel, sla: Sla, config: Config | None = None) -> RateAnswer:
     """The highest arrival rate (units/s) whose predicted response time meets the SLA (open model)."""
-    cap = capacity(model, config)
+    tried = _Tried()
+
+    def at(rate: float) -> Prediction:
+        return tried.check(solve_open(model, rate, config), f"{rate:,.0f} {model.unit}s/s")
+
+    cap, limit = capacity(model, config)
     lo, hi = 0.0, cap
-    if not sla.met(solve_open(model, cap * 1e-6, config)):
-        return 0.0, None
+    if not sla.met(at(cap * 1e-6)):
+        return RateAnswer(rate=0.0, at=None, limit_reached=False, unsettled=tried.unsettled)
     for _ in range(60):
         mid = (lo + hi) / 2
-        if sla.met(solve_open(model, mid, config)):
+        if sla.met(at(mid)):
             lo = mid
         else:
             hi = mid
-    return lo, solve_open(model, lo, config)
+    return RateAnswer(rate=lo, at=at(lo), limit_reached=limit and lo >= cap * (1 - 1e-9), unsettled=tried.unsettled)
 
 
 def _min_factor(meets: Any) -> float | None:
@@ -119,11 +181,13 @@ def _min_factor(meets: Any) -> float | None:
     return hi
 
 
-def _fewest_cores(model: DbModel, sla: Sla, rate: float) -> int | None:
+def _fewest_cores(model: DbModel, sla: Sla, rate: float, tried: _Tried | None = None) -> int | None:
     """The fewest cores above the measured ones that meet the SLA at `rate` (more cores never hurt), by
     bisection up to MAX_CORES; None if even MAX_CORES do not."""
+    seen = tried or _Tried()
+
     def meets(cores: int) -> bool:
-        return sla.met(solve_open(model, rate, Config(cores)))
+        return sla.met(seen.check(solve_open(model, rate, Config(cores)), f"{cores:,} cores"))
 
     lo, hi = model.cores, max(model.cores + 1, MAX_CORES)
     if not meets(hi):
@@ -148,13 +212,15 @@ def smallest_change(model: DbModel, sla: Sla, rate: float) -> dict[str, Any]:
     """For a target arrival rate: does the measured platform meet the SLA, and if not, the least cores, CPU
     speed and disk speed that do (each alone), and which of them is the smallest relative step."""
     check_target_rate(rate)
-    now = solve_open(model, rate, Config(model.cores))
+    tried = _Tried()
+    now = tried.check(solve_open(model, rate, Config(model.cores)), "the measured platform")
     options: dict[str, Any] = {}
-    cores = None if sla.met(now) else _fewest_cores(model, sla, rate)
+    cores = None if sla.met(now) else _fewest_cores(model, sla, rate, tried)
     options["cores"] = {"value": cores, "relative": cores / model.cores - 1 if cores else None}
     for key in ("cpu_speed", "disk_speed"):
         f = None if sla.met(now) else _min_factor(
-            lambda x, k=key: sla.met(solve_open(model, rate, Config(model.cores, **{k: x}))))
+            lambda x, k=key: sla.met(tried.check(solve_open(model, rate, Config(model.cores, **{k: x})),
+                                                 f"{k.replace('_', ' ')} x{x:.2f}")))
         options[key] = {"value": f, "relative": f - 1 if f else None}
     feasible = {k: v for k, v in options.items() if v["relative"] is not None}
     best = min(feasible, key=lambda k: feasible[k]["relative"]) if feasible else None
@@ -162,4 +228,6 @@ def smallest_change(model: DbModel, sla: Sla, rate: float) -> dict[str, Any]:
     return {"target_rate": rate, "meets_now": sla.met(now), "now": now.to_dict(), "options": options,
             "smallest": None if sla.met(now) else best, "reachable": reachable, "limits": limits_text(),
             "note": None if reachable else f"{rate:,.0f} {model.unit}s/s within {sla.text} is not reachable by any "
-                                           f"single change within the limits ({limits_text()})."}
+                                           f"single change within the limits ({limits_text()}).",
+            "converged": not tried.unsettled, "unsettled": tried.unsettled,
+            "unsettled_note": unsettled_note(tried.unsettled)}

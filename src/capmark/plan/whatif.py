@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ CHANGE_KEYS = ("growth", "jobs", "think", "cpus", "cpu_speed", "disk_speed", "di
 @dataclass
 class Scenario:
     name: str
+    _: KW_ONLY  # eight optional changes, most of them numbers: named at every call
     growth: float | None = None  # factor on the baseline throughput (1.2 = +20 %)
     jobs: int | None = None
     think_s: float | None = None
@@ -47,7 +48,7 @@ class Scenario:
     disks: int | None = None
 
     def config(self, model: DbModel) -> Config:
-        return Config(self.cpus or model.cores, self.cpu_speed, self.disk_speed, self.disks)
+        return Config(self.cpus or model.cores, cpu_speed=self.cpu_speed, disk_speed=self.disk_speed, disks=self.disks)
 
     def changes(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -195,7 +196,9 @@ def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: lis
             p, ref = solve(model, s.jobs or base_jobs, base_think_s if s.think_s is None else s.think_s, cfg), closed_base
         rows.append(Outcome(s, p, _change(p, ref)))
     return {"baseline": {"jobs": base_jobs, "think_s": base_think_s, "throughput": base_rate},
-            "model": model.calibrated_from, "scenarios": [o.to_dict() for o in rows]}
+            "model": model.calibrated_from, "scenarios": [o.to_dict() for o in rows],
+            "converged": all(o.prediction.converged for o in rows),
+            "unconverged_scenarios": [o.scenario.name for o in rows if not o.prediction.converged]}
 
 
 def _change(p: Prediction, ref: Prediction | None) -> dict[str, float | None]:

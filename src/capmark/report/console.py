@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from capmark.measure import kpm, noise
+from capmark.report.fit import Col, FittedTable, sayer
 from capmark.results import RunResult, TestResult
 
 
@@ -26,24 +26,28 @@ def fmt_scaled(value: float | None, scale: float) -> str:
     return f"{x:,.3f}" if abs(x) < 100 else f"{x:,.0f}"
 
 
-def _col_width(key: str, test: TestResult) -> int:
-    c = kpm.COLUMNS[key]
-    return max(len(c.label), len(kpm.unit_of(c, test.throughput_label)) + 2, 10) + 3
+# Which KPM columns an 80-column terminal keeps (rank 0 always; then rising rank while they fit): the load and
+# its throughput, the p95, the workload family's own metrics, mean and CPU busy; the rest a wider terminal shows.
+# Every column every workload reports is ranked here; any other is a family's own.
+_KPM_RANKS = {"jobs": 0, "throughput": 0, "rt_p95_ms": 1, "rt_mean_ms": 4, "cpu_busy_pct": 5, "rt_p99_ms": 6,
+              "rt_p50_ms": 7, "throughput_per_job": 20, "buffer_hit_pct": 21, "physical_reads_per_s": 22,
+              "logical_reads_per_s": 23, "commits_per_s": 24, "wal_mb_per_s": 25, "rt_max_ms": 26,
+              "cpu_user_pct": 27, "cpu_sys_pct": 27, "cpu_iowait_pct": 28, "cpu_idle_pct": 29, "elapsed_s": 30}
+_FAMILY_FIRST_RANK = 2  # a family's first two own metrics rank just after the p95, the others after the p50
+_KPM_GROUPS = {"cpu_user_pct": "CPU user/sys", "cpu_sys_pct": "CPU user/sys"}
 
 
-def kpm_tables(test: TestResult, width: int) -> list[Table]:
-    """The KPM table, cut into parts that fit the console (each part repeats the jobs column)."""
-    keys = [k for k in test.kpms if k in kpm.COLUMNS and k != "jobs"]
-    parts: list[list[str]] = [[]]
-    used = _col_width("jobs", test)
-    for key in keys:
-        w = _col_width(key, test)
-        if parts[-1] and used + w > width:
-            parts.append([])
-            used = _col_width("jobs", test)
-        parts[-1].append(key)
-        used += w
-    return [kpm_table(test, ["jobs", *part], continued=i > 0) for i, part in enumerate(parts)]
+def _kpm_rank(key: str, family_keys: list[str]) -> int:
+    if key in family_keys:
+        i = family_keys.index(key)
+        return _FAMILY_FIRST_RANK + i if i < 2 else 8 + i
+    return _KPM_RANKS.get(key, 19)
+
+
+def kpm_tables(test: TestResult, width: int | None = None) -> list[FittedTable]:
+    """The KPM table as one piece that fits where it is printed (the columns that do not fit are named under it);
+    a list, and the width unused, for callers written when the table was cut into parts."""
+    return [kpm_table(test)]
 
 
 def plus_minus(interval: noise.Interval | None, digits: int) -> str:
@@ -80,19 +84,16 @@ def repeatability_rows(test: TestResult) -> tuple[list[str], list[list[str]]] | 
     return headers, out
 
 
-def repeatability_table(test: TestResult) -> Table | None:
+def repeatability_table(test: TestResult) -> FittedTable | None:
     got = repeatability_rows(test)
     if got is None:
         return None
     headers, rows = got
-    table = Table(title=escape(f"{test.workload}: repeatability (95 % confidence intervals)"), title_justify="left",
-                  header_style="bold", padding=(0, 1), box=None)
-    for i, header in enumerate(headers):
-        table.add_column(escape(header), justify="left" if i == len(headers) - 1 else "right")
-    for row in rows:
-        table.add_row(*(escape(v) for v in row))
-    table.caption = escape(REPEATABILITY_NOTE)
-    table.caption_justify = "left"
+    last = len(headers) - 1
+    cols = [Col(h, justify="left" if i == last else "right", rank=0 if i < 3 else (9 if i == last else i),
+                wrap=i == last, name=h.split("\n")[0]) for i, h in enumerate(headers)]
+    table = FittedTable(f"{test.workload}: repeatability (95 % confidence intervals)", cols, rows,
+                        notes=[REPEATABILITY_NOTE])
     return table
 
 
@@ -102,44 +103,45 @@ def knee_line(test: TestResult) -> str | None:
     return f"{test.workload}: {knee['text']}." if knee else None
 
 
-def kpm_table(test: TestResult, keys: list[str] | None = None, continued: bool = False) -> Table:
-    title = ("(continued) " if continued else "") + (f"{test.workload} ({test.mode}-side; unit: {test.unit}"
-             + (f"; {', '.join(f'{k}={v}' for k, v in test.params.items())}" if test.params else "") + ")")
-    table = Table(title=escape(title), title_justify="left", header_style="bold")
-    cols = [kpm.COLUMNS[k] for k in (keys or test.kpms) if k in kpm.COLUMNS]
+def kpm_table(test: TestResult) -> FittedTable:
+    title = f"{test.workload} ({test.mode}-side; unit: {test.unit}" + (
+        f"; {', '.join(f'{k}={v}' for k, v in test.params.items())}" if test.params else "") + ")"
+    keys = [k for k in test.kpms if k in kpm.COLUMNS]
+    family = [k for k in keys if k not in _KPM_RANKS]  # the family's own metrics: not among the common ones
     repeated = noise.repeats_of(test.steps) > 1
-    if repeated:
-        table.add_column("Rep", justify="right")
-    for c in cols:
+    cols = [Col("Rep")] if repeated else []
+    for k in keys:
+        c = kpm.COLUMNS[k]
         unit = kpm.unit_of(c, test.throughput_label)
-        table.add_column(escape(f"{c.label}\n[{unit}]") if unit else c.label, justify="right")
+        cols.append(Col(f"{c.label}\n[{unit}]" if unit else c.label, rank=_kpm_rank(k, family),
+                        group=_KPM_GROUPS.get(k), name=c.label))
+    table = FittedTable(title, cols, title_style="bold")
     reasons: dict[str, str] = {}
     for step in test.steps:
-        values, why = kpm.compute(step, test.per_unit)
-        reasons.update({k: v for k, v in why.items() if k in {c.key for c in cols}})
-        table.add_row(*([str(noise.repeat_of(step))] if repeated else []),
-                      *(fmt(values.get(c.key), c.digits) for c in cols))
+        values, why = kpm.of(step, test.per_unit)
+        reasons.update({k: v for k, v in why.items() if k in keys})
+        table.add_row(*([str(noise.repeat_of(step))] if repeated else []), *(fmt(values.get(k), kpm.COLUMNS[k].digits)
+                                                                             for k in keys))
     if reasons:
-        table.caption = escape("n/a: " + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
-        table.caption_justify = "left"
+        table.notes.append("n/a: " + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
     return table
 
 
-def type_table(test: TestResult) -> Table | None:
+# The per-type table keeps the type, its rate and p95 at any width; then mean, p99, share, errors, max, p50.
+_TYPE_COLUMNS = (("Jobs", 0), ("Type", 0), ("Share\n%", 4), ("Rate\n{tput}", 0), ("Mean\nms", 1), ("p50\nms", 7),
+                 ("p95\nms", 0), ("p99\nms", 2), ("Max\nms", 6), ("Err", 5))
+
+
+def type_table(test: TestResult) -> FittedTable | None:
     """Throughput and latency per transaction type, for tests that mix several."""
     if len(test.steps[0].txn_types if test.steps else []) < 2:
         return None
-    table = Table(title=escape(f"{test.workload}: per transaction type"), title_justify="left", header_style="bold",
-                  padding=(0, 1), box=None)
-    for col in ("Jobs", "Type", "Share\n%", f"Rate\n{test.throughput_label}", "Mean\nms", "p50\nms",
-                "p95\nms", "p99\nms", "Max\nms", "Err"):
-        if col == "Type":
-            table.add_column(col, no_wrap=True, min_width=max(len(t) for t in test.steps[0].txn_types))
-        else:
-            table.add_column(escape(col), justify="right")
+    cols = [Col(h.replace("{tput}", test.throughput_label), justify="left" if h == "Type" else "right", rank=r,
+                name=h.split("\n")[0]) for h, r in _TYPE_COLUMNS]
+    table = FittedTable(f"{test.workload}: per transaction type", cols)
     for step in test.steps:
         for row in type_rows(step):
-            table.add_row(str(step.jobs), escape(row["type"]), fmt(row["share_pct"], 1), fmt(row["throughput"], 0),
+            table.add_row(str(step.jobs), row["type"], fmt(row["share_pct"], 1), fmt(row["throughput"], 0),
                           *(fmt(row[k], 3) for k in ("mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms")),
                           str(row["errors"]))
     return table
@@ -151,19 +153,17 @@ def command_rows(step) -> list[dict]:
     return [{"script": name, **c} for name, s in scripts.items() for c in s["commands"]]
 
 
-def command_table(test: TestResult) -> Table | None:
+def command_table(test: TestResult) -> FittedTable | None:
     """Latency per command of the user's scripts, for every step."""
     if not any(command_rows(step) for step in test.steps):
         return None
-    table = Table(title=escape(f"{test.workload}: per command (mean latency, as pgbench -r)"), title_justify="left",
-                  header_style="bold", padding=(0, 1), box=None)
-    for col in ("Jobs", "Script", "Line", "Command", "Runs", "Mean\nms", "Retries", "Failures"):
-        table.add_column(escape(col), justify="left" if col in ("Script", "Command") else "right",
-                         overflow="ellipsis", no_wrap=col == "Command", max_width=60 if col == "Command" else None)
+    cols = [Col("Jobs"), Col("Script", justify="left", rank=3), Col("Line"), Col("Command", justify="left", wrap=True),
+            Col("Runs", rank=2), Col("Mean\nms"), Col("Retries", rank=1), Col("Failures", rank=1)]
+    table = FittedTable(f"{test.workload}: per command (mean latency, as pgbench -r)", cols)
     for step in test.steps:
         for row in command_rows(step):
-            table.add_row(str(step.jobs), escape(row["script"]), str(row["line"]), escape(row["command"]),
-                          fmt(row["runs"], 0), fmt(row["mean_ms"], 3), str(row["retries"]), str(row["failures"]))
+            table.add_row(str(step.jobs), row["script"], str(row["line"]), row["command"], fmt(row["runs"], 0),
+                          fmt(row["mean_ms"], 3), str(row["retries"]), str(row["failures"]))
     return table
 
 
@@ -177,10 +177,16 @@ def type_rows(step) -> list[dict]:
     return rows
 
 
+def short_version(version: str) -> str:
+    """'PostgreSQL 18.6' of 'PostgreSQL 18.6 on x86_64-pc-linux-gnu, compiled by gcc ...' (the environment section
+    of the report keeps the whole string)."""
+    return version.split(" on ")[0].split(",")[0]
+
+
 def print_run(run: RunResult, console: Console | None = None) -> None:
     console = console or Console(emoji=False)
     console.print(f"[bold]capmark run {escape(run.run_id)}[/] ({escape(run.status)}) — "
-                  f"{escape(str(run.target.get('version', '')))}")
+                  f"{escape(short_version(str(run.target.get('version', ''))))}")
     if run.reason:
         console.print(f"{run.status}: {run.reason}", highlight=False, markup=False)
     for test in run.tests:
@@ -193,5 +199,5 @@ def print_run(run: RunResult, console: Console | None = None) -> None:
             console.print(knee_line(test), markup=False, highlight=False)
         for step in test.steps:
             for note in step.notes:
-                console.print(f"  step {step.ordinal} ({step.jobs} jobs): {note}", markup=False, highlight=False)
+                sayer(console)(f"  step {step.ordinal} ({step.jobs} jobs): {note}")
     console.print(f"Stored in {run.folder}", markup=False, highlight=False)

@@ -1,29 +1,14 @@
-"""Service-demand and reconciliation output: console tables and the JSON document (capmark.demands/1)."""
+"""Console tables of the service demands and of whether the instruments agree."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from capmark.measure.demands import demands_of_test
-from capmark.measure.reconcile import reconcile
+from capmark.analysis.demands import TestDemands
 from capmark.report.console import fmt, fmt_scaled
-from capmark.results import RunResult, TestResult
-
-SCHEMA_ID = "capmark.demands/1"
-
-
-def test_document(test: TestResult) -> dict[str, Any]:
-    doc = demands_of_test(test)
-    doc["reconciliation"] = [{"jobs": s.jobs, "pairs": reconcile(s)} for s in test.steps]
-    return doc
-
-
-def run_document(run: RunResult, tests: list[TestResult]) -> dict[str, Any]:
-    return {"schema": SCHEMA_ID, "run": run.run_id, "tests": [test_document(t) for t in tests]}
+from capmark.report.fit import Col, FittedTable, sayer
 
 
 def sampler_line(cost: dict[str, Any]) -> str:
@@ -38,66 +23,84 @@ def component_label(row: dict[str, Any]) -> str:
     return f"{row['label']} ({row['reason']})" if row.get("reason") else row["label"]
 
 
-def print_demands(doc: dict[str, Any], console: Console) -> None:
-    jobs = doc["jobs"]
-    table = Table(title=escape(f"{doc['workload']}: service demand per {doc['unit']}"), title_justify="left",
-                  header_style="bold", box=None, padding=(0, 1))
-    table.add_column("component", no_wrap=True)
-    table.add_column("unit")
-    for j in jobs:
-        table.add_column(f"{j} jobs", justify="right")
-    for col in ("mean", "std", "share %"):
-        table.add_column(col, justify="right")
-    for r in doc["components"]:
-        table.add_row(escape(component_label(r)), r["unit"], *(fmt_scaled(v, r["scale"]) for v in r["values"]),
+def _job_columns(jobs: list[int]) -> list[Col]:
+    """One column per step: the lowest and highest load always shown, the loads between by how far they are from
+    both (the middle first); a job count measured more than once is labelled with its repetition."""
+    lo, hi = jobs.index(min(jobs)), jobs.index(max(jobs))
+    seen: dict[int, int] = {}
+    cols = []
+    for i, j in enumerate(jobs):
+        seen[j] = seen.get(j, 0) + 1
+        rep = f"\nrep {seen[j]}" if jobs.count(j) > 1 else ""
+        rank = 0 if i in (lo, hi) else 3 + abs(2 * i - (len(jobs) - 1))
+        cols.append(Col(f"{j} jobs{rep}", rank=rank, name=f"{j} jobs{rep.replace(chr(10), ' ')}"))
+    return cols
+
+
+def print_demands(doc: TestDemands, console: Console) -> None:
+    jobs = doc.jobs
+    cols = [Col("component", justify="left", wrap=True), Col("unit", justify="left"),
+            *_job_columns(jobs),
+            Col("mean", rank=1), Col("std", rank=2), Col("share %", rank=1)]
+    table = FittedTable(f"{doc.workload}: service demand per {doc.unit}", cols, title_style="bold")
+    for r in doc.components:
+        table.add_row(component_label(r), r["unit"], *(fmt_scaled(v, r["scale"]) for v in r["values"]),
                       fmt_scaled(r["mean"], r["scale"]), fmt_scaled(r["std"], r["scale"]),
                       fmt(r.get("share_pct"), 1) if r.get("share_pct") is not None else "")
     console.print(table)
-    for note in doc["varies"]:
-        console.print(f"  varies with concurrency: {note}")
-    for j, cost in zip(jobs, doc.get("sampler", []), strict=False):
+    say = sayer(console)
+    for note in doc.varies:
+        say(f"  varies with concurrency: {note}")
+    for j, cost in zip(jobs, doc.sampler, strict=False):
         if cost["transactions"]:
-            console.print(f"  {j} jobs: {sampler_line(cost)}", highlight=False)
-    lat = Table(title="latency realism (ms)", title_justify="left", box=None, padding=(0, 1))
-    for col in ("jobs", "mean", "p50", "p90", "p99", "max", "mean/median", ""):
-        lat.add_column(col, justify="right")
-    for j, r in zip(jobs, doc["latency"], strict=True):
+            say(f"  {j} jobs: {sampler_line(cost)}")
+    lat = FittedTable("latency realism (ms)", [Col("jobs"), Col("mean"), Col("p50"), Col("p90", rank=3), Col("p99"),
+                                              Col("max", rank=2), Col("mean/\nmedian", rank=1),
+                                              Col("", justify="left", rank=1, name="skew")])
+    for j, r in zip(jobs, doc.latency, strict=True):
         lat.add_row(str(j), *(fmt(r[k], 3) for k in ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms")),
-                    fmt(r["mean_over_median"], 2), "skewed: the mean misleads" if r["skewed"] else "")
+                    fmt(r["mean_over_median"], 2), "skewed" if r["skewed"] else "")
+    if any(r["skewed"] for r in doc.latency):
+        lat.notes.append("skewed: the mean is well above the median and misleads; read the median and percentiles")
     console.print(lat)
-    pc = Table(title="per commit", title_justify="left", box=None, padding=(0, 1))
-    for col in ("jobs", "commits/unit", "WAL kB", "WAL writes", "WAL fsyncs", "WAL flush ms", "commit latency ms",
-                "WAL written/generated"):
-        pc.add_column(col, justify="right")
-    for j, r in zip(jobs, doc["per_commit"], strict=True):
+    pc = FittedTable("per commit", [Col("jobs"), Col("commits\n/unit", rank=1), Col("WAL\nkB"), Col("WAL\nwrites", rank=2),
+                                    Col("WAL\nfsyncs"), Col("WAL flush\nms"), Col("commit\nlatency ms"),
+                                    Col("WAL written\n/generated", rank=3)])
+    for j, r in zip(jobs, doc.per_commit, strict=True):
         pc.add_row(str(j), fmt(r.get("commits_per_unit"), 3),
                    fmt(r["wal_bytes_per_commit"] / 1024 if r["wal_bytes_per_commit"] is not None else None, 2),
                    fmt(r["wal_writes_per_commit"], 3), fmt(r["wal_fsyncs_per_commit"], 3),
                    fmt(r["wal_flush_ms_per_commit"], 3), fmt(r["commit_latency_ms"], 3),
                    fmt(r["wal_written_over_generated"], 2))
     console.print(pc)
-    for j, rq, devs in zip(jobs, doc["run_queue"], doc["devices"], strict=True):
+    for j, rq, devs in zip(jobs, doc.run_queue, doc.devices, strict=True):
         dev = "; ".join(f"{d}: {fmt(v['utilization_pct'], 1)} % busy, {fmt(v['service_ms'], 3)} ms/op, queue "
                         f"{fmt(v['queue_length'], 2)}" for d, v in devs.items()) or "no device counters"
-        console.print(f"  {j} jobs: runnable {fmt(rq['runnable'], 2)} (busy CPUs {fmt(rq['busy_cpus'], 2)}, waiting "
-                      f"{fmt(rq['waiting'], 2)}); {dev}", highlight=False)
-    rec = Table(title="Do the instruments agree?", title_justify="left", box=None, padding=(0, 1))
-    for col in ("jobs", "pair", "database/process", "OS", "ratio", "verdict"):
-        rec.add_column(col)
-    for step in doc["reconciliation"]:
+        say(f"  {j} jobs: runnable {fmt(rq['runnable'], 2)} (busy CPUs {fmt(rq['busy_cpus'], 2)}, waiting "
+            f"{fmt(rq['waiting'], 2)}); {dev}")
+    rec = FittedTable("Do the instruments agree?", [Col("jobs"), Col("pair", justify="left", wrap=True),
+                                                    Col("database/\nprocess"), Col("OS"), Col("ratio"),
+                                                    Col("verdict", justify="left")])
+    for step in doc.reconciliation:
         for p in step["pairs"]:
-            verdict = "agree" if p["agree"] else ("n/a" if p["agree"] is None else escape(p["sentence"]))
-            rec.add_row(str(step["jobs"]), p["name"], fmt(p["database"], 3), fmt(p["os"], 3), fmt(p["ratio"], 2),
+            if p["agree"] is False:
+                rec.notes.append(f"[{len(rec.notes) + 1}] {p['sentence']}")
+                verdict = f"differ [{len(rec.notes)}]"
+            else:
+                verdict = "agree" if p["agree"] else "n/a"
+            rec.add_row(str(step["jobs"]), p["name"], fmt_scaled(p["database"], 1), fmt_scaled(p["os"], 1),
+                        fmt(p["ratio"], 2),
                         verdict)
     console.print(rec)
-    stmts = doc["statements"][-1] if doc["statements"] else []
+    stmts = doc.statements[-1] if doc.statements else []
     if stmts:
-        st = Table(title=f"top statements at {jobs[-1]} jobs (pg_stat_statements, per call)", title_justify="left",
-                   box=None, padding=(0, 1))
-        for col in ("calls", "mean ms", "rows", "hit", "read", "dirtied", "written", "WAL B", "statement"):
-            st.add_column(col, justify="left" if col == "statement" else "right")
+        st = FittedTable(f"top statements at {jobs[-1]} jobs (pg_stat_statements, per call)",
+                         [Col("calls"), Col("mean ms"), Col("rows", rank=3), Col("hit", rank=1), Col("read", rank=2),
+                          Col("dirtied", rank=5), Col("written", rank=4), Col("WAL B", rank=3),
+                          Col("statement", justify="left", wrap=True)])
         for r in stmts:
             st.add_row(f"{r['calls']:,}", fmt(r["mean_ms"], 3), fmt(r["rows_per_call"], 1),
                        *(fmt(r[f"shared_blks_{k}_per_call"], 2) for k in ("hit", "read", "dirtied", "written")),
-                       fmt(r["wal_bytes_per_call"], 0), escape(r["query"][:60]))
+                       fmt(r["wal_bytes_per_call"], 0), " ".join(r["query"][:60].split()))
         console.print(st)
+

@@ -1,7 +1,8 @@
-"""The self-contained HTML report: a list of sections, each a function of the stored run.
+"""The self-contained HTML report: a list of sections, each laid out from the run's analysis documents.
 
-To add a section, write a function (run) -> Section | None and append it to SECTIONS (or to
-TEST_SECTIONS for a per-test block).
+To add a section, compute its content in capmark.analysis.report, then write a function
+(documents) -> Section | None and append it to SECTIONS (or to TEST_SECTIONS for a per-test block).
+The functions here only lay out; none of them calibrates, diagnoses or reads the store.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from capmark.analysis.report import ReportDocuments, TestReport
 from capmark.measure import kpm
-from capmark.measure.validity import cautions, problems
 from capmark.report import plots
 from capmark.report.console import (
     REPEATABILITY_NOTE,
@@ -25,7 +26,6 @@ from capmark.report.console import (
     repeatability_rows,
     type_rows,
 )
-from capmark.results import RunResult, TestResult
 
 
 @dataclass
@@ -44,31 +44,35 @@ def _render(template: str, **kw: object) -> Markup:
     return Markup(_env().get_template(template).render(**kw))
 
 
-def diagnosis_section(run: RunResult) -> Section | None:
-    from capmark.diagnose.diagnosis import diagnose_run
-
-    doc = diagnose_run(run)
-    if not doc["tests"]:
+def headline_section(docs: ReportDocuments) -> Section | None:
+    if not docs.headlines:
         return None
-    for t in doc["tests"]:
-        for f in t["findings"]:
-            f["svg"] = Markup(plots.finding_chart(f)) if f["chart"] else ""
-    return Section("Diagnosis", _render("diagnosis.html.j2", doc=doc), "diagnosis")
+    return Section("At a glance", _render("headline.html.j2", rows=docs.headlines, fmt=fmt), "glance")
 
 
-def summary_section(run: RunResult) -> Section:
-    return Section("Run summary", _render("summary.html.j2", run=run), "summary")
+def diagnosis_section(docs: ReportDocuments) -> Section | None:
+    doc = docs.diagnosis
+    if not doc.tests:
+        return None
+    charts = {(i, j): Markup(plots.finding_chart(f)) for i, t in enumerate(doc.tests)
+              for j, f in enumerate(t.findings) if f["chart"]}
+    return Section("Diagnosis", _render("diagnosis.html.j2", doc=doc, charts=charts), "diagnosis")
 
 
-def environment_section(run: RunResult) -> Section:
-    return Section("Environment", _render("environment.html.j2", run=run), "environment")
+def summary_section(docs: ReportDocuments) -> Section:
+    return Section("Run summary", _render("summary.html.j2", run=docs.run), "summary")
 
 
-def test_section(run: RunResult, test: TestResult) -> Section:
+def environment_section(docs: ReportDocuments) -> Section:
+    return Section("Environment", _render("environment.html.j2", run=docs.run), "environment")
+
+
+def test_section(part: TestReport) -> Section:
+    test = part.test
     cols = [kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS]
     rows, reasons = [], {}
     for step in test.steps:
-        values, why = kpm.compute(step, test.per_unit)
+        values, why = kpm.of(step, test.per_unit)
         reasons.update(why)
         rows.append([fmt(values.get(c.key), c.digits) for c in cols])
     headers = [(c.label, kpm.unit_of(c, test.throughput_label)) for c in cols]
@@ -82,72 +86,59 @@ def test_section(run: RunResult, test: TestResult) -> Section:
     step_charts = [(s, Markup(plots.latency_histogram(s)), Markup(plots.throughput_series(s, test.throughput_label)))
                    for s in test.steps]
     types = [(s, type_rows(s)) for s in test.steps] if test.steps and len(test.steps[0].txn_types) > 1 else []
-    # (a name of its own: an assignment expression in a comprehension binds in this function, and `rows` is the
-    # KPM table's)
-    commands = [(s, per_command) for s in test.steps if (per_command := command_rows(s))]
+    # (a name of its own: an assignment inside a comprehension binds in this function and would replace `rows`)
+    commands = [(s, by_command) for s in test.steps if (by_command := command_rows(s))]
     repeatability = repeatability_rows(test) if test.steps else None
-    invalid = [(s.jobs, found) for s in test.steps if (found := problems(s))]
-    flagged = [(s.jobs, noted) for s in test.steps if (noted := cautions(s))]
-    html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts, invalid=invalid,
-                   cautions=flagged,
+    html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts,
+                   invalid=part.invalid, cautions=part.cautions,
                    step_charts=step_charts, types=types, commands=commands, repeatability=repeatability,
                    repeatability_note=REPEATABILITY_NOTE, knee=knee_line(test), fmt=fmt)
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 
-def demands_section(run: RunResult, test: TestResult) -> Section | None:
-    if not test.steps:
+def demands_section(part: TestReport) -> Section | None:
+    doc, test = part.demands, part.test
+    if doc is None:
         return None
-    from capmark.report.demands import test_document
-
-    doc = test_document(test)
-    doc["latency_rows"] = list(zip(doc["jobs"], doc["latency"], strict=True))
-    doc["commit_rows"] = list(zip(doc["jobs"], doc["per_commit"], strict=True))
-    doc["device_rows"] = list(zip(doc["jobs"], doc["run_queue"], doc["devices"], strict=True))
-    doc["top_statements"] = doc["statements"][-1] if doc["statements"] else []
-    html = _render("demands.html.j2", doc=doc, fmt=fmt, val=fmt_scaled)
+    html = _render("demands.html.j2", doc=doc, latency_rows=list(zip(doc.jobs, doc.latency, strict=True)),
+                   commit_rows=list(zip(doc.jobs, doc.per_commit, strict=True)),
+                   device_rows=list(zip(doc.jobs, doc.run_queue, doc.devices, strict=True)),
+                   top_statements=doc.statements[-1] if doc.statements else [], fmt=fmt, val=fmt_scaled)
     return Section(f"Service demands: {test.workload}", html, f"demands-{test.ordinal}")
 
 
-def model_section(run: RunResult, test: TestResult) -> Section | None:
-    from capmark.errors import CapmarkError
-    from capmark.plan.anticipate import anticipate
-    from capmark.plan.calibrate import validate
-    from capmark.plan.dbhost import database_host
+def model_section(part: TestReport) -> Section | None:
     from capmark.report.planning import capacity_sentence
-    from capmark.store import load_derived
 
-    try:
-        doc = validate(test, host=database_host(run))
-    except CapmarkError as err:
-        return Section(f"Model: {test.workload}", Markup("<p>{}</p>").format(str(err)), f"model-{test.ordinal}")
+    test, doc = part.test, part.calibration
+    if not test.steps:
+        return None
+    if doc is None:
+        return Section(f"Model: {test.workload}", Markup("<p>{}</p>").format(part.calibration_problem),
+                       f"model-{test.ordinal}")
     charts = [plots.measured_vs_model(doc, test.throughput_label), plots.model_response_vs_jobs(doc),
               plots.utilization_vs_throughput(doc)]
-    try:
-        quick = anticipate(test)
-        charts.append(plots.anticipation(quick))
-    except CapmarkError as err:
-        quick = {"note": str(err)}
-    folder = Path(run.folder)
-    html = _render("model.html.j2", doc=doc, fmt=fmt, unit=test.unit, quick=quick,
-                   capacity=capacity_sentence(doc["calibration"]),
-                   whatif=load_derived(folder, "whatif").get(test.ordinal),
-                   size=load_derived(folder, "size").get(test.ordinal), charts=[Markup(c) for c in charts])
+    if part.anticipation is not None:
+        charts.append(plots.anticipation(part.anticipation))
+    html = _render("model.html.j2", doc=doc, fmt=fmt, unit=test.unit, quick=part.anticipation,
+                   quick_note=part.anticipation_problem, capacity=capacity_sentence(doc.calibration),
+                   whatif=part.saved_whatif, size=part.saved_size, charts=[Markup(c) for c in charts])
     return Section(f"Model: {test.workload}", html, f"model-{test.ordinal}")
 
 
-SECTIONS: list[Callable[[RunResult], Section | None]] = [diagnosis_section, summary_section, environment_section]
-TEST_SECTIONS: list[Callable[[RunResult, TestResult], Section | None]] = [test_section, demands_section, model_section]
+SECTIONS: list[Callable[[ReportDocuments], Section | None]] = [
+    headline_section, diagnosis_section, summary_section, environment_section]
+TEST_SECTIONS: list[Callable[[TestReport], Section | None]] = [test_section, demands_section, model_section]
 
 
-def render(run: RunResult) -> str:
-    sections = [s for s in (f(run) for f in SECTIONS) if s]
-    for test in run.tests:
-        sections.extend(s for s in (f(run, test) for f in TEST_SECTIONS) if s)
-    return _env().get_template("report.html.j2").render(run=run, sections=sections)
+def render(docs: ReportDocuments) -> str:
+    sections = [s for s in (f(docs) for f in SECTIONS) if s]
+    for part in docs.tests:
+        sections.extend(s for s in (f(part) for f in TEST_SECTIONS) if s)
+    return _env().get_template("report.html.j2").render(run=docs.run, sections=sections)
 
 
-def write_report(run: RunResult) -> Path:
-    path = Path(run.folder) / "report.html"
-    path.write_text(render(run), encoding="utf-8")
+def write_report(docs: ReportDocuments) -> Path:
+    path = Path(docs.run.folder) / "report.html"
+    path.write_text(render(docs), encoding="utf-8")
     return path

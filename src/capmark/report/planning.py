@@ -9,9 +9,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from capmark.analysis.document import TestAnswer
+from capmark.analysis.planning import Anticipation, Calibration, Sizing, WhatIf
 from capmark.measure.noise import shown_digits
+from capmark.report.fit import Col, FittedTable, sayer
 
 
 def pct(v: float | None) -> str:
@@ -26,14 +28,14 @@ def ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 1000:.3f}"
 
 
-def answered_only(print_test: Callable[[dict[str, Any], Console], None]) -> Callable[[dict[str, Any], Console], None]:
+def answered_only(print_test: Callable[[Any, str, Console], None]) -> Callable[[TestAnswer[Any], Console], None]:
     """A test the command could not answer gets one line saying why instead of its view."""
     @wraps(print_test)
-    def show(t: dict[str, Any], console: Console) -> None:
-        if t.get("answered", True):
-            print_test(t, console)
+    def show(a: TestAnswer[Any], console: Console) -> None:
+        if a.answer is not None:
+            print_test(a.answer, a.workload, console)
         else:
-            console.print(f"{t['workload']}: no answer: {t['reason']}", highlight=False, markup=False)
+            sayer(console)(f"{a.workload}: no answer: {a.reason}", highlight=False, markup=False)
 
     return show
 
@@ -46,7 +48,7 @@ def _unconverged(points: list[dict[str, Any]]) -> list[str]:
 def _say_unconverged(points: list[dict[str, Any]], console: Console) -> None:
     bad = _unconverged(points)
     if bad:
-        console.print(f"  note: the model's fixed point did not settle at {', '.join(bad)} (shown: its last round); "
+        sayer(console)(f"  note: the model's fixed point did not settle at {', '.join(bad)} (shown: its last round); "
                       "treat those figures as rough", highlight=False, markup=False)
 
 
@@ -61,20 +63,27 @@ def progress_on_stderr() -> Iterator[Callable[[str], None]]:
         yield lambda message: status.update(escape(message))
 
 
-def _table(title: str, columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
-    for i, col in enumerate(columns):
-        last = i == len(columns) - 1
-        table.add_column(col, justify="left" if last else "right", no_wrap=i == 0, overflow="fold" if last else "ellipsis")
-    return table
+def _jobs(jobs: list[int] | int) -> str:
+    """'1' or '1, 2' of the job counts a model was calibrated on."""
+    return ", ".join(str(j) for j in jobs) if isinstance(jobs, list) else str(jobs)
+
+
+# The measured-vs-model table keeps throughput and response time, measured, modelled and the error, at any width;
+# then the p95 error, the bottleneck, CPU and the group-commit batch as the width allows.
+_CALIBRATION_COLUMNS = [Col("jobs"), Col("X\nmeas"), Col("X\nmodel"), Col("X err\n%"), Col("R meas\nms"),
+                        Col("R model\nms"), Col("R err\n%"), Col("p95 err\n%", rank=1),
+                        Col("CPU meas\n%", rank=3, group="CPU meas/model"),
+                        Col("CPU model\n%", rank=3, group="CPU meas/model"),
+                        Col("batch\nmeas", rank=4, group="batch meas/model"),
+                        Col("batch\nmodel", rank=4, group="batch meas/model"),
+                        Col("bottleneck", justify="left", rank=2)]
 
 
 @answered_only
-def print_calibration(t: dict[str, Any], console: Console) -> None:
-    table = _table(f"{t['workload']}: measured vs model (calibrated on {t['calibrated_from_jobs']} jobs)",
-                   ["jobs", "X meas", "X model", "X err %", "R meas ms", "R model ms", "R err %", "p95 err %",
-                    "CPU meas %", "CPU model %", "batch meas", "batch model", "bottleneck / invalid"])
-    for r in t["steps"]:
+def print_calibration(t: Calibration, workload: str, console: Console) -> None:
+    table = FittedTable(f"{workload}: measured vs model (calibrated on {_jobs(t.calibrated_from_jobs)} jobs)",
+                        list(_CALIBRATION_COLUMNS))
+    for r in t.steps:
         m, p, e = r["measured"], r["model"], r["error_pct"]
         mark = "*" if r["calibration"] else ("!" if not r["valid"] else "")
         iv = r.get("measured_interval") or {}
@@ -83,17 +92,19 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
                       iv.get("response_time_s"), 1000, 3), ms(p["response_time_s"]),
                       pct(e["response_time_s"]) + _noise_mark(r, "response_time_s"), pct(e["p95_s"]),
                       num(m["cpu_busy_pct"]), num(p["cpu_busy_pct"]), num(r["batch"]["measured"], 2),
-                      num(r["batch"]["model"], 2), "; ".join(r["invalid_because"]) or p["bottleneck"])
+                      num(r["batch"]["model"], 2), "invalid" if r["invalid_because"] else p["bottleneck"])
+        if r["invalid_because"]:
+            table.notes.append(f"! {r['jobs']} jobs: invalid, left out: {'; '.join(r['invalid_because'])}")
     console.print(table)
-    v, c = t["verdict"], t["calibration"]
-    say = console.print
-    say(f"  model: {t['model']}", highlight=False)
+    v, c = t.verdict, t.calibration
+    say = sayer(console)
+    say(f"  model: {t.model}", highlight=False)
     _say_simulated(t, console)
     say(f"  calibration: CPU {c['cpu_s'] * 1e6:.1f} us/unit outside flushes{_from_text(c.get('cpu_from'))} on "
         f"{c['cores']} cores{_from_text(c.get('cores_from'))}; WAL flush "
         f"requests {c['flush_requests']:.3f}/unit, flush CPU {c['flush_cpu_s'] * 1e6:.1f} us + device "
         f"{c['flush_device_s'] * 1e6:.1f} us; delay {c['delay_s'] * 1e6:.1f} us", highlight=False)
-    flush = flush_time_sentence(t["steps"])
+    flush = flush_time_sentence(t.steps)
     if flush:
         say(f"  {flush}", highlight=False, markup=False)
     capacity = capacity_sentence(c)
@@ -114,15 +125,15 @@ def print_calibration(t: dict[str, Any], console: Console) -> None:
             say(f"  {label}: {n['model_error']} step(s) outside the measured interval (model error{median}), "
                 f"{n['within_noise']} inside it (measurement noise, ~), {n['no_interval']} without an interval",
                 highlight=False)
-        say(f"  {t['interval_note']}", highlight=False, markup=False)
-    say(f"  {t['p95_note']}", highlight=False)
-    u = t["usl"]
+        say(f"  {t.interval_note}", highlight=False, markup=False)
+    say(f"  {t.p95_note}", highlight=False)
+    u = t.usl
     say("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}. {u['summary']}"
                      if "sigma" in u else u["note"]), highlight=False)
-    pr = t["prediction"]
+    pr = t.prediction
     say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
         f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
-    _say_unconverged([r["model"] for r in t["steps"]] + pr["points"], console)
+    _say_unconverged([r["model"] for r in t.steps] + pr["points"], console)
 
 
 def _type_verdict(v: dict[str, Any]) -> str:
@@ -170,17 +181,19 @@ def capacity_sentence(c: dict[str, Any]) -> str | None:
     return f"{head}; from the steps up to the core count ({points or 'none with the CPU measured'}){why}"
 
 
-def _print_types(t: dict[str, Any], console: Console) -> None:
+def _print_types(t: Calibration, console: Console) -> None:
     """For a mix: each transaction type as a class of the model, and its mean and p95 measured vs model."""
-    types = t["calibration"].get("types") or []
-    rows = [r for r in t["steps"] if r.get("by_type")]
+    types = t.calibration.get("types") or []
+    rows = [r for r in t.steps if r.get("by_type")]
     if not types or not rows:
         return
     classes = ", ".join(f"{c['name']} {c['share'] * 100:.0f} % (work x{c['scale']:.2f}, {c['flush_requests']:.2f} "
                         "flushes)" for c in types)
-    console.print(f"  classes (one per transaction type): {classes}", highlight=False, markup=False)
-    table = _table("  by type: measured vs model", ["jobs", "type", "R meas ms", "R model ms", "R err %", "p95 meas ms",
-                                                    "p95 model ms", "p95 err %"])
+    sayer(console)(f"  classes (one per transaction type): {classes}", highlight=False, markup=False)
+    table = FittedTable("by type: measured vs model", [
+        Col("jobs"), Col("type", justify="left"), Col("R meas\nms"), Col("R model\nms"), Col("R err\n%"),
+        Col("p95 meas\nms", rank=2, group="p95 meas/model"), Col("p95 model\nms", rank=2, group="p95 meas/model"),
+        Col("p95 err\n%", rank=1)])
     for r in rows:
         for name, v in r["by_type"].items():
             m, p, e = v["measured"], v["model"], v["error_pct"]
@@ -190,12 +203,12 @@ def _print_types(t: dict[str, Any], console: Console) -> None:
     console.print(table)
 
 
-def _say_simulated(t: dict[str, Any], console: Console) -> None:
+def _say_simulated(t: Calibration, console: Console) -> None:
     """With the simulation: each step's 95 % intervals, MVA's figures beside them, and where the two disagree."""
-    rows = [r for r in t["steps"] if r.get("mva")]
+    rows = [r for r in t.steps if r.get("mva")]
     if not rows:
         return
-    say = console.print
+    say = sayer(console)
     say(f"  {rows[0]['model'].get('method') or 'simulation'}; 95 % intervals from the replications, MVA beside:",
         highlight=False, markup=False)
     for r in rows:
@@ -232,16 +245,16 @@ def _from_text(origin: str | None) -> str:
     return f" ({origin})" if origin and origin != "measured" else ""
 
 
-def _say_platform(t: dict[str, Any], console: Console) -> None:
+def _say_platform(t: WhatIf | Sizing, console: Console) -> None:
     """The cores and CPU a plan was solved with where they are not measured, and the model's notes."""
-    pf = t.get("platform")
+    pf = t.platform
     if not pf:
         return
     if pf["cores_from"] != "measured" or pf["cpu_from"] != "measured":
-        console.print(f"  platform: {pf['cores']} cores{_from_text(pf['cores_from'])}, CPU per unit "
+        sayer(console)(f"  platform: {pf['cores']} cores{_from_text(pf['cores_from'])}, CPU per unit "
                       f"{pf['cpu_from']}", highlight=False, markup=False)
     for note in pf["notes"]:
-        console.print(f"  note: {note}", highlight=False, markup=False)
+        sayer(console)(f"  note: {note}", highlight=False, markup=False)
 
 
 def knee_phrase(prediction: dict[str, Any]) -> str:
@@ -255,55 +268,62 @@ def _util(p: dict[str, Any]) -> str:
 
 
 @answered_only
-def print_whatif(t: dict[str, Any], console: Console) -> None:
-    b = t["baseline"]
-    table = _table(f"{t['workload']}: what if (baseline {b['jobs']} jobs, {num(b['throughput'], 0)} {t['unit']}/s)",
-                   ["scenario", "X", "X chg %", "R ms", "R chg %", "p95 ms", "stretch", "headroom %", "bottleneck",
-                    "utilization"])
-    for s in t["scenarios"]:
+def print_whatif(t: WhatIf, workload: str, console: Console) -> None:
+    b = t.baseline
+    table = FittedTable(f"{workload}: what if (baseline {b['jobs']} jobs, {num(b['throughput'], 0)} {t.unit}/s)",
+                        [Col("scenario", justify="left", wrap=True), Col("X"), Col("X chg\n%"), Col("R\nms"),
+                         Col("R chg\n%", rank=2), Col("p95\nms"), Col("stretch", rank=4), Col("headroom\n%", rank=3),
+                         Col("bottleneck", justify="left", rank=1),
+                         Col("utilization", justify="left", rank=5, wrap=True, sep=", ")])
+    for s in t.scenarios:
         p, c = s["prediction"], s["change_vs_baseline_pct"]
         x = "saturated" if p["saturated"] else num(p["throughput"], 0)
-        table.add_row(escape(s["name"]), x, pct(c.get("throughput")), ms(p["response_time_s"]),
+        table.add_row(s["name"], x, pct(c.get("throughput")), ms(p["response_time_s"]),
                       pct(c.get("response_time_s")),
                       ms(p["p95_s"]), num(p["stretch"], 2), num(p["headroom"] * 100 if p["headroom"] is not None
                                                                   else None, 0), p["bottleneck"], _util(p))
     console.print(table)
-    console.print(f"  models: closed rows {t['scenarios'][0]['prediction']['model']}; growth rows the open model; "
-                  f"calibrated on {t['model']} jobs", highlight=False)
-    for s in t["scenarios"]:
+    sayer(console)(f"  models: closed rows {t.scenarios[0]['prediction']['model']}; growth rows the open model; "
+                  f"calibrated on {_jobs(t.model)} jobs", highlight=False)
+    for s in t.scenarios:
         types = s["prediction"].get("by_type") or {}
         if types:
             each = ", ".join(f"{name} {ms(v['response_time_s'])} / {ms(v['p95_s'])}" for name, v in types.items())
-            console.print(f"  {s['name']}, per transaction type, mean / p95 ms: {each}", highlight=False, markup=False)
+            sayer(console)(f"  {s['name']}, per transaction type, mean / p95 ms: {each}", highlight=False, markup=False)
     _say_platform(t, console)
-    for note in dict.fromkeys(n for s in t["scenarios"] for n in s["prediction"].get("notes") or []):
-        console.print(f"  note: {note}", highlight=False, markup=False)
-    _say_unconverged([s["prediction"] for s in t["scenarios"]], console)
+    for note in dict.fromkeys(n for s in t.scenarios for n in s["prediction"].get("notes") or []):
+        sayer(console)(f"  note: {note}", highlight=False, markup=False)
+    _say_unconverged([s["prediction"] for s in t.scenarios], console)
 
 
 @answered_only
-def print_size(t: dict[str, Any], console: Console) -> None:
-    sla = t["sla"]["text"]
-    say = console.print
-    say(f"{t['workload']}: sizing for {sla} (model calibrated on {t['calibrated_from']} jobs)", highlight=False)
+def print_size(t: Sizing, workload: str, console: Console) -> None:
+    sla = t.sla["text"]
+    say = sayer(console)
+    say(f"{workload}: sizing for {sla} (model calibrated on {_jobs(t.calibrated_from)} jobs)", highlight=False)
     _say_platform(t, console)
-    if t["search_limit_reached"]:
-        at = t["at_max_jobs"]
-        say(f"  the SLA holds at every load up to {t['max_jobs']} jobs (the search limit): the predicted figure stops "
+    at = t.at_max_jobs  # None only when not even one job meets the SLA
+    if at is not None and t.search_limit_reached:
+        say(f"  the SLA holds at every load up to {t.max_jobs} jobs (the search limit): the predicted figure stops "
             f"growing (p95 {ms(at['p95_s'])} ms, mean {ms(at['response_time_s'])} ms there)", highlight=False)
-    elif t["max_jobs"]:
-        at, more = t["at_max_jobs"], t["one_more_job"]
-        say(f"  most jobs within the SLA: {t['max_jobs']} ({num(at['throughput'], 0)} {t['unit']}/s, mean "
-            f"{ms(at['response_time_s'])} ms, p95 {ms(at['p95_s'])} ms); {t['max_jobs'] + 1} jobs: p95 "
+    elif at is not None and t.max_jobs:
+        more = t.one_more_job
+        say(f"  most jobs within the SLA: {t.max_jobs} ({num(at['throughput'], 0)} {t.unit}/s, mean "
+            f"{ms(at['response_time_s'])} ms, p95 {ms(at['p95_s'])} ms); {t.max_jobs + 1} jobs: p95 "
             f"{ms(more['p95_s'])} ms, mean {ms(more['response_time_s'])} ms", highlight=False)
     else:
         say("  even one job misses the SLA on the measured platform", highlight=False)
-    if t["at_max_rate"]:
-        r = t["at_max_rate"]
-        say(f"  highest arrival rate within the SLA (open model): {num(t['max_rate'], 0)} {t['unit']}/s "
+    if t.at_max_rate:
+        r = t.at_max_rate
+        say(f"  highest arrival rate within the SLA (open model): {num(t.max_rate, 0)} {t.unit}/s "
             f"(bottleneck {r['bottleneck']} at {r['utilizations'][r['bottleneck']] * 100:.0f}%)", highlight=False)
-    _say_unconverged([p for p in (t["at_max_jobs"], t["one_more_job"], t["at_max_rate"]) if p], console)
-    tg = t["target"]
+    _say_unconverged([p for p in (t.at_max_jobs, t.one_more_job, t.at_max_rate) if p], console)
+    for note in t.unsettled_notes:
+        say(f"  note: {note}", highlight=False, markup=False)
+    if t.rate_search_limit_reached:
+        say("  note: the open model did not saturate at any rate searched, so the highest rate is the search's limit, "
+            "not where the SLA breaks", highlight=False, markup=False)
+    tg = t.target
     if tg:
         if tg["meets_now"]:
             say(f"  at {num(tg['target_rate'], 0)}/s the measured platform meets the SLA", highlight=False)
@@ -316,14 +336,16 @@ def print_size(t: dict[str, Any], console: Console) -> None:
                      f"disk speed x{o['disk_speed']['value']:.2f}" if o["disk_speed"]["value"] else "no disk speed-up"]
             say(f"  at {num(tg['target_rate'], 0)}/s the SLA needs one of: {'; '.join(parts)} (searched "
                 f"{tg['limits']}); smallest change: {tg['smallest']}", highlight=False)
+        if tg.get("unsettled_note"):
+            say(f"  note: {tg['unsettled_note']}", highlight=False, markup=False)
 
 
 @answered_only
-def print_anticipation(t: dict[str, Any], console: Console) -> None:
-    m, c = t["measured"], t["change"]
-    console.print(f"{t['workload']}: {t['formula']}; S = {ms(t['service_time_s'])} ms (at {t['service_time_from_jobs']} "
+def print_anticipation(t: Anticipation, workload: str, console: Console) -> None:
+    m, c = t.measured, t.change
+    sayer(console)(f"{workload}: {t.formula}; S = {ms(t.service_time_s)} ms (at {t.service_time_from_jobs} "
                   f"job), measured {num(m['rate'], 0)}/s at {m['jobs']} jobs with R {ms(m['response_time_s'])} ms -> "
-                  f"effective M = {t['effective_servers']:.2f}", highlight=False)
+                  f"effective M = {t.effective_servers:.2f}", highlight=False)
     after = "saturated (S*lambda/M >= 1)" if c["saturated"] else f"R {ms(c['response_time_s'])} ms"
-    console.print(f"  after the change (S {ms(c['service_time_s'])} ms, lambda {num(c['rate'], 0)}/s, M "
+    sayer(console)(f"  after the change (S {ms(c['service_time_s'])} ms, lambda {num(c['rate'], 0)}/s, M "
                   f"{c['servers']:.2f}): {after}", highlight=False)

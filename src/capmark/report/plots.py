@@ -16,7 +16,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from capmark.driver.histogram import bucket_bounds  # noqa: E402
+from capmark.analysis.planning import Anticipation, Calibration  # noqa: E402
+from capmark.histogram import bucket_bounds  # noqa: E402
 from capmark.measure import kpm  # noqa: E402
 from capmark.measure.validity import problems  # noqa: E402
 from capmark.model.usl import usl  # noqa: E402
@@ -41,7 +42,7 @@ def _legend(ax, **kw) -> None:
 
 
 def _values(test: TestResult, key: str) -> list[float | None]:
-    return [kpm.compute(s, test.per_unit)[0].get(key) for s in test.steps]
+    return [kpm.of(s, test.per_unit)[0].get(key) for s in test.steps]
 
 
 def _gaps(values: list[float | None]) -> list[float]:
@@ -123,22 +124,22 @@ def throughput_series(step: StepResult, label: str) -> str:
     return _svg(fig)
 
 
-def measured_vs_model(doc: dict, label: str) -> str:
+def measured_vs_model(doc: Calibration, label: str) -> str:
     """Throughput vs jobs: measurements, the calibrated queueing model (at the steps and beyond) and the USL."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
-    steps = doc["steps"]
+    steps = doc.steps
     ok = [r for r in steps if r["valid"]]
     bad = [r for r in steps if not r["valid"]]
     ax.plot([r["jobs"] for r in ok], [r["measured"]["throughput"] for r in ok], "o", label="measured")
     if bad:
         ax.plot([r["jobs"] for r in bad], [r["measured"]["throughput"] for r in bad], "x", color="grey",
                 label="measured (invalid)")
-    curve = doc["prediction"]["points"]
+    curve = doc.prediction["points"]
     ax.plot([p["jobs"] for p in curve], [p["throughput"] for p in curve], "-", label="queueing model")
-    if "predicted" in doc["usl"]:
+    if "predicted" in doc.usl:
         top = max([p["jobs"] for p in curve] + [r["jobs"] for r in steps])
         grid = [1 + i * (top - 1) / 60 for i in range(61)]
-        u = doc["usl"]
+        u = doc.usl
         ax.plot(grid, [float(usl(n, u["lambda"], u["sigma"], u["kappa"])) for n in grid], "--", label="USL")
     ax.set_xlabel("jobs")
     ax.set_ylabel(label)
@@ -148,17 +149,17 @@ def measured_vs_model(doc: dict, label: str) -> str:
     return _svg(fig)
 
 
-def model_response_vs_jobs(doc: dict) -> str:
+def model_response_vs_jobs(doc: Calibration) -> str:
     """Mean response time vs jobs, measured and modelled, with the knee (R = 2 x its one-job value)."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
-    steps = [r for r in doc["steps"] if r["valid"]]
+    steps = [r for r in doc.steps if r["valid"]]
     ax.plot([r["jobs"] for r in steps], [r["measured"]["response_time_s"] * 1000 for r in steps], "o",
             label="measured mean")
     ax.plot([r["jobs"] for r in steps], [r["measured"]["p95_s"] * 1000 for r in steps], "^", label="measured p95")
-    curve = doc["prediction"]["points"]
+    curve = doc.prediction["points"]
     ax.plot([p["jobs"] for p in curve], [p["response_time_s"] * 1000 for p in curve], "-", label="model mean")
     ax.plot([p["jobs"] for p in curve], [p["p95_s"] * 1000 for p in curve], ":", label="model p95")
-    knee = doc["prediction"]["knee_jobs"]
+    knee = doc.prediction["knee_jobs"]
     if knee:
         ax.axvline(knee, color="grey", linestyle="--", linewidth=0.8)
         ax.annotate(f"knee {knee}", (knee, ax.get_ylim()[1] * 0.9), fontsize=8)
@@ -170,11 +171,11 @@ def model_response_vs_jobs(doc: dict) -> str:
     return _svg(fig)
 
 
-def utilization_vs_throughput(doc: dict) -> str:
+def utilization_vs_throughput(doc: Calibration) -> str:
     """Busy % of the CPU and every device against throughput: measured points, model lines."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
-    steps = [r for r in doc["steps"] if r["valid"]]
-    curve = doc["prediction"]["points"]
+    steps = [r for r in doc.steps if r["valid"]]
+    curve = doc.prediction["points"]
     names = sorted({k for p in curve for k in p["utilizations"]})
     for i, name in enumerate(names):
         color = f"C{i}"
@@ -193,15 +194,15 @@ def utilization_vs_throughput(doc: dict) -> str:
     return _svg(fig)
 
 
-def anticipation(doc: dict) -> str:
-    """Seed 001's quick curve through the measured point, and after the change."""
+def anticipation(doc: Anticipation) -> str:
+    """Shallahamer's quick curve through the measured point, and after the change."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
-    ax.plot([p["rate"] for p in doc["curve"]], [p["response_time_s"] * 1000 for p in doc["curve"]], "-",
-            label=f"M = {doc['effective_servers']:.2f}")
-    m = doc["measured"]
+    ax.plot([p["rate"] for p in doc.curve], [p["response_time_s"] * 1000 for p in doc.curve], "-",
+            label=f"M = {doc.effective_servers:.2f}")
+    m = doc.measured
     ax.plot([m["rate"]], [m["response_time_s"] * 1000], "o", label=f"measured ({m['jobs']} jobs)")
-    c = doc["change"]
-    if c["service_time_s"] != doc["service_time_s"] or c["servers"] != doc["effective_servers"]:
+    c = doc.change
+    if c["service_time_s"] != doc.service_time_s or c["servers"] != doc.effective_servers:
         ax.plot([p["rate"] for p in c["curve"]], [p["response_time_s"] * 1000 for p in c["curve"]], "--",
                 label="after the change")
     ax.set_xlabel("arrival rate (units/s)")
@@ -252,4 +253,18 @@ def memory_over_time(step: StepResult) -> str:
         twin.plot(xs, ys, color="grey", linewidth=0.8)
         twin.set_ylabel("units/s", color="grey")
     ax.set_title(f"Memory over time ({step.jobs} jobs)")
+    return _svg(fig)
+
+
+def compared_curves(curves: list[tuple[str, list[int], list[float | None]]], ylabel: str, title: str) -> str:
+    """Several runs' measured curves over jobs on one axis (a comparison: baseline and candidates)."""
+    fig, ax = plt.subplots(figsize=(4.6, 3.0))
+    for label, jobs, values in curves:
+        ax.plot(jobs, [v if v is not None else float("nan") for v in values], marker="o", label=label)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("jobs")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    _legend(ax)
     return _svg(fig)

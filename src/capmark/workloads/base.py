@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from capmark.driver.histogram import BUCKETS_PER_E, N_BUCKETS
 from capmark.errors import CapmarkError
+from capmark.histogram import BUCKETS_PER_E, N_BUCKETS
 
 # KPM columns every workload reports; a workload may add its own keys (later families do).
 COMMON_KPMS = (

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 import psycopg
 
+from capmark.config import ROWS_PER_SCALE
 from capmark.engines.postgres import check_privileges
 from capmark.engines.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.workloads.base import DataSize
 
-ROWS_PER_SCALE = 100_000
 MODEL_VERSION = 4  # 4: pgbench's tables (a model of version 3 lacks them, so it is rebuilt)
 RING_JOBS = 32  # jobs beyond this share WAL ring slots (job % RING_JOBS)
 SEQUENCES = ("dl_row_seq", "stress_seq")

@@ -11,9 +11,10 @@ and network tier, and a capmark result compares with pgbench's own on the same s
 
 from __future__ import annotations
 
+from capmark.config import MAX_SEED
 from capmark.workloads.base import ParamSpec, Unit, Workload, kpms, procedure_sql
 from capmark.workloads.datamodel import PGBENCH_ACCOUNTS, PGBENCH_BRANCHES, PGBENCH_TELLERS
-from capmark.workloads.scripts import MAX_SEED, ScriptOptions, ScriptSource, script_functions
+from capmark.workloads.scripts import ScriptOptions, ScriptSource, script_functions
 
 # pgbench 18's built-in scripts as `pgbench --show-script=NAME` prints them (less its "-- NAME: ..." title line),
 # with the tables qualified by schema capmark.

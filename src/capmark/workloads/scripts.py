@@ -19,14 +19,13 @@ from typing import Any
 
 import psycopg
 
+from capmark.config import MAX_SEED, MAX_TRIES, QUERY_MODES
 from capmark.errors import CapmarkError
 from capmark.workloads.base import COMMON_KPMS, DataSize, ParamSpec, Workload
-from capmark.workloads.pgscript import QUERY_MODES, Script, ScriptRunner, parse_script, pgbench_seeds
+from capmark.workloads.pgscript import Script, ScriptRunner, parse_script, pgbench_seeds
 from capmark.workloads.pgscript.interpret import CommandStats, pgbench_variables
 
 MAX_WEIGHT = 1 << 20  # pgbench's own limit on a script weight is INT_MAX; a mix finer than this means nothing
-MAX_TRIES = 1_000_000  # pgbench's --max-tries is an unsigned int; beyond this a run would only spin
-MAX_SEED = (1 << 64) - 1  # pgbench's --random-seed is an unsigned 64-bit number
 SCRIPT_PREFIX = "script:"
 
 

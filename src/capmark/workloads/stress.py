@@ -1,4 +1,4 @@
-"""Stress (the seed's load generator): short requests of one or two statements, and their mix."""
+"""Stress (the load generator of the CITI Technical Report 98-3): short requests of one or two statements, and their mix."""
 
 from __future__ import annotations
 

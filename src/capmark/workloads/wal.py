@@ -1,4 +1,4 @@
-"""WAL family (the seeds' log writer): synchronous commits of a given WAL size, and WAL throughput."""
+"""WAL family (the peakmarks guide's log writer, LGWR): synchronous commits of a given WAL size, and WAL throughput."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ The driver calls `read_script` / `parse_script` once, then per client `pgbench_c
 
 from capmark.workloads.pgscript.errors import ScriptError, ScriptRuntimeError
 from capmark.workloads.pgscript.interpret import (
-    QUERY_MODES,
     CommandStats,
     ScriptRunner,
     TxResult,
@@ -18,7 +17,7 @@ from capmark.workloads.pgscript.parse import Script, parse_define, parse_script,
 from capmark.workloads.pgscript.randoms import PgPrng, pgbench_seeds
 
 __all__ = [
-    "QUERY_MODES", "CommandStats", "PgPrng", "Script", "ScriptError", "ScriptRunner", "ScriptRuntimeError",
+    "CommandStats", "PgPrng", "Script", "ScriptError", "ScriptRunner", "ScriptRuntimeError",
     "TxResult", "parse_define", "parse_script", "pgbench_client", "pgbench_seeds", "pgbench_variables",
     "read_script",
 ]

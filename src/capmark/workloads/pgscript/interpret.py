@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from psycopg import pq
 
+from capmark.config import QUERY_MODES
 from capmark.workloads.pgscript.errors import ExprError, ScriptError, ScriptRuntimeError, sentence, where
 from capmark.workloads.pgscript.parse import (
     Command,
@@ -49,7 +50,6 @@ from capmark.workloads.pgscript.parse import (
 from capmark.workloads.pgscript.randoms import PgbenchSeeds, PgPrng, RandomSource, pgbench_seeds, to_int64
 from capmark.workloads.pgscript.values import EvalContext, TextValue, compile_expr, to_text, truth
 
-QUERY_MODES = ("simple", "extended", "prepared")
 RETRYABLE = {"40001": "serialization", "40P01": "deadlock"}  # the SQLSTATEs pgbench retries
 SHELL_OUTPUT_CHARS = 63  # pgbench reads one line of at most this many characters from \setshell
 SHELL_COMMAND_CHARS = 255  # and refuses a longer \shell command line

@@ -1,13 +1,25 @@
-"""JSON export of a stored run: the same content as the console tables, with units (schema in docs/)."""
+"""The export of a stored run (capmark.run/1): the same content as the console tables, with units."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from capmark.analysis.demands import demands_of
+from capmark.analysis.document import Document
 from capmark.measure import kpm, noise
 from capmark.results import RunResult, TestResult
 
-SCHEMA_ID = "capmark.run/1"
+
+@dataclass(kw_only=True)
+class RunExport(Document):
+    """The run's record, its environment and target, and per test its steps' KPMs, latency and demands."""
+
+    SCHEMA = "capmark.run/1"
+    run: dict[str, Any]
+    environment: dict[str, Any]
+    target: dict[str, Any]
+    tests: list[dict[str, Any]]
 
 
 def columns(test: TestResult) -> list[dict[str, Any]]:
@@ -18,7 +30,7 @@ def columns(test: TestResult) -> list[dict[str, Any]]:
 def test_to_json(test: TestResult) -> dict[str, Any]:
     steps = []
     for step in test.steps:
-        values, reasons = kpm.compute(step, test.per_unit)
+        values, reasons = kpm.of(step, test.per_unit)
         lat = step.latency.summary()
         steps.append({
             "ordinal": step.ordinal, "jobs": step.jobs, "repeat": noise.repeat_of(step), "status": step.status,
@@ -33,9 +45,7 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
             "load_nodes": ((step.instruments or {}).get("cluster") or {}).get("nodes"),
             "scripts": ((step.instruments or {}).get("unit_stats") or {}).get("scripts"),
         })
-    from capmark.report.demands import test_document
-
-    return {"demands": test_document(test) if test.steps else None,
+    return {"demands": demands_of(test).to_json() if test.steps else None,
             "ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
             "throughput_unit": test.throughput_label, "mode": test.mode, "params": test.params,
             "status": test.status, "reason": test.reason, "quiesce_s": test.quiesce_s, "columns": columns(test),
@@ -55,16 +65,15 @@ def repeatability_doc(test: TestResult) -> dict[str, Any]:
             "jobs": [r.to_dict() for r in noise.analyse(test.steps, list(test.kpms), test.per_unit)]}
 
 
-def run_to_json(run: RunResult) -> dict[str, Any]:
+def run_export(run: RunResult) -> RunExport:
     target = run.target
-    return {
-        "schema": SCHEMA_ID,
-        "run": {"id": run.run_id, "created_at": run.created_at, "status": run.status, "reason": run.reason,
+    return RunExport(
+        run={"id": run.run_id, "created_at": run.created_at, "status": run.status, "reason": run.reason,
                 "pid": run.pid, "heartbeat_at": run.heartbeat_at, "folder": run.folder,
                 "spec": run.spec, "notes": run.setup_notes, "setup_s": run.setup_s},
-        "environment": run.environment,
-        "target": {"version": target.get("version"), "dsn": target.get("dsn_redacted"),
+        environment=run.environment,
+        target={"version": target.get("version"), "dsn": target.get("dsn_redacted"),
                    "embedded": target.get("embedded"), "local": target.get("local"),
                    "capabilities": target.get("capabilities"), "devices": target.get("devices")},
-        "tests": [test_to_json(t) for t in run.tests],
-    }
+        tests=[test_to_json(t) for t in run.tests],
+    )

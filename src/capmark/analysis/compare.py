@@ -1,0 +1,500 @@
+"""Baseline against candidate runs: what changed, and whether beyond noise (the capmark.compare/1 document).
+
+Tests are matched by workload, mode and parameters, steps by their number of jobs; what has no partner is listed,
+never guessed. For every matched step each key performance metric gets its change and verdict
+(capmark.analysis.significance); beside them the environment's differences, which service-demand components moved,
+the calibrated models' maximum throughput and knee, and the diagnosis findings that appeared or vanished.
+From stored runs only: no database, no rendering.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from capmark.analysis import significance as sig
+from capmark.analysis.document import Document
+from capmark.analysis.significance import Better, Change, Verdict
+from capmark.errors import CapmarkError
+from capmark.measure import kpm
+from capmark.measure.demands import Component, step_demands
+from capmark.measure.noise import repeat_of
+from capmark.measure.validity import problems
+from capmark.results import RunResult, StepResult, TestResult
+
+# Figures that are better higher: work done per second.
+HIGHER_BETTER = ("throughput", "throughput_per_job", "rows_per_s", "mops", "scan_mb_per_s", "commits_per_s",
+                 "logical_reads_per_s", "wal_mb_per_s")
+# Figures that are better lower: times, per unit of work or per operation.
+LOWER_BETTER = ("rt_mean_ms", "rt_p50_ms", "rt_p95_ms", "rt_p99_ms", "rt_max_ms", "rt_mean_s", "db_read_ms",
+                "device_read_ms", "wal_flush_ms_per_commit", "lag_p99_ms", "lag_max_ms")
+# Proportional to the 1 s throughput series: they share its batch means.
+FROM_SERIES = ("throughput", "throughput_per_job", "rows_per_s", "mops")
+# The mean response time follows from the 1 s throughput by Little's law (closed loop only).
+FROM_LITTLE = {"rt_mean_ms": 1e3, "rt_mean_s": 1.0}
+# Not compared: the step plan's own figures.
+SKIPPED = ("jobs", "elapsed_s")
+# A service-demand component "moved" when it changed by at least this much (the demands report's threshold for a
+# component that varies with concurrency) and is above its noise floor in either run.
+DEMAND_MOVED_PCT = 20.0
+DEMAND_FLOOR_TIME_S = 1e-6  # 1 us per unit: below, a time demand is rounding
+DEMAND_FLOOR_BYTES = 100.0  # 100 bytes per unit
+DEMAND_FLOOR_COUNT = 0.05  # 0.05 operations per unit
+# How far beyond the most jobs either run measured the models are solved, for their maximum and knee.
+MODEL_RANGE = 2
+# Environment entries that differ between any two runs without describing the platform.
+VOLATILE = ("database_host.boot_id", "spec.results_dir", "spec.data_dir", "spec.expected_s", "spec.dsn")
+# What of the run specification describes the measurement (the rest is where it was stored).
+SPEC_KEYS = ("warmup_s", "duration_s", "mode", "scale", "params", "collectors", "think_s", "rate",
+             "nested_statements", "host_metrics", "driver_procs", "query_mode", "max_tries", "repeat")
+
+
+def better_of(key: str) -> Better:
+    if key in HIGHER_BETTER:
+        return Better.HIGHER
+    if key in LOWER_BETTER:
+        return Better.LOWER
+    return Better.NEITHER
+
+
+@dataclass
+class KpmChange:
+    kpm: str
+    label: str
+    unit: str
+    digits: int  # decimals the KPM is shown with
+    better: str  # higher | lower | neither
+    baseline: float | None
+    candidate: float | None
+    change_pct: float | None
+    ci_low_pct: float | None  # 95 % interval of the change; None: not tested
+    ci_high_pct: float | None
+    p_value: float | None  # Welch's, two-sided
+    p_adjusted: float | None  # Holm-adjusted over every tested figure of the test
+    test: str
+    n_baseline: int
+    n_candidate: int
+    verdict: str
+    reason: str = ""
+
+
+@dataclass
+class DemandChange:
+    key: str
+    label: str
+    group: str
+    unit: str  # display unit; value x scale = displayed value
+    scale: float
+    baseline: float | None
+    candidate: float | None
+    change_pct: float | None
+    moved: bool
+
+
+@dataclass
+class StepComparison:
+    jobs: int
+    baseline_repeats: list[int]  # the repetitions used (valid ones, or all when none is valid)
+    candidate_repeats: list[int]
+    invalid: list[str]  # why a run's steps at this job count failed their self-checks
+    kpms: list[KpmChange] = field(default_factory=list)
+    demands: list[DemandChange] = field(default_factory=list)
+
+    @property
+    def moved(self) -> list[DemandChange]:
+        return [d for d in self.demands if d.moved]
+
+
+@dataclass
+class ModelSummary:
+    max_throughput: float
+    max_throughput_jobs: int
+    knee_jobs: int | None
+    bottleneck: str
+    calibrated_from: list[int]
+
+
+@dataclass
+class ModelChange:
+    answered: bool
+    reason: str = ""
+    solved_up_to: int = 0
+    baseline: ModelSummary | None = None
+    candidate: ModelSummary | None = None
+    max_throughput_change_pct: float | None = None
+
+
+@dataclass
+class DiagnosisChange:
+    baseline_summary: str
+    candidate_summary: str
+    new: list[str]  # findings of the candidate that the baseline did not show
+    vanished: list[str]  # findings of the baseline that the candidate no longer shows
+    kept: list[str]
+
+
+@dataclass
+class Curve:
+    """The measured curve of a test (means over the repetitions used) for the plots."""
+
+    run: str
+    jobs: list[int]
+    throughput: list[float | None]
+    rt_p50_ms: list[float | None]
+    rt_p95_ms: list[float | None]
+
+
+@dataclass
+class TestComparison:
+    __test__ = False  # not a pytest class
+
+    workload: str
+    mode: str
+    params: dict[str, int | str]
+    unit: str
+    throughput_label: str
+    baseline_ordinal: int
+    candidate_ordinal: int
+    steps: list[StepComparison]
+    baseline_only_jobs: list[int]
+    candidate_only_jobs: list[int]
+    model: ModelChange
+    diagnosis: DiagnosisChange
+    baseline_curve: Curve
+    candidate_curve: Curve
+
+
+@dataclass
+class EnvironmentDifference:
+    key: str  # dotted path in the run's environment (or spec.* for the measurement's settings)
+    baseline: Any
+    candidate: Any
+
+
+@dataclass
+class Regression:
+    """A significant slow-down: a figure that got worse beyond noise."""
+
+    candidate: str
+    workload: str
+    jobs: int
+    kpm: str
+    change_pct: float
+    invalid: bool  # a run's steps at this job count failed their self-checks (another program may have done it)
+
+    def sentence(self) -> str:
+        caveat = " (a step failed its self-checks)" if self.invalid else ""
+        return (f"{self.workload} at {self.jobs} jobs: {self.kpm} {self.change_pct:+.1f} % in run "
+                f"{self.candidate}{caveat}")
+
+
+@dataclass
+class CandidateComparison:
+    run: str
+    created_at: str
+    environment: list[EnvironmentDifference]
+    tests: list[TestComparison]
+    baseline_only_tests: list[str]
+    candidate_only_tests: list[str]
+
+
+@dataclass(kw_only=True)
+class Comparison(Document):
+    """A baseline run against one or more candidates: per matched test and step every key metric's change with its
+    test and verdict, and the environment, service demands, models and diagnosis beside them (`capmark compare`)."""
+
+    SCHEMA = "capmark.compare/1"
+    baseline: str
+    baseline_created_at: str
+    candidates: list[CandidateComparison]
+    alpha: float = sig.ALPHA
+    method: str = ("Welch's t-test on the logarithms of the repetition values where both runs repeated a job count, "
+                   "else of batch means of the 1 s throughput series (figures that follow from it only); p-values "
+                   "Holm-adjusted per test; the change's 95 % interval is Welch's, of the ratio")
+
+    def regressions(self, threshold_pct: float = 0.0) -> list[Regression]:
+        """Every significant slow-down of at least threshold_pct (in the figure's own change)."""
+        return [Regression(c.run, t.workload, s.jobs, k.kpm, k.change_pct, bool(s.invalid))
+                for c in self.candidates for t in c.tests for s in t.steps for k in s.kpms
+                if k.verdict == Verdict.SLOWER and k.change_pct is not None and abs(k.change_pct) >= threshold_pct]
+
+
+# --- matching ---------------------------------------------------------------------------------------------------
+
+def test_key(test: TestResult) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in sorted(test.params.items()))
+    return f"{test.workload} ({test.mode}-side{', ' + params if params else ''})"
+
+
+def match_tests(baseline: RunResult, candidate: RunResult
+                ) -> tuple[list[tuple[TestResult, TestResult]], list[str], list[str]]:
+    """Pairs of tests with the same workload, mode and parameters (in run order where a run repeats one), and the
+    keys of those without a partner on either side."""
+    left = [t for t in baseline.tests if t.steps]
+    right = [t for t in candidate.tests if t.steps]
+    pairs = []
+    for t in list(left):
+        partner = next((c for c in right if test_key(c) == test_key(t)), None)
+        if partner is not None:
+            pairs.append((t, partner))
+            left.remove(t)
+            right.remove(partner)
+    return pairs, [test_key(t) for t in left], [test_key(t) for t in right]
+
+
+def used_steps(steps: list[StepResult]) -> list[StepResult]:
+    """The valid repetitions of a job count, or all of them when none is valid (compared, and said so)."""
+    good = [s for s in steps if not problems(s)]
+    return sorted(good or steps, key=repeat_of)
+
+
+def _by_jobs(test: TestResult) -> dict[int, list[StepResult]]:
+    out: dict[int, list[StepResult]] = {}
+    for s in test.steps:
+        if s.status == "ok" and s.units:
+            out.setdefault(s.jobs, []).append(s)
+    return out
+
+
+# --- figures ----------------------------------------------------------------------------------------------------
+
+def _mean(values: list[float | None]) -> float | None:
+    got = [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    return statistics.fmean(got) if len(got) == len(values) and got else None
+
+
+def _series_samples(steps: list[StepResult], key: str, values: list[float]) -> list[float]:
+    """Batch means for a figure that follows from the 1 s series, each step's scaled to its own figure."""
+    out: list[float] = []
+    for step, value in zip(steps, values, strict=True):
+        batches = sig.batch_means(step.series_units)
+        if key in FROM_LITTLE:
+            if step.pacing.get("rate"):
+                return []  # open loop: Little's law gives the arrival rate, not the response time
+            times = sig.little_response_times(batches, step.jobs, step.pacing.get("think_s", 0.0)) if batches else None
+            batches = times or []
+        if len(batches) < 2:
+            return []
+        out += sig.scaled_to(batches, value)
+    return out
+
+
+def _figure_change(key: str, base_steps: list[StepResult], cand_steps: list[StepResult],
+                   base_values: list[float | None], cand_values: list[float | None]) -> Change:
+    b, c = _mean(base_values), _mean(cand_values)
+    if b is None or c is None:
+        return sig.untested(b, c, "not measured in " + ("either run" if b is None and c is None else
+                                                         "the baseline" if b is None else "the candidate"))
+    bv = [float(v) for v in base_values if v is not None]  # all present: _mean is None otherwise
+    cv = [float(v) for v in cand_values if v is not None]
+    if len(bv) >= 2 and len(cv) >= 2:
+        return sig.compare_samples(bv, cv, b, c, sig.WELCH_REPETITIONS)
+    if key in FROM_SERIES or key in FROM_LITTLE:
+        bs = _series_samples(base_steps, key, bv)
+        cs = _series_samples(cand_steps, key, cv)
+        if bs and cs:
+            return sig.compare_samples(bs, cs, b, c, sig.WELCH_BATCHES)
+        return sig.untested(b, c, "the steps' 1 s series are too short for two batches (or the loop was open)")
+    return sig.untested(b, c, "one value per step: measure both runs with --repeat (3 or more) to test it")
+
+
+def _step_comparison(test: TestResult, cand_test: TestResult, jobs: int, base_steps: list[StepResult],
+                     cand_steps: list[StepResult]) -> StepComparison:
+    base_used, cand_used = used_steps(base_steps), used_steps(cand_steps)
+    invalid = [f"{name}: {'; '.join(dict.fromkeys(p for s in steps for p in problems(s)))}"
+               for name, steps in (("baseline", base_steps), ("candidate", cand_steps))
+               if all(problems(s) for s in steps)]
+    base_kpms = [kpm.compute(s, test.per_unit)[0] for s in base_used]
+    cand_kpms = [kpm.compute(s, cand_test.per_unit)[0] for s in cand_used]
+    out = StepComparison(jobs, [repeat_of(s) for s in base_used], [repeat_of(s) for s in cand_used], invalid)
+    for key in dict.fromkeys(test.kpms):
+        if key in SKIPPED or key not in kpm.COLUMNS:
+            continue
+        change = _figure_change(key, base_used, cand_used, [v.get(key) for v in base_kpms],
+                                [v.get(key) for v in cand_kpms])
+        if change.baseline is None and change.candidate is None:
+            continue
+        column = kpm.COLUMNS[key]
+        out.kpms.append(KpmChange(key, column.label, kpm.unit_of(column, test.throughput_label), column.digits,
+                                  better_of(key).value,
+                                  change.baseline, change.candidate, change.change_pct, change.ci_low_pct,
+                                  change.ci_high_pct, change.p_value, None, change.test, change.n_baseline,
+                                  change.n_candidate, Verdict.UNTESTED.value, change.reason))
+    out.demands = demand_changes(base_used, cand_used)
+    return out
+
+
+def _hypothesis(jobs: int, change: KpmChange) -> tuple[int, str]:
+    """What a p-value tests: every figure computed from a step's batch means of the 1 s series (throughput, the
+    figures proportional to it, the mean response time by Little's law, which on the log scale is the same test when
+    there is no think time) tests one hypothesis; with repetitions every figure is measured apart."""
+    if change.test == sig.WELCH_BATCHES:
+        return jobs, "1 s series"
+    return jobs, "throughput" if change.kpm in FROM_SERIES else change.kpm
+
+
+def _adjust(steps: list[StepComparison]) -> None:
+    """Holm over the hypotheses of the test (a hypothesis weighs in with its smallest p-value; a figure's adjusted
+    p-value is never below its own), then each figure's verdict."""
+    family: dict[tuple[int, str], float] = {}
+    for s in steps:
+        for k in s.kpms:
+            if k.p_value is not None:
+                key = _hypothesis(s.jobs, k)
+                family[key] = min(family.get(key, 1.0), k.p_value)
+    adjusted = dict(zip(family, sig.holm(list(family.values())), strict=True))
+    for s in steps:
+        for k in s.kpms:
+            if k.p_value is not None:
+                k.p_adjusted = max(k.p_value, adjusted[_hypothesis(s.jobs, k)])
+            change = Change(k.baseline, k.candidate, k.change_pct, k.ci_low_pct, k.ci_high_pct, k.p_value, k.test,
+                            k.n_baseline, k.n_candidate)
+            k.verdict = sig.verdict(change, Better(k.better), k.p_adjusted).value
+
+
+# --- service demands --------------------------------------------------------------------------------------------
+
+def _demand_floor(time: bool, unit: str) -> float:
+    if time:
+        return DEMAND_FLOOR_TIME_S
+    return DEMAND_FLOOR_BYTES if unit in ("kB", "B") else DEMAND_FLOOR_COUNT
+
+
+def demand_changes(base_steps: list[StepResult], cand_steps: list[StepResult]) -> list[DemandChange]:
+    """Every service-demand component per unit of work (means over the repetitions used), largest move first."""
+    base = [step_demands(s) for s in base_steps]
+    cand = [step_demands(s) for s in cand_steps]
+    comps: dict[str, Component] = {}
+    for _, found in base + cand:
+        comps.update(found)
+    out = []
+    for key, comp in comps.items():
+        b = _mean([d.get(key) for d, _ in base])
+        c = _mean([d.get(key) for d, _ in cand])
+        if b is None and c is None:
+            continue
+        pct = sig.change_pct(b, c)
+        above = max(b or 0.0, c or 0.0) >= _demand_floor(comp.time, comp.unit)
+        moved = above and (pct is None and (b is not None) != (c is not None) or
+                           pct is not None and abs(pct) >= DEMAND_MOVED_PCT)
+        out.append(DemandChange(key, comp.label, comp.group, comp.unit, comp.scale, b, c, pct, moved))
+    out.sort(key=lambda d: (not d.moved, -abs(d.change_pct or 0.0)))
+    return out
+
+
+# --- model, diagnosis, curves -----------------------------------------------------------------------------------
+
+def model_change(baseline: RunResult, base_test: TestResult, candidate: RunResult, cand_test: TestResult
+                 ) -> ModelChange:
+    """Each run's calibrated model solved over the same range: maximum throughput, its jobs, the knee."""
+    from capmark.plan.calibrate import calibrate
+    from capmark.plan.dbhost import database_host, require_host_cpu
+    from capmark.plan.predict import curve
+
+    up_to = MODEL_RANGE * max(s.jobs for s in base_test.steps + cand_test.steps)
+    summaries = []
+    for name, run, test in (("baseline", baseline, base_test), ("candidate", candidate, cand_test)):
+        try:
+            host = database_host(run)
+            require_host_cpu(run, [test], host)
+            model = calibrate(test, None, host)
+            c = curve(model, up_to)
+        except CapmarkError as err:
+            return ModelChange(False, f"the {name}'s model cannot be calibrated: {err}", up_to)
+        summaries.append(ModelSummary(c.max_throughput, c.max_throughput_jobs, c.knee_jobs, c.bottleneck,
+                                      list(model.calibrated_from)))
+    base, cand = summaries
+    return ModelChange(True, "", up_to, base, cand, sig.change_pct(base.max_throughput, cand.max_throughput))
+
+
+def diagnosis_change(base_test: TestResult, cand_test: TestResult) -> DiagnosisChange:
+    from capmark.diagnose.diagnosis import diagnose_test
+
+    b, c = diagnose_test(base_test), diagnose_test(cand_test)
+    before = [f["name"] for f in b["findings"]]
+    after = [f["name"] for f in c["findings"]]
+    return DiagnosisChange(b["summary"], c["summary"], [n for n in after if n not in before],
+                           [n for n in before if n not in after], [n for n in after if n in before])
+
+
+def measured_curve(run: RunResult, test: TestResult) -> Curve:
+    by_jobs = _by_jobs(test)
+    jobs = sorted(by_jobs)
+    rows = [[kpm.compute(s, test.per_unit)[0] for s in used_steps(by_jobs[j])] for j in jobs]
+    return Curve(run.run_id, jobs, *([_mean([v.get(key) for v in r]) for r in rows]
+                                     for key in ("throughput", "rt_p50_ms", "rt_p95_ms")))
+
+
+def compare_tests(baseline: RunResult, base_test: TestResult, candidate: RunResult, cand_test: TestResult
+                  ) -> TestComparison:
+    base_jobs, cand_jobs = _by_jobs(base_test), _by_jobs(cand_test)
+    steps = [_step_comparison(base_test, cand_test, j, base_jobs[j], cand_jobs[j])
+             for j in sorted(set(base_jobs) & set(cand_jobs))]
+    _adjust(steps)
+    return TestComparison(
+        base_test.workload, base_test.mode, dict(base_test.params), base_test.unit, base_test.throughput_label,
+        base_test.ordinal, cand_test.ordinal, steps, sorted(set(base_jobs) - set(cand_jobs)),
+        sorted(set(cand_jobs) - set(base_jobs)), model_change(baseline, base_test, candidate, cand_test),
+        diagnosis_change(base_test, cand_test), measured_curve(baseline, base_test),
+        measured_curve(candidate, cand_test))
+
+
+# --- environment ------------------------------------------------------------------------------------------------
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    else:
+        out[prefix] = value
+
+
+def described(run: RunResult) -> dict[str, Any]:
+    """What the run stored about its platform and measurement, flat: database version and settings, cores,
+    memory, kernel, capmark's version, and the measurement's settings (spec.*)."""
+    out: dict[str, Any] = {}
+    _flatten(run.environment, "", out)
+    _flatten({k: run.spec[k] for k in SPEC_KEYS if k in run.spec}, "spec", out)
+    return {k: v for k, v in out.items() if k not in VOLATILE}
+
+
+def environment_differences(baseline: RunResult, candidate: RunResult) -> list[EnvironmentDifference]:
+    b, c = described(baseline), described(candidate)
+    return [EnvironmentDifference(k, b.get(k), c.get(k)) for k in sorted(b.keys() | c.keys()) if b.get(k) != c.get(k)]
+
+
+# --- the document -----------------------------------------------------------------------------------------------
+
+Progress = Callable[[str], None]
+
+
+def compare_run(baseline: RunResult, candidate: RunResult, progress: Progress | None = None) -> CandidateComparison:
+    pairs, baseline_only, candidate_only = match_tests(baseline, candidate)
+    tests = []
+    for b, c in pairs:
+        if progress:
+            progress(f"comparing {b.workload} with run {candidate.run_id}")
+        tests.append(compare_tests(baseline, b, candidate, c))
+    return CandidateComparison(candidate.run_id, candidate.created_at, environment_differences(baseline, candidate),
+                               tests, baseline_only, candidate_only)
+
+
+def compare_runs(baseline: RunResult, candidates: list[RunResult], progress: Progress | None = None) -> Comparison:
+    """The comparison of a baseline run with each candidate. A candidate that shares no test with the baseline is
+    refused in one sentence, so that an empty document is never taken for "nothing changed"."""
+    out = []
+    for cand in candidates:
+        if cand.run_id == baseline.run_id:
+            raise CapmarkError(f"Run {cand.run_id} is both the baseline and a candidate; name two different runs.")
+        doc = compare_run(baseline, cand, progress)
+        if not doc.tests:
+            mine = ", ".join(doc.baseline_only_tests) or "none with a measured step"
+            theirs = ", ".join(doc.candidate_only_tests) or "none with a measured step"
+            raise CapmarkError(f"Runs {baseline.run_id} and {cand.run_id} have no test in common (same workload, "
+                               f"mode and parameters, with a measured step): the baseline has {mine}; the "
+                               f"candidate has {theirs}.")
+        out.append(doc)
+    return Comparison(baseline=baseline.run_id, baseline_created_at=baseline.created_at, candidates=out)

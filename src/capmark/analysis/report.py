@@ -1,0 +1,94 @@
+"""Everything the HTML report shows, computed once from a stored run: the renderer only lays it out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capmark.analysis.demands import TestDemands, demands_of
+from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
+from capmark.analysis.document import TestAnswer
+from capmark.analysis.headline import Headline, headline
+from capmark.analysis.planning import Anticipation, Calibration, anticipation_of, calibration_of
+from capmark.errors import CapmarkError
+from capmark.measure.validity import cautions, problems
+from capmark.plan.dbhost import database_host
+from capmark.results import RunResult, TestResult
+from capmark.store import load_derived, load_run
+
+
+@dataclass(kw_only=True)
+class TestReport:
+    """One test's part of the report: its analyses, or for each one the sentence saying why it is missing."""
+
+    __test__ = False  # a document, not a test class (pytest collects names starting with Test)
+
+    test: TestResult
+    invalid: list[tuple[int, list[str]]]  # steps that failed a self-check, with why
+    cautions: list[tuple[int, list[str]]]  # steps that shared the host with other busy programs
+    demands: TestDemands | None
+    calibration: Calibration | None
+    calibration_problem: str
+    anticipation: Anticipation | None
+    anticipation_problem: str
+    saved_whatif: dict[str, Any] | None  # what `capmark whatif --save` stored for this test
+    saved_size: dict[str, Any] | None
+    headline: Headline
+
+
+@dataclass(kw_only=True)
+class ReportDocuments:
+    run: RunResult
+    diagnosis: DiagnosisDocument
+    tests: list[TestReport] = field(default_factory=list)
+
+    @property
+    def headlines(self) -> list[Headline]:
+        return [t.headline for t in self.tests if t.test.steps]
+
+
+def _calibration(test: TestResult, run: RunResult) -> TestAnswer[Calibration]:
+    try:
+        return TestAnswer(workload=test.workload, ordinal=test.ordinal,
+                          answer=calibration_of(test, database_host(run)))
+    except CapmarkError as err:
+        return TestAnswer(workload=test.workload, ordinal=test.ordinal, reason=str(err))
+
+
+def _anticipation(test: TestResult) -> TestAnswer[Anticipation]:
+    try:
+        return TestAnswer(workload=test.workload, ordinal=test.ordinal, answer=anticipation_of(test))
+    except CapmarkError as err:
+        return TestAnswer(workload=test.workload, ordinal=test.ordinal, reason=str(err))
+
+
+def report_documents(run: RunResult, saved: dict[str, dict[int, Any]] | None = None) -> ReportDocuments:
+    """The report's content. `saved` holds the analyses users stored with --save, by kind and test ordinal."""
+    saved = saved or {}
+    diagnosis = diagnosis_document(run)
+    diagnosed = iter(diagnosis.tests)  # one per measured test, in the run's order
+    docs = ReportDocuments(run=run, diagnosis=diagnosis)
+    for test in run.tests:
+        measured = bool(test.steps)
+        model = _calibration(test, run) if measured else None
+        quick = _anticipation(test) if measured else None
+        diag = next(diagnosed) if measured else None
+        docs.tests.append(TestReport(
+            test=test,
+            invalid=[(s.jobs, why) for s in test.steps if (why := problems(s))],
+            cautions=[(s.jobs, why) for s in test.steps if (why := cautions(s))],
+            demands=demands_of(test) if measured else None,
+            calibration=model.answer if model else None, calibration_problem=model.reason if model else "",
+            anticipation=quick.answer if quick else None, anticipation_problem=quick.reason if quick else "",
+            saved_whatif=saved.get("whatif", {}).get(test.ordinal), saved_size=saved.get("size", {}).get(test.ordinal),
+            headline=headline(test, model.answer if model else None, diag, model.reason if model else "")))
+    return docs
+
+
+SAVED_KINDS = ("whatif", "size")  # analyses users keep with the run (--save) and the report shows
+
+
+def stored_report_documents(folder: Path) -> ReportDocuments:
+    """The report's content for the run stored in `folder`, with the analyses saved beside it."""
+    return report_documents(load_run(folder), {kind: load_derived(folder, kind) for kind in SAVED_KINDS})

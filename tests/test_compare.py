@@ -1,0 +1,393 @@
+"""capmark compare: the statistics against scipy, and real runs on the embedded server (a commit-bound workload
+with synchronous_commit on and off must differ; identical runs must not)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import statistics
+
+import numpy as np
+import psycopg
+import pytest
+from scipy import stats
+
+from capmark import api, runner
+from capmark.analysis import significance as sig
+from capmark.analysis.compare import Comparison, compare_tests, environment_differences, match_tests
+from capmark.analysis.significance import Better, Change, Verdict
+from capmark.config import RunSpec
+from capmark.driver import quiesce
+from capmark.histogram import LatencyHistogram
+from capmark.results import RunResult, StepResult, TestResult
+
+# Two samples whose variances differ tenfold: Student's pooled test and Welch's give clearly different p-values.
+BASE = [100.0, 101.5, 99.2, 100.8, 98.9]
+CAND = [104.0, 96.0, 110.0, 92.0, 107.0, 101.0]
+
+
+# --- significance: pure functions ---------------------------------------------------------------------------
+
+def _logs(values: list[float]) -> list[float]:
+    return [math.log(v) for v in values]
+
+
+def test_p_value_is_welchs_on_the_logarithms_not_students_nor_the_raw_values():
+    welch = stats.ttest_ind(_logs(CAND), _logs(BASE), equal_var=False).pvalue
+    student = stats.ttest_ind(_logs(CAND), _logs(BASE), equal_var=True).pvalue
+    raw = stats.ttest_ind(CAND, BASE, equal_var=False).pvalue
+    assert min(abs(welch - student), abs(welch - raw)) > 0.005  # the data tell the three apart
+    got = sig.compare_samples(BASE, CAND, statistics.fmean(BASE), statistics.fmean(CAND), sig.WELCH_BATCHES)
+    assert got.p_value == pytest.approx(welch, rel=1e-9)
+
+
+def test_interval_is_welchs_interval_of_the_log_ratio():
+    b = [1000.0, 1100.0, 950.0, 1020.0, 990.0]
+    c = [1500.0, 1300.0, 1450.0, 1380.0, 1600.0]
+    got = sig.compare_samples(b, c, statistics.fmean(b), statistics.fmean(c), sig.WELCH_BATCHES)
+    ci = stats.ttest_ind(_logs(c), _logs(b), equal_var=False).confidence_interval(0.95)
+    assert got.ci_low_pct == pytest.approx((math.exp(ci.low) - 1) * 100, rel=1e-9)
+    assert got.ci_high_pct == pytest.approx((math.exp(ci.high) - 1) * 100, rel=1e-9)
+    assert got.change_pct == pytest.approx((statistics.fmean(c) / statistics.fmean(b) - 1) * 100)
+    assert got.ci_low_pct < got.change_pct < got.ci_high_pct
+
+
+def test_interval_excludes_no_change_exactly_when_the_test_rejects():
+    rng = np.random.default_rng(3)
+    for shift in (0.0, 0.01, 0.02, 0.03, 0.05, -0.03):
+        b = list(rng.normal(1000, 15, 5))
+        c = list(rng.normal(1000 * (1 + shift), 15, 5))
+        change = sig.compare_samples(b, c, statistics.fmean(b), statistics.fmean(c), sig.WELCH_BATCHES)
+        assert (change.ci_low_pct > 0 or change.ci_high_pct < 0) == (change.p_value < 0.05), (shift, change)
+
+
+def test_a_tenfold_change_with_proportional_noise_is_significant():
+    """Batch means of a commit-bound step with its flush (about 2,000/s) and without it (about 20,000/s), each with
+    30 % spread from a busy machine: on the raw scale the fast run's spread leaves Welch's test two degrees of
+    freedom and p above 5 %; on the log scale the ratio is plain."""
+    b, c = [2152.0, 2136.0, 1028.0], [23514.0, 12680.0, 12728.0]
+    assert stats.ttest_ind(c, b, equal_var=False).pvalue > 0.05
+    got = sig.compare_samples(b, c, statistics.fmean(b), statistics.fmean(c), sig.WELCH_BATCHES)
+    assert got.p_value < 0.01 and got.ci_low_pct > 100
+
+
+def test_batch_means_are_moved_to_the_steps_figure_with_their_relative_spread():
+    assert sig.scaled_to([90.0, 110.0, 100.0], 50.0) == pytest.approx([45.0, 55.0, 50.0])
+
+
+def test_zero_or_no_spread_is_not_tested():
+    assert sig.compare_samples([0.0, 1.0], [1.0, 2.0], 0.5, 1.5, sig.WELCH_BATCHES).p_value is None
+    same = sig.compare_samples([5.0, 5.0], [5.0, 5.0], 5.0, 5.0, sig.WELCH_BATCHES)
+    assert same.p_value is None and "spread" in same.reason
+
+
+def test_batch_means_leave_out_the_last_second_and_the_odd_first_ones():
+    series = [7, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 999]  # 11 full seconds -> 5 batches of 2, the first dropped
+    assert sig.batch_means(series) == [2.0, 6.0, 10.0, 14.0, 18.0]
+    assert sig.batch_means([5, 6, 7, 8]) == []  # 3 full seconds: one batch of two at most
+
+
+def test_batch_means_keep_the_false_positive_rate_near_alpha_where_raw_seconds_do_not():
+    """Identical AR(1) processes (lag-1 correlation 0.5, as a checkpoint or a busy neighbour makes): Welch on the
+    raw seconds calls noise a change in about a quarter of the pairs, on batch means far fewer; for independent
+    seconds the batch-means test holds its level (4,000 pairs: the binomial standard error is 0.35 %)."""
+    rng = np.random.default_rng(11)
+
+    def series(rho: float, count: int) -> np.ndarray:
+        x = np.zeros((count, 62))
+        noise = rng.normal(0, 1, (count, 62))
+        for i in range(1, 62):
+            x[:, i] = rho * x[:, i - 1] + noise[:, i]
+        return 1000 + 30 * x[:, 50:]  # 12 seconds after a burn-in
+
+    def rates(rho: float, pairs: int) -> tuple[float, float]:
+        a, b = series(rho, pairs), series(rho, pairs)
+        batched = stats.ttest_ind(np.log([sig.batch_means(list(r)) for r in b]),
+                                  np.log([sig.batch_means(list(r)) for r in a]), axis=1, equal_var=False).pvalue
+        raw = stats.ttest_ind(b[:, :-1], a[:, :-1], axis=1, equal_var=False).pvalue
+        return float(np.mean(batched < sig.ALPHA)), float(np.mean(raw < sig.ALPHA))
+
+    independent, _ = rates(0.0, 4000)
+    assert 0.035 <= independent <= 0.065
+    batched, raw = rates(0.5, 4000)
+    assert raw > 0.2 and batched < raw * 0.65
+
+
+def test_little_response_times():
+    assert sig.little_response_times([1000.0, 500.0], jobs=2, think_s=0.001) == pytest.approx([0.001, 0.003])
+    assert sig.little_response_times([1000.0, 0.0], jobs=2, think_s=0.0) is None
+
+
+def test_holm_matches_the_textbook_adjustment():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> x4, x3, x2, x1 = 0.02, 0.03, 0.06, 0.04 -> running maximum
+    assert sig.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+
+
+@pytest.mark.parametrize(("better", "base", "cand", "expected"), [
+    (Better.HIGHER, 100.0, 120.0, Verdict.FASTER), (Better.HIGHER, 100.0, 80.0, Verdict.SLOWER),
+    (Better.LOWER, 2.0, 1.0, Verdict.FASTER), (Better.LOWER, 1.0, 2.0, Verdict.SLOWER),
+    (Better.NEITHER, 1.0, 2.0, Verdict.HIGHER), (Better.NEITHER, 2.0, 1.0, Verdict.LOWER)])
+def test_verdict_direction(better, base, cand, expected):
+    change = Change(base, cand, sig.change_pct(base, cand), None, None, 0.001, sig.WELCH_BATCHES, 5, 5)
+    assert sig.verdict(change, better, 0.001) is expected
+    assert sig.verdict(change, better, 0.05) is Verdict.NO_CHANGE  # the level itself is not below it
+    assert sig.verdict(change, better, None) is Verdict.UNTESTED
+
+
+# --- matching and environment, on stored-run records -----------------------------------------------------------
+
+def _step(jobs: int) -> StepResult:
+    return StepResult(1, jobs, "ok", "", 5.0, ["t"], {}, {})
+
+
+def _run(run_id: str, tests: list[tuple[str, str, dict[str, int]]], settings: dict[str, str]) -> RunResult:
+    return RunResult(run_id, "", "", "complete", {"duration_s": 15.0, "results_dir": f"/r/{run_id}"},
+                     {"database": {"version_num": 180006, "settings": settings},
+                      "database_host": {"cores": 2, "boot_id": run_id}}, {},
+                     [TestResult(i, w, "F", "", "u", "tps", mode, params, [], steps=[_step(1)])
+                      for i, (w, mode, params) in enumerate(tests, 1)])
+
+
+def test_tests_match_by_workload_mode_and_parameters():
+    base = _run("a", [("tp-light", "server", {"update_pct": 20}), ("tp-light", "server", {"update_pct": 50}),
+                      ("srv-query1", "server", {})], {})
+    cand = _run("b", [("tp-light", "server", {"update_pct": 50}), ("srv-query1", "client", {})], {})
+    pairs, baseline_only, candidate_only = match_tests(base, cand)
+    assert [(b.ordinal, c.ordinal) for b, c in pairs] == [(2, 1)]
+    assert baseline_only == ["tp-light (server-side, update_pct=20)", "srv-query1 (server-side)"]
+    assert candidate_only == ["srv-query1 (client-side)"]
+
+
+def test_environment_differences_name_what_changed_and_skip_what_always_differs():
+    base = _run("a", [], {"synchronous_commit": "on", "work_mem": "4MB"})
+    cand = _run("b", [], {"synchronous_commit": "off", "work_mem": "4MB", "commit_delay": "10"})
+    diffs = {d.key: (d.baseline, d.candidate) for d in environment_differences(base, cand)}
+    assert diffs == {"database.settings.synchronous_commit": ("on", "off"),
+                     "database.settings.commit_delay": (None, "10")}  # boot id and results folder left out
+
+
+def _repeated_run(run_id: str, throughputs: list[float], jobs: list[int] | None = None) -> RunResult:
+    """A test measured once per value (at one job, or at the jobs given, once each): 10 s windows of units that
+    each take jobs / throughput (Little's law)."""
+    steps = []
+    for rep, x in enumerate(throughputs, 1):
+        n = jobs[rep - 1] if jobs else 1
+        latency = n / x
+        hist = LatencyHistogram()
+        hist.record(latency)
+        units = int(x * 10)
+        hist.counts = {i: units for i in hist.counts}
+        hist.sum_s = latency * units
+        steps.append(StepResult(rep, n, "ok", "", 10.0, ["t"], {"t": hist}, {"t": 0},
+                                series_units=[units // 10] * 11, repeat=1 if jobs else rep,
+                                pacing={"think_s": 0.0, "rate": 0.0}))
+    test = TestResult(1, "srv-query1", "SRV", "", "query", "qps", "server", {},
+                      ["jobs", "throughput", "rt_mean_ms", "rt_p95_ms"], steps=steps)
+    return RunResult(run_id, "", "", "complete", {}, {}, {}, [test])
+
+
+def test_with_repetitions_every_figure_is_tested_across_the_repetition_values():
+    base = _repeated_run("a", [1000, 1050, 900])
+    cand = _repeated_run("b", [1200, 1190, 1400])
+    test = compare_tests(base, base.tests[0], cand, cand.tests[0])
+    figures = {k.kpm: k for k in test.steps[0].kpms}
+    assert {k.test for k in figures.values()} == {sig.WELCH_REPETITIONS}
+    x = figures["throughput"]
+    assert x.p_value == pytest.approx(stats.ttest_ind(_logs([1200, 1190, 1400]), _logs([1000, 1050, 900]),
+                                                      equal_var=False).pvalue, rel=1e-9)
+    assert x.baseline == pytest.approx(2950 / 3) and x.n_baseline == x.n_candidate == 3
+    assert figures["rt_p95_ms"].p_value is not None  # percentiles too, with repetitions
+    # three hypotheses (throughput, mean and p95 response time), Holm-adjusted
+    assert sorted(k.p_adjusted for k in figures.values()) == pytest.approx(
+        sorted(sig.holm([k.p_value for k in figures.values()])))
+    assert not test.model.answered and "CPU" in test.model.reason  # no host CPU in these records: said, not raised
+
+
+def test_steps_match_by_jobs_and_the_rest_is_listed():
+    base = _repeated_run("a", [1000, 1900, 2500], jobs=[1, 2, 4])
+    cand = _repeated_run("b", [1000, 2600], jobs=[1, 3])
+    test = compare_tests(base, base.tests[0], cand, cand.tests[0])
+    assert [s.jobs for s in test.steps] == [1]
+    assert test.baseline_only_jobs == [2, 4] and test.candidate_only_jobs == [3]
+    assert test.baseline_curve.jobs == [1, 2, 4] and test.candidate_curve.throughput == pytest.approx([1000, 2600])
+
+
+# --- real runs on the embedded server -----------------------------------------------------------------------
+
+# short, stable server-side workloads for the false-positive check; a commit-bound one for the real change
+STEADY = ["srv-query1", "srv-query25", "pls-add"]
+COMMIT_BOUND = "stress-update"
+# 7 s windows: 6 full seconds, 3 batch means of 2 s per step
+SHORT = {"warmup_s": 1.0, "duration_s": 7.0, "jobs": [1]}
+BATCHES_PER_STEP = 3
+QUICK_SETTLE_S = 5.0  # the tests' quiesce limit: a device kept busy by other programs is not waited out for 30 s
+
+
+def _set_synchronous_commit(dsn: str, value: str | None) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if value is None:
+            conn.execute("alter system reset synchronous_commit")
+        else:
+            conn.execute(f"alter system set synchronous_commit = '{value}'")
+        conn.execute("select pg_reload_conf()")
+    with psycopg.connect(dsn) as conn:  # a new session reads the reloaded configuration
+        return conn.execute("show synchronous_commit").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def runs(embedded_dsn, tmp_path_factory):
+    """Run A: the steady workloads and the commit-bound one (synchronous_commit on); run B: the steady ones again,
+    nothing changed; run C: the commit-bound one with synchronous_commit off (restored afterwards)."""
+    results = tmp_path_factory.mktemp("compare")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "quiesce", functools.partial(quiesce.quiesce, limit_s=QUICK_SETTLE_S))
+        assert _set_synchronous_commit(embedded_dsn, None) == "on"
+        a = api.run(RunSpec(workloads=[*STEADY, COMMIT_BOUND], dsn=embedded_dsn, results_dir=results, **SHORT))
+        b = api.run(RunSpec(workloads=STEADY, dsn=embedded_dsn, results_dir=results, **SHORT))
+        try:
+            assert _set_synchronous_commit(embedded_dsn, "off") == "off"
+            c = api.run(RunSpec(workloads=[COMMIT_BOUND], dsn=embedded_dsn, results_dir=results, **SHORT))
+        finally:
+            assert _set_synchronous_commit(embedded_dsn, None) == "on"
+    for run in (a, b, c):
+        assert run.status == "complete", run.reason
+    return results, a, b, c
+
+
+@pytest.fixture(scope="module")
+def comparison(runs) -> Comparison:
+    results, a, b, c = runs
+    return api.compare(a.run_id, [b.run_id, c.run_id], results)
+
+
+def _test(doc: Comparison, candidate: str, workload: str):
+    cand = next(c for c in doc.candidates if c.run == candidate)
+    return next(t for t in cand.tests if t.workload == workload)
+
+
+def _figures(test) -> dict[str, object]:
+    return {k.kpm: k for s in test.steps for k in s.kpms}
+
+
+@pytest.mark.db
+def test_synchronous_commit_off_is_significantly_faster(runs, comparison):
+    _, a, _, c = runs
+    test = _test(comparison, c.run_id, COMMIT_BOUND)
+    figures = _figures(test)
+    tput, rt = figures["throughput"], figures["rt_mean_ms"]
+    print(f"sync off: throughput {tput.change_pct:+.0f} % p={tput.p_value:.2g}; mean RT {rt.change_pct:+.0f} %")
+    assert tput.test == sig.WELCH_BATCHES and tput.n_baseline == tput.n_candidate == BATCHES_PER_STEP
+    # a commit that waits for its WAL flush against one that does not: several times the rate
+    assert tput.verdict == Verdict.FASTER and tput.change_pct > 100 and tput.ci_low_pct > 50
+    assert rt.verdict == Verdict.FASTER and rt.change_pct < -50
+    assert figures["rt_p95_ms"].verdict == Verdict.UNTESTED  # one value per step without repetitions
+    env = {d.key: (d.baseline, d.candidate) for d in _candidate(comparison, c.run_id).environment}
+    assert env["database.settings.synchronous_commit"] == ("on", "off")
+    assert {k.split(" (")[0] for k in _candidate(comparison, c.run_id).baseline_only_tests} == set(STEADY)
+    moved = [d.key for s in test.steps for d in s.moved]
+    assert moved, "a commit without its flush must move a service demand (device or WAL time per unit)"
+
+
+def _candidate(doc: Comparison, run_id: str):
+    return next(c for c in doc.candidates if c.run == run_id)
+
+
+@pytest.mark.db
+def test_identical_runs_show_no_significant_change(runs, comparison):
+    """Judged where both runs' steps passed their self-checks: a step that shared the host with other busy programs
+    measured them too (capmark says so and leaves it out of models); then something did change between the runs."""
+    _, _, b, _ = runs
+    lines, judged = [], []
+    for workload in STEADY:
+        test = _test(comparison, b.run_id, workload)
+        tested = [k for k in _figures(test).values() if k.p_value is not None]
+        assert {k.kpm for k in tested} >= {"throughput", "rt_mean_ms"}
+        valid = not any(s.invalid for s in test.steps)
+        lines += [f"{workload} {k.kpm}: {k.change_pct:+.1f} % p={k.p_value:.3f} (Holm {k.p_adjusted:.3f}) "
+                  f"{k.verdict}{'' if valid else ' [a step failed its self-checks]'}" for k in tested]
+        if valid:
+            judged += [line for line in lines if line.startswith(workload)]
+        else:
+            lines += [f"  {why}" for s in test.steps for why in s.invalid]
+    print("\n".join(lines))
+    flagged = [line for line in judged if not line.endswith(Verdict.NO_CHANGE.value)]
+    assert not flagged, flagged
+    if len({line.split()[0] for line in judged}) < len(STEADY):
+        pytest.skip("steps of the unchanged runs failed their self-checks on this busy machine:\n" + "\n".join(lines))
+
+
+@pytest.mark.db
+def test_document_is_strict_json_with_its_schema(comparison):
+    doc = json.loads(json.dumps(comparison.to_json(), allow_nan=False))
+    assert doc["schema"] == "capmark.compare/1"
+    assert [c["run"] for c in doc["candidates"]] == [c.run for c in comparison.candidates]
+    step = doc["candidates"][1]["tests"][0]["steps"][0]
+    assert {"kpm", "baseline", "candidate", "change_pct", "ci_low_pct", "ci_high_pct", "p_value", "p_adjusted",
+            "test", "verdict"} <= set(step["kpms"][0])
+
+
+def _main(args: list[str], monkeypatch, capsys) -> tuple[int, str]:
+    from capmark import cli
+
+    monkeypatch.setattr("sys.argv", ["capmark", *args])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    out = capsys.readouterr()
+    return ended.value.code, out.out + out.err
+
+
+@pytest.mark.db
+def test_fail_on_regression_exit_codes(runs, monkeypatch, capsys):
+    results, a, _, c = runs
+    where = ["--results-dir", str(results)]
+    # synchronous_commit off as the baseline: the run with it on is a significant slow-down
+    code, text = _main(["compare", c.run_id, a.run_id, "--fail-on-regression", "20", *where], monkeypatch, capsys)
+    assert code == 1 and f"{COMMIT_BOUND} at 1 jobs: throughput" in text
+    code, _ = _main(["compare", c.run_id, a.run_id, "--fail-on-regression", "1000000", *where], monkeypatch, capsys)
+    assert code == 0  # no slow-down that large
+    code, _ = _main(["compare", a.run_id, c.run_id, "--fail-on-regression", "0", *where], monkeypatch, capsys)
+    assert code == 0  # faster is not a regression
+    code, text = _main(["compare", a.run_id, "no-such-run", *where], monkeypatch, capsys)
+    assert code == 2 and "no-such-run" in text and "Traceback" not in text and len(text.strip().splitlines()) == 1
+    code, text = _main(["compare", a.run_id, a.run_id, *where], monkeypatch, capsys)
+    assert code == 2 and "both the baseline and a candidate" in text
+
+
+@pytest.mark.db
+def test_html_has_the_overlaid_plots_and_both_runs(runs, tmp_path, monkeypatch, capsys):
+    results, a, _, c = runs
+    out = tmp_path / "cmp.html"
+    code, _ = _main(["compare", a.run_id, c.run_id, "--format", "html", "--output", str(out), "--results-dir",
+                     str(results)], monkeypatch, capsys)
+    page = out.read_text()
+    assert code == 0 and page.count("<svg") == 2  # one matched test: throughput and latency vs jobs
+    assert f"baseline {a.run_id}" in page and f"candidate {c.run_id}" in page  # the plots' legends
+    assert "synchronous_commit" in page
+    assert "<link" not in page and "<script" not in page and 'src="http' not in page  # one offline file
+
+
+@pytest.mark.db
+def test_console_fits_80_columns(comparison):
+    from rich.console import Console
+
+    from capmark.report.compare_console import print_comparison
+
+    console = Console(record=True, width=80, emoji=False)
+    print_comparison(comparison, console)
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "faster" in text and "synchronous_commit: on -> off" in text
+
+
+def test_bad_threshold_is_one_sentence(tmp_path, monkeypatch, capsys):
+    code, text = _main(["compare", "x", "y", "--fail-on-regression", "-5", "--results-dir", str(tmp_path)],
+                       monkeypatch, capsys)
+    assert code == 2 and "--fail-on-regression must be" in text
+
+
+def test_output_without_html_is_refused(tmp_path, monkeypatch, capsys):
+    code, text = _main(["compare", "x", "y", "--output", str(tmp_path / "x.html"), "--results-dir", str(tmp_path)],
+                       monkeypatch, capsys)
+    assert code == 2 and "--format html" in text
+
