@@ -619,7 +619,8 @@ def test_scenario_names_are_printed_as_text():
 
     prediction = {"saturated": False, "throughput": 100.0, "response_time_s": 0.01, "p95_s": 0.02, "stretch": 1.0,
                   "headroom": 0.5, "bottleneck": "CPU", "utilizations": {"CPU": 0.5}, "model": "closed MVA"}
-    doc = WhatIf(unit="query", platform={}, model=[1], baseline={"jobs": 1, "throughput": 100.0},
+    doc = WhatIf(unit="query", platform={}, model=[1], baseline={"jobs": 1, "throughput": 100.0}, converged=True,
+                 unconverged_scenarios=[],
                  scenarios=[{"name": name, "prediction": prediction, "change_vs_baseline_pct": {}}
                             for name in ("Baseline", "[/x]", "[bold]loud")])
     console = Console(file=io.StringIO(), width=200)
