@@ -80,20 +80,20 @@ def test_calibration_reproduces_its_own_step_and_predicts_the_others(run, drift)
     for r in cpu_test.steps:
         assert r["model"]["bottleneck"] == "CPU"  # srv-query1 is CPU bound
         assert r["model"]["cpu_busy_pct"] <= 100.0 + 1e-6
-    pred = cpu_test["prediction"]
+    pred = cpu_test.prediction
     assert pred["points"][-1]["jobs"] == 8 and pred["max_throughput"] > 0
     assert pred["knee_jobs"] is not None and pred["knee_jobs"] > 1
-    assert cpu_test["verdict"]["steps_scored"] == [2, 4]
+    assert cpu_test.verdict["steps_scored"] == [2, 4]
     # the cores' capacity comes from the steps with at most as many jobs as cores, never from the 4-job step
-    scaling = cpu_test["calibration"]["cpu_scaling"]
-    cores = cpu_test["calibration"]["cores"]
+    scaling = cpu_test.calibration["cpu_scaling"]
+    cores = cpu_test.calibration["cores"]
     assert scaling["points"] and all(p["jobs"] <= cores for p in scaling["points"])
     assert len(scaling["effective_cores"]) == cores and scaling["effective_cores"]["1"] == 1.0
     others = _other_programs_share(run.test("srv-query1"))
     if others > OTHER_PROGRAMS_LIMIT:
         pytest.skip(f"other programs used {others:.0%} of the host's busy CPU: the predictions cannot be scored")
     _skip_if_drifted(drift)
-    assert cpu_test["verdict"]["throughput"]["median_abs_pct"] <= THROUGHPUT_MEDIAN_ERROR_PCT, cpu_test["verdict"]
+    assert cpu_test.verdict["throughput"]["median_abs_pct"] <= THROUGHPUT_MEDIAN_ERROR_PCT, cpu_test.verdict
 
 
 def test_group_commit_is_predicted_for_commits(run):
