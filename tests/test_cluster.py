@@ -94,17 +94,19 @@ def test_transactions_on_the_cluster_match_the_servers_statement_counts(embedded
 
 
 def test_the_cluster_offers_the_load_of_the_single_host_driver(embedded_dsn, tmp_path, ray_cluster):
-    """Alternating rounds, best of three each: the two-node cluster's 4 jobs reach at least 0.8 of the single-host
-    worker processes' (benchmarks/cluster_scaling.py measured 1.16x); jobs serialised on one process (Python's
-    global lock) would give about 0.55. Best of two was not enough on the shared CI host: one single-host round
-    read 224,000 and the next 116,000 queries/s."""
+    """Three alternating rounds: the two-node cluster's 4 jobs reach at least 0.8 of the single-host worker
+    processes' (benchmarks/cluster_scaling.py measured 1.16x); jobs serialised on one process (Python's global
+    lock) would give about 0.55 in every round. The median of the rounds' ratios, each round's pair measured side
+    by side: best against best was not enough on the shared CI host, where one lucky single-host round (28,546
+    against 22,213-23,951 queries/s in the others) set the bar."""
     single, spread = [], []
     for _ in range(3):
         for address, into in ((None, single), (ray_cluster.address, spread)):
             _, step = _run(embedded_dsn, tmp_path, "srv-query1", address)
             assert step.status == "ok", step.notes
             into.append(step.units / step.elapsed_s)
-    assert max(spread) >= 0.8 * max(single), (spread, single)
+    ratios = sorted(c / s for c, s in zip(spread, single, strict=True))
+    assert ratios[1] >= 0.8, (spread, single)
 
 
 class _WhenMeasuring(RunObserver):
