@@ -16,17 +16,19 @@ def answer_each(run: RunResult, tests: list[TestResult], what: str,
     if not any(t.steps for t in tests):
         raise CapmarkError(f"Run {run.run_id} has no measured step to {what} (its tests failed or were "
                            "interrupted before a step completed); measure a run with `capmark run` first.")
-    out: list[TestAnswer[P]] = []
-    for t in tests:
-        if not t.steps:
-            out.append(TestAnswer(workload=t.workload, ordinal=t.ordinal,
-                                  reason=f"Test {t.workload} has no measured step (status {t.status})."))
-            continue
-        try:
-            out.append(TestAnswer(workload=t.workload, ordinal=t.ordinal, answer=answer(t)))
-        except CapmarkError as err:
-            out.append(TestAnswer(workload=t.workload, ordinal=t.ordinal, reason=str(err)))
+    out = [answer_of(t, answer) if t.steps else
+           TestAnswer(workload=t.workload, ordinal=t.ordinal,
+                      reason=f"Test {t.workload} has no measured step (status {t.status}).")
+           for t in tests]
     if not any(a.answered for a in out):
         reasons = "; ".join(a.reason.rstrip(".") for a in out)
         raise CapmarkError(f"No test of run {run.run_id} can be used to {what}: {reasons}.")
     return out
+
+
+def answer_of(test: TestResult, answer: Callable[[TestResult], P]) -> TestAnswer[P]:
+    """One test's answer, or the sentence saying why it cannot be answered."""
+    try:
+        return TestAnswer(workload=test.workload, ordinal=test.ordinal, answer=answer(test))
+    except CapmarkError as err:
+        return TestAnswer(workload=test.workload, ordinal=test.ordinal, reason=str(err))

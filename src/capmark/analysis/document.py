@@ -8,7 +8,6 @@ nothing else, so a figure is computed once per command and shown the same way ev
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -79,5 +78,3 @@ def field_names(cls: type) -> list[str]:
     names = [f.name for f in fields(cls)]
     return ["schema", *names] if issubclass(cls, Document) else names
 
-
-Answer = Callable[..., Any]

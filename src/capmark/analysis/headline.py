@@ -4,7 +4,6 @@ what limits it, how much room is left, and what the diagnosis says."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from capmark.analysis.diagnosis import TestDiagnosis
 from capmark.analysis.planning import Calibration
@@ -37,11 +36,6 @@ class Headline:
     steps: int
     peak_at_highest_step: bool  # the plan stopped there: more jobs may go faster still
     problem: str = ""  # why the model is missing, where it is
-
-    def to_json(self) -> dict[str, Any]:
-        from capmark.analysis.document import to_jsonable
-
-        return {k: to_jsonable(v) for k, v in self.__dict__.items()}
 
 
 def _valid_peak(test: TestResult) -> tuple[float | None, int | None]:

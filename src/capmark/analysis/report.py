@@ -6,12 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capmark.analysis.answers import answer_of
 from capmark.analysis.demands import TestDemands, demands_of
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
-from capmark.analysis.document import TestAnswer
 from capmark.analysis.headline import Headline, headline
 from capmark.analysis.planning import Anticipation, Calibration, anticipation_of, calibration_of
-from capmark.errors import CapmarkError
 from capmark.measure.validity import cautions, problems
 from capmark.plan.dbhost import database_host
 from capmark.results import RunResult, TestResult
@@ -48,31 +47,17 @@ class ReportDocuments:
         return [t.headline for t in self.tests if t.test.steps]
 
 
-def _calibration(test: TestResult, run: RunResult) -> TestAnswer[Calibration]:
-    try:
-        return TestAnswer(workload=test.workload, ordinal=test.ordinal,
-                          answer=calibration_of(test, database_host(run)))
-    except CapmarkError as err:
-        return TestAnswer(workload=test.workload, ordinal=test.ordinal, reason=str(err))
-
-
-def _anticipation(test: TestResult) -> TestAnswer[Anticipation]:
-    try:
-        return TestAnswer(workload=test.workload, ordinal=test.ordinal, answer=anticipation_of(test))
-    except CapmarkError as err:
-        return TestAnswer(workload=test.workload, ordinal=test.ordinal, reason=str(err))
-
-
 def report_documents(run: RunResult, saved: dict[str, dict[int, Any]] | None = None) -> ReportDocuments:
     """The report's content. `saved` holds the analyses users stored with --save, by kind and test ordinal."""
     saved = saved or {}
     diagnosis = diagnosis_document(run)
     diagnosed = iter(diagnosis.tests)  # one per measured test, in the run's order
+    host = database_host(run)
     docs = ReportDocuments(run=run, diagnosis=diagnosis)
     for test in run.tests:
         measured = bool(test.steps)
-        model = _calibration(test, run) if measured else None
-        quick = _anticipation(test) if measured else None
+        model = answer_of(test, lambda t: calibration_of(t, host)) if measured else None
+        quick = answer_of(test, anticipation_of) if measured else None
         diag = next(diagnosed) if measured else None
         docs.tests.append(TestReport(
             test=test,
