@@ -52,3 +52,94 @@ class Target(Protocol):
     def snapshot(self, conn: Any) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class DbCounters:
+    """What the database counted over a window, in engine-neutral terms, computed from a stored statistics delta.
+
+    Each engine maps its own views onto these (PostgreSQL: pg_stat_database, pg_stat_wal, pg_stat_io; MySQL and
+    MariaDB: SHOW GLOBAL STATUS and INNODB_METRICS), so that KPMs, demands, models and signatures need no engine
+    names. None: this engine or version does not count it. "Log" is the write-ahead log: PostgreSQL's WAL, InnoDB's
+    redo log.
+    """
+
+    commits: float | None = None  # transactions committed in the database (capmark's own statistics ones included)
+    logical_reads: float | None = None  # page requests: found in the buffer cache or read
+    physical_reads: float | None = None  # pages read from storage into the buffer cache
+    read_bytes: float | None = None  # bytes read from data files
+    read_time_ms: float | None = None  # time spent reading data files
+    page_bytes: int = 8192  # the engine's page (block) size
+    data_writes: dict[str, float] | None = None  # pages written to data files, by writer (who did the writing)
+    data_extends: float | None = None  # pages added to data files
+    data_time_ms: dict[str, float | None] | None = None  # data file read/write/extend/fsync time, by kind
+    log_bytes: float | None = None  # log generated
+    log_records: float | None = None
+    log_full_pages: float | None = None  # full-page images in the log (PostgreSQL)
+    log_writes: float | None = None  # write calls to the log
+    log_fsyncs: float | None = None  # flushes of the log to stable storage: the group-commit server's visits
+    log_write_ms: float | None = None
+    log_fsync_ms: float | None = None
+    log_written_bytes: float | None = None  # log bytes written to disk (may exceed log_bytes: partial pages)
+
+    @property
+    def log_io_measured(self) -> bool:
+        """The log's writes and flushes were counted (their times may still be unmeasured: zero)."""
+        return self.log_writes is not None and self.log_fsyncs is not None
+
+
+Delta = dict[str, list[dict[str, Any]]]  # view -> rows of after - before (numeric columns), as stored with a step
+
+
+class ClientSession(Protocol):
+    """One connection's named statements, run by the client-side driver with as little work per call as possible."""
+
+    round_trips: int
+
+    def run(self, name: str, *params: int | str) -> Any: ...
+
+    def begin(self) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+
+class Engine(Protocol):
+    """A database engine: everything measure, driver and runner need from it. Adding an engine is one subpackage
+    under capmark.engines that provides this, plus its SQL; nothing above the engines names an engine."""
+
+    name: str  # stored as TargetInfo.engine: "postgresql", "mysql"
+    label: str  # for users: "PostgreSQL", "MySQL/MariaDB"
+    schemes: tuple[str, ...]  # DSN URL schemes it serves
+    error: type[Exception]  # base class of its driver's errors
+    server_side: bool  # can run the catalogue's units as server-side procedures
+    log_label: str  # what users call its write-ahead log: "WAL", "redo log"
+
+    def connect(self, dsn: str, *, application_name: str = "capmark", autocommit: bool = True) -> Any: ...
+
+    def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo: ...
+
+    def check_privileges(self, conn: Any) -> None: ...
+
+    def backend_pid(self, conn: Any) -> int: ...
+
+    def is_broken(self, conn: Any) -> bool: ...
+
+    def is_cancel(self, err: BaseException) -> bool: ...
+
+    def session(self, conn: Any, statements: dict[str, str]) -> ClientSession: ...
+
+    def set_session(self, conn: Any, settings: dict[str, str]) -> None: ...
+
+    def snapshot(self, conn: Any, info: TargetInfo, backend_pids: list[int] | None = None,
+                 all_statements: bool = False) -> Delta: ...
+
+    def delta(self, before: Delta, after: Delta) -> Delta: ...
+
+    def flush_own_stats(self, conn: Any, info: TargetInfo) -> None: ...
+
+    def counters(self, delta: Delta) -> DbCounters: ...
