@@ -8,8 +8,8 @@ import pytest
 from scipy.stats import binom
 
 from capmark import api
-from capmark.collect.pgstats import total
 from capmark.config import RunSpec
+from capmark.engines.postgres.stats import total
 from capmark.measure import kpm
 from capmark.workloads import registry
 

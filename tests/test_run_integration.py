@@ -14,9 +14,9 @@ from psycopg.conninfo import make_conninfo
 from scipy.stats import poisson
 
 from capmark import api
-from capmark.collect.pgstats import total
 from capmark.collect.procfs import CPU_FIELDS
 from capmark.config import RunSpec
+from capmark.engines.postgres.stats import total
 from capmark.measure import kpm
 
 pytestmark = pytest.mark.db

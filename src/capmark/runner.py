@@ -20,7 +20,6 @@ import psycopg
 from capmark import suite
 from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
-from capmark.collect.pgstats import statements_rule
 from capmark.config import AUTO_JOBS, MAX_JOBS, RunSpec, default_jobs, env_dsn, redact_dsn
 from capmark.driver import cluster
 from capmark.driver.groups import StepFailed
@@ -29,6 +28,7 @@ from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines import embedded
 from capmark.engines.base import Capability, TargetInfo
 from capmark.engines.postgres import connect, describe
+from capmark.engines.postgres.stats import statements_rule
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
 from capmark.measure import kpm, stepping
 from capmark.results import RunResult, StepResult, TestResult

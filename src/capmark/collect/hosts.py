@@ -19,9 +19,9 @@ import psycopg
 
 from capmark.collect import procfs
 from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
-from capmark.collect.pgstats import flush_own_stats
 from capmark.config import check_host_metrics
 from capmark.engines.base import TargetInfo
+from capmark.engines.postgres.stats import flush_own_stats
 from capmark.errors import CapmarkError
 
 HOST_METRICS_APPLICATION = "capmark host metrics"  # the SQL source's own session: capmark's cost, not the workload

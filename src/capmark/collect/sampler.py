@@ -16,9 +16,9 @@ import psycopg
 
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
-from capmark.collect.pgstats import flush_own_stats
 from capmark.collect.procfs import ProcStat
 from capmark.engines.base import TargetInfo
+from capmark.engines.postgres.stats import flush_own_stats
 from capmark.errors import CapmarkError
 
 CAPMARK_APPLICATION = "capmark"  # every capmark connection's application_name starts with this

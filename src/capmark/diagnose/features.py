@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from capmark.collect.pgstats import total
+from capmark.engines.postgres.stats import total
 from capmark.measure import kpm
 from capmark.measure.demands import demands_of_test, devices, host_busy_s, per_commit, run_queue
 from capmark.measure.reconcile import reconcile

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from capmark.collect.pgstats import flush_own_stats
-from capmark.driver.client import ClientSession
 from capmark.driver.sampling import SliceSampling
 from capmark.engines.base import TargetInfo
+from capmark.engines.postgres.session import ClientSession
+from capmark.engines.postgres.stats import flush_own_stats
 from capmark.engines.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.histogram import LatencyHistogram, bucket_bounds

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from capmark.collect import hosts, netinfo, pgstats
+from capmark.collect import hosts, netinfo
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
@@ -22,6 +22,7 @@ from capmark.driver.groups import Outcome, StepJobs, driver_processes, job_group
 from capmark.driver.jobs import Pacing
 from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
+from capmark.engines.postgres import stats as pgstats
 from capmark.histogram import merge_all
 from capmark.results import StepResult
 from capmark.workloads import sto

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capmark.collect.os import ROLES
-from capmark.collect.pgstats import total
+from capmark.engines.postgres.stats import total
 from capmark.measure.kpm import wal_io, wal_io_per_commit, workload_commits
 from capmark.results import StepResult, TestResult
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from capmark.collect.pgstats import total
+from capmark.engines.postgres.stats import total
 from capmark.results import StepResult
 
 

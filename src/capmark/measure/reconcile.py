@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from capmark.collect.pgstats import total
+from capmark.engines.postgres.stats import total
 from capmark.measure.demands import driver_database_host_s, host_busy_s, other_programs_cpu_s, wal_written_bytes
 from capmark.measure.kpm import BLOCK, db_reads
 from capmark.results import StepResult, WaitKey

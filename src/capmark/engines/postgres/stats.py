@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from typing import Any
 
 import psycopg
 
-from capmark.engines.base import TargetInfo
+from capmark.engines import deltas
+from capmark.engines.base import Delta, TargetInfo
+from capmark.engines.deltas import plain, total
 
 # view -> columns identifying a row (rows are matched on these when taking deltas)
 KEYS: dict[str, tuple[str, ...]] = {
@@ -25,18 +25,10 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, dt.datetime | dt.date):
-        return value.isoformat()
-    return value
-
-
 def _rows(conn: psycopg.Connection, sql: str, params: Any = None) -> list[dict[str, Any]]:
     cur = conn.execute(sql, params)
     names = [c.name for c in cur.description or []]
-    return [{n: _plain(v) for n, v in zip(names, row, strict=True)} for row in cur.fetchall()]
+    return [{n: plain(v) for n, v in zip(names, row, strict=True)} for row in cur.fetchall()]
 
 
 # Top statements keep up to 300 characters of each statement's text. On a shared server that would copy other
@@ -101,52 +93,6 @@ def _read_views(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[i
     return snap
 
 
-def _numeric(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _sum_by_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
-    out: dict[tuple, dict[str, Any]] = {}
-    for row in rows:
-        k = tuple(row.get(c) for c in keys)
-        if k not in out:
-            out[k] = dict(row)
-        else:
-            for name, v in row.items():
-                if _numeric(v) and _numeric(out[k].get(name)):
-                    out[k][name] += v
-    return out
-
-
-def delta(before: dict[str, list[dict]], after: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """after - before for every numeric column, matching rows by their key columns."""
-    out: dict[str, list[dict]] = {}
-    for view, rows_after in after.items():
-        keys = KEYS.get(view, ())
-        b = _sum_by_key(before.get(view, []), keys)
-        a = _sum_by_key(rows_after, keys)
-        rows = []
-        for k, row in a.items():
-            base = b.get(k, {})
-            d = {}
-            for name, v in row.items():
-                if name in keys or not _numeric(v):
-                    d[name] = v
-                else:
-                    prev = base.get(name)
-                    d[name] = v - prev if _numeric(prev) else v
-            rows.append(d)
-        out[view] = rows
-    return out
-
-
-def total(rows: list[dict], column: str, **where: Any) -> float | None:
-    """Sum of a column over rows matching where; None when no row has the column."""
-    values = [r[column] for r in rows if column in r and _numeric(r[column])
-              and all(r.get(k) == v for k, v in where.items())]
-    return float(sum(values)) if values else None
-
-
 # pg_stat_force_next_flush() alone may publish nothing: a backend publishes only when some relation or
 # fixed-numbered statistic is pending, and its transaction counts wait for that. Reading a catalog row makes
 # one pending, so the statement publishes everything this backend counted, its own transaction included.
@@ -157,3 +103,11 @@ def flush_own_stats(conn: psycopg.Connection, info: TargetInfo) -> None:
     """Make this backend publish its pending statistics now (PostgreSQL 15+), so the snapshot sees them."""
     if info.has("force_flush"):
         conn.execute(FLUSH_SQL)
+
+
+def delta(before: Delta, after: Delta) -> Delta:
+    """after - before for every numeric column, matching rows of each view by its key columns."""
+    return deltas.delta(before, after, KEYS)
+
+
+__all__ = ["KEYS", "delta", "flush_own_stats", "snapshot", "statements_rule", "total"]
