@@ -1,0 +1,1 @@
+"""MySQL and MariaDB behind the engine interface (being built)."""
