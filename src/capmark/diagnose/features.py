@@ -10,7 +10,6 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from capmark.engines.postgres.stats import total
 from capmark.measure import kpm
 from capmark.measure.demands import demands_of_test, devices, host_busy_s, per_commit, run_queue
 from capmark.measure.reconcile import reconcile
@@ -93,8 +92,7 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> Ste
     flush_ms = pc.get("wal_flush_ms_per_commit")
     mem_end = step.os.get("memory_end") or {}
     rss = step.os.get("rss_by_role_end") or {}
-    db = step.db_delta.get("database", [])
-    reads = total(db, "blks_read")
+    reads = kpm.counters(step).physical_reads
     why = problems(step)
     return StepView(
         jobs=step.jobs, throughput=values["throughput"], rt_mean_s=lat["mean_s"] or 0.0, rt_p95_s=lat["p95_s"] or 0.0,

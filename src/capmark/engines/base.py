@@ -66,13 +66,18 @@ class DbCounters:
 
     commits: float | None = None  # transactions committed in the database (capmark's own statistics ones included)
     logical_reads: float | None = None  # page requests: found in the buffer cache or read
-    physical_reads: float | None = None  # pages read from storage into the buffer cache
+    physical_reads: float | None = None  # page requests the buffer cache missed (read from the OS or storage)
+    read_ios: float | None = None  # read operations on data files (one may read several pages)
     read_bytes: float | None = None  # bytes read from data files
     read_time_ms: float | None = None  # time spent reading data files
     page_bytes: int = 8192  # the engine's page (block) size
+    io_operations: bool = False  # read_ios and data_writes count IO operations (which may span pages), not pages
     data_writes: dict[str, float] | None = None  # pages written to data files, by writer (who did the writing)
+    data_written_bytes: float | None = None  # bytes written to data files, extensions included
     data_extends: float | None = None  # pages added to data files
+    data_extend_bytes: float | None = None
     data_time_ms: dict[str, float | None] | None = None  # data file read/write/extend/fsync time, by kind
+    io_time_ms: float | None = None  # every IO time the database timed (data files, and the log where counted with them)
     log_bytes: float | None = None  # log generated
     log_records: float | None = None
     log_full_pages: float | None = None  # full-page images in the log (PostgreSQL)

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from capmark.collect.os import ROLES
-from capmark.engines.postgres.stats import total
-from capmark.measure.kpm import wal_io, wal_io_per_commit, workload_commits
+from capmark.engines import registry
+from capmark.measure.kpm import counters, wal_io, wal_io_per_commit, workload_commits
 from capmark.results import StepResult, TestResult
 
 BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum", "io workers", "postmaster",
               "other", "exited processes")
-WRITERS = {"client backend": "backends", "checkpointer": "checkpointer", "background writer": "background writer"}
+# what users call each engine's write-ahead log
+LOG_LABELS = {"postgresql": "WAL", "mysql": "redo log"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,43 +168,38 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             unit="kB", scale=1 / 1024)
 
     # database IO by who did it
-    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
-    if io:
-        for backend_type, who in WRITERS.items():
-            put(f"db_writes_{who.replace(' ', '_')}_blocks", total(io, "writes", backend_type=backend_type) or 0.0,
-                label=f"data blocks written by {who}", group="dbio", unit="blocks")
-        put("db_reads_blocks", total(io, "reads") or 0.0, label="data reads (IOs)", group="dbio", unit="IOs")
-        put("db_extends_blocks", total(io, "extends") or 0.0, label="data extends", group="dbio", unit="blocks")
-        for kind in ("read", "write", "extend", "fsync"):
-            ms = total(io, f"{kind}_time")
-            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, label=f"data {kind} time", group="dbio",
-                unit="ms", scale=1e3, time=True)
-    else:
-        db = step.db_delta.get("database", [])
-        bgw = step.db_delta.get("bgwriter", [])
-        put("db_reads_blocks", total(db, "blks_read"), label="data blocks read", group="dbio", unit="blocks")
-        for legacy, who in (("buffers_checkpoint", "checkpointer"), ("buffers_clean", "background_writer"),
-                            ("buffers_backend", "backends")):
-            put(f"db_writes_{who}_blocks", total(bgw, legacy), label=f"data blocks written by {who.replace('_', ' ')}",
+    db = counters(step)
+    if db.data_writes is not None:
+        for who, blocks in db.data_writes.items():
+            put(f"db_writes_{who.replace(' ', '_')}_blocks", blocks, label=f"data blocks written by {who}",
                 group="dbio", unit="blocks")
-        for kind, col in (("read", "blk_read_time"), ("write", "blk_write_time")):
-            ms = total(db, col)
-            put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, label=f"data {kind} time", group="dbio",
-                unit="ms", scale=1e3, time=True)
+    if db.io_operations:
+        put("db_reads_blocks", db.read_ios, label="data reads (IOs)", group="dbio", unit="IOs")
+    else:
+        put("db_reads_blocks", db.physical_reads, label="data blocks read", group="dbio", unit="blocks")
+    if db.data_extends is not None:
+        put("db_extends_blocks", db.data_extends, label="data extends", group="dbio", unit="blocks")
+    for kind, ms in (db.data_time_ms or {}).items():
+        put(f"db_{kind}_time_s", ms / 1000 if ms is not None else None, label=f"data {kind} time", group="dbio",
+            unit="ms", scale=1e3, time=True)
 
-    # WAL
-    wal = step.db_delta.get("wal", [])
-    put("wal_bytes", total(wal, "wal_bytes"), label="WAL generated", group="wal", unit="kB", scale=1 / 1024)
-    put("wal_records", total(wal, "wal_records"), label="WAL records", group="wal", unit="records")
-    put("wal_fpi", total(wal, "wal_fpi"), label="WAL full-page images", group="wal", unit="images")
+    # the write-ahead log (PostgreSQL's WAL, InnoDB's redo log)
+    log = LOG_LABELS.get(registry.of_delta(step.db_delta).name, "log")
+    put("wal_bytes", db.log_bytes, label=f"{log} generated", group="wal", unit="kB", scale=1 / 1024)
+    if db.log_records is not None:
+        put("wal_records", db.log_records, label=f"{log} records", group="wal", unit="records")
+    if db.log_full_pages is not None:
+        put("wal_fpi", db.log_full_pages, label=f"{log} full-page images", group="wal", unit="images")
     wio = wal_io(step)
     if wio:
-        put("wal_writes", wio["writes"], label="WAL writes", group="wal", unit="writes")
-        put("wal_fsyncs", wio["fsyncs"], label="WAL fsyncs", group="wal", unit="fsyncs")
-        put("wal_write_time_s", wio["write_ms"] / 1000, label="WAL write time", group="wal", unit="ms", scale=1e3, time=True)
-        put("wal_fsync_time_s", wio["fsync_ms"] / 1000, label="WAL fsync time", group="wal", unit="ms", scale=1e3, time=True)
+        put("wal_writes", wio["writes"], label=f"{log} writes", group="wal", unit="writes")
+        put("wal_fsyncs", wio["fsyncs"], label=f"{log} fsyncs", group="wal", unit="fsyncs")
+        put("wal_write_time_s", db.log_write_ms / 1000 if db.log_write_ms is not None else None,
+            label=f"{log} write time", group="wal", unit="ms", scale=1e3, time=True)
+        put("wal_fsync_time_s", db.log_fsync_ms / 1000 if db.log_fsync_ms is not None else None,
+            label=f"{log} fsync time", group="wal", unit="ms", scale=1e3, time=True)
     written = wal_written_bytes(step)
-    put("wal_written_bytes", written, label="WAL written to disk", group="wal", unit="kB", scale=1 / 1024)
+    put("wal_written_bytes", written, label=f"{log} written to disk", group="wal", unit="kB", scale=1 / 1024)
 
     # network tier: the job connections' traffic (round trips are counted by the client-side driver)
     if step.round_trips:
@@ -265,10 +261,7 @@ def devices(step: StepResult) -> dict[str, dict[str, float | None]]:
 
 
 def wal_written_bytes(step: StepResult) -> float | None:
-    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "wal"]
-    if io and any("write_bytes" in r for r in io):
-        return total(io, "write_bytes")
-    return None
+    return counters(step).log_written_bytes
 
 
 def per_commit(step: StepResult) -> dict[str, float | None]:
@@ -277,7 +270,7 @@ def per_commit(step: StepResult) -> dict[str, float | None]:
     Commits are the database's, less capmark's own; a unit may commit more or less than once (a slice call
     adds its own commit), so these are per commit, not per unit."""
     commits = workload_commits(step) or 0.0
-    wal = total(step.db_delta.get("wal", []), "wal_bytes")
+    wal = counters(step).log_bytes
     written = wal_written_bytes(step)
     return {
         "commits": commits,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from capmark.engines.postgres.stats import total
+from capmark.engines import registry
+from capmark.engines.base import DbCounters
 from capmark.results import StepResult
 
 
@@ -61,24 +62,24 @@ COLUMNS: dict[str, KpmColumn] = {c.key: c for c in (
     KpmColumn("lag_max_ms", "Start lag max", "ms", 3),
 )}
 
-BLOCK = 8192
 
 
 def unit_of(column: KpmColumn, throughput_label: str) -> str:
     return column.unit.replace("{tput}", throughput_label)
 
 
+def counters(step: StepResult) -> DbCounters:
+    """What the database counted in the step's window, in engine-neutral terms (from the stored delta)."""
+    return registry.of_delta(step.db_delta).counters(step.db_delta)
+
+
 def wal_io(step: StepResult) -> dict[str, float] | None:
-    """WAL writes, fsyncs and their times (ms) in the window: pg_stat_io (18+) or pg_stat_wal (14-17)."""
-    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "wal"]
-    if io:
-        return {"writes": total(io, "writes") or 0.0, "fsyncs": total(io, "fsyncs") or 0.0,
-                "write_ms": total(io, "write_time") or 0.0, "fsync_ms": total(io, "fsync_time") or 0.0}
-    wal = step.db_delta.get("wal", [])
-    if wal and "wal_write" in wal[0]:
-        return {"writes": total(wal, "wal_write") or 0.0, "fsyncs": total(wal, "wal_sync") or 0.0,
-                "write_ms": total(wal, "wal_write_time") or 0.0, "fsync_ms": total(wal, "wal_sync_time") or 0.0}
-    return None
+    """Log writes, fsyncs and their times (ms) in the window; None where the server does not count them."""
+    c = counters(step)
+    if c.log_writes is None or c.log_fsyncs is None:
+        return None
+    return {"writes": c.log_writes, "fsyncs": c.log_fsyncs, "write_ms": c.log_write_ms or 0.0,
+            "fsync_ms": c.log_fsync_ms or 0.0}
 
 
 def wal_io_per_commit(step: StepResult, commits: float | None) -> dict[str, float | None]:
@@ -93,7 +94,7 @@ def wal_io_per_commit(step: StepResult, commits: float | None) -> dict[str, floa
 def workload_commits(step: StepResult) -> float | None:
     """Commits in the window less capmark's own (its sampler's, control session's and jobs' statistics
     transactions), which the database counts alongside the workload's."""
-    commits = total(step.db_delta.get("database", []), "xact_commit")
+    commits = counters(step).commits
     if commits is None:
         return None
     own = sum((step.instruments or {}).get("capmark_transactions", {}).values())
@@ -138,8 +139,9 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
         if values[key] is None:
             reasons[key] = "no unit of work completed"
 
-    db = step.db_delta.get("database", [])
-    hit, read = total(db, "blks_hit"), total(db, "blks_read")
+    db = counters(step)
+    read = db.physical_reads
+    hit = db.logical_reads - read if db.logical_reads is not None and read is not None else None
     values["logical_reads_per_s"] = (hit + read) / el if hit is not None and read is not None else None
     values["physical_reads_per_s"] = read / el if read is not None else None
     values["buffer_hit_pct"] = 100.0 * hit / (hit + read) if hit is not None and read and hit + read else (
@@ -148,11 +150,9 @@ def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple
         reasons["buffer_hit_pct"] = "no block was accessed"
     commits = workload_commits(step)
     values["commits_per_s"] = commits / el if commits is not None else None
-    wal = total(step.db_delta.get("wal", []), "wal_bytes")
-    if wal is None:
-        wal = total(step.db_delta.get("lsn", []), "wal_lsn_bytes")
+    wal = db.log_bytes
     values["wal_mb_per_s"] = wal / el / 1e6 if wal is not None else None
-    _family_kpms(step, values, reasons, per_unit or {}, el, units, wal, commits, hit, read)
+    _family_kpms(step, values, reasons, per_unit or {}, el, units, wal, commits, hit, read, db)
     _writer_kpms(step, values, reasons, el)
     _storage_kpms(step, values, reasons, el)
     lag = step.schedule_lag
@@ -165,40 +165,31 @@ def _ms(seconds: float | None) -> float | None:
     return seconds * 1000 if seconds is not None else None
 
 
-WRITERS = {"ckpt_blocks_per_s": ("checkpointer", "buffers_checkpoint"),
-           "bgwriter_blocks_per_s": ("background writer", "buffers_clean"),
-           "backend_blocks_per_s": ("client backend", "buffers_backend")}
+# KPM column -> the writer as the engines name it (PostgreSQL's three; another engine's writers show in demands)
+WRITERS = {"ckpt_blocks_per_s": "checkpointer", "bgwriter_blocks_per_s": "background writer",
+           "backend_blocks_per_s": "backends"}
 
 
 def _writer_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], el: float) -> None:
-    """Data blocks written by each writer: pg_stat_io (16+), else pg_stat_bgwriter (14-15)."""
-    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
-    bgw = step.db_delta.get("bgwriter", [])
-    for key, (backend_type, legacy) in WRITERS.items():
-        if io:
-            values[key] = (total(io, "writes", backend_type=backend_type) or 0.0) / el
-        elif bgw and legacy in bgw[0]:
-            values[key] = (total(bgw, legacy) or 0.0) / el
+    """Data blocks written by each writer, where the server says who wrote them."""
+    c = counters(step)
+    writes = c.data_writes
+    for key, who in WRITERS.items():
+        if writes is not None and who in writes:
+            values[key] = writes[who] / el
         else:
             values[key] = None
             reasons[key] = "this server reports no writes per writer"
     blocks = [values[k] for k in WRITERS if values[k] is not None]
-    values["written_mb_per_s"] = sum(blocks) * BLOCK / 1e6 if blocks else None
+    values["written_mb_per_s"] = sum(blocks) * c.page_bytes / 1e6 if blocks else None
 
 
 def db_reads(step: StepResult) -> tuple[float, float, float | None] | None:
     """Data-file reads in the window: (count, bytes, total read time ms or None)."""
-    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
-    if io:
-        reads = total(io, "reads") or 0.0
-        if any("read_bytes" in r for r in io):
-            nbytes = total(io, "read_bytes") or 0.0
-        else:
-            nbytes = sum((r.get("reads") or 0) * (r.get("op_bytes") or BLOCK) for r in io)
-        return reads, nbytes, total(io, "read_time")
-    db = step.db_delta.get("database", [])
-    blks_read = total(db, "blks_read")
-    return (blks_read, blks_read * BLOCK, total(db, "blk_read_time")) if blks_read is not None else None
+    c = counters(step)
+    if c.read_ios is None:
+        return None
+    return c.read_ios, c.read_bytes or 0.0, c.read_time_ms
 
 
 def _storage_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], el: float) -> None:
@@ -234,8 +225,8 @@ def _storage_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, s
 
 def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],
                  el: float, units: int, wal: float | None, commits: float | None, hit: float | None,
-                 read: float | None) -> None:
-    values["scan_mb_per_s"] = ((hit or 0) + (read or 0)) * BLOCK / el / 1e6 if hit is not None else None
+                 read: float | None, db: DbCounters) -> None:
+    values["scan_mb_per_s"] = ((hit or 0) + (read or 0)) * db.page_bytes / el / 1e6 if hit is not None else None
     values["rows_per_s"] = units * per_unit["rows"] / el if "rows" in per_unit else None
     values["mops"] = units * per_unit["ops"] / el / 1e6 if "ops" in per_unit else None
     mean = step.latency.mean_s
@@ -246,13 +237,9 @@ def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
         if value is None:
             reasons[key] = ("this server reports no WAL write/fsync counts" if not wal_io(step)
                             else "the workload committed nothing in the window")
-    ext = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
-    if ext:
-        if any("extend_bytes" in r for r in ext):
-            values["extend_mb_per_s"] = (total(ext, "extend_bytes") or 0.0) / el / 1e6
-        else:
-            values["extend_mb_per_s"] = sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK)
-                                            for r in ext) / el / 1e6
+    if db.data_extend_bytes is not None:
+        values["extend_mb_per_s"] = db.data_extend_bytes / el / 1e6
     else:
         values["extend_mb_per_s"] = None
-        reasons["extend_mb_per_s"] = "pg_stat_io exists from PostgreSQL 16"
+        reasons["extend_mb_per_s"] = ("this server does not count data-file extensions (PostgreSQL counts them from "
+                                      "version 16)")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from capmark.engines.postgres.stats import total
+from capmark.measure import kpm
 from capmark.measure.demands import driver_database_host_s, host_busy_s, other_programs_cpu_s, wal_written_bytes
-from capmark.measure.kpm import BLOCK, db_reads
+from capmark.measure.kpm import db_reads
 from capmark.results import StepResult, WaitKey
 
 THRESHOLD = 0.2  # disagree when the ratio is off by more than 20 %
@@ -59,17 +59,7 @@ def reconcile(step: StepResult) -> list[dict]:
                        "device reads for disk demand; database reads for who asked",
                        "The database read {ratio:.1f} x what reached the device: the difference came from the OS "
                        "page cache (or the device served reads for others)."))
-    io = [r for r in step.db_delta.get("io", []) if r.get("object") == "relation"]
-    db_write: float | None
-    if io:
-        db_write = ((total(io, "write_bytes") or 0.0) if any("write_bytes" in r for r in io)
-                    else sum((r.get("writes") or 0) * (r.get("op_bytes") or BLOCK) for r in io))
-        db_write += sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK) for r in io
-                        if "extend_bytes" not in r) + (total(io, "extend_bytes") or 0.0)
-    else:
-        bgw = step.db_delta.get("bgwriter", [])
-        blocks = sum(total(bgw, c) or 0.0 for c in ("buffers_checkpoint", "buffers_clean", "buffers_backend"))
-        db_write = blocks * BLOCK if bgw else None
+    db_write = kpm.counters(step).data_written_bytes
     wal_written = wal_written_bytes(step)
     all_writes = (db_write or 0.0) + (wal_written or 0.0) if db_write is not None else None
     pairs.append(_pair("database writes (data + WAL) vs device writes", all_writes, dev_write, "bytes",
@@ -82,11 +72,7 @@ def reconcile(step: StepResult) -> list[dict]:
     io_samples = sum(n for k, n in step.waits.items() if WaitKey.of(k).kind == "IO")
     if step.wait_samples:
         sampled_s = io_samples / (step.wait_samples / step.elapsed_s) if step.elapsed_s else None
-        io_ms = sum(total(step.db_delta.get("io", []), c) or 0.0 for c in
-                    ("read_time", "write_time", "extend_time", "fsync_time"))
-        if not step.db_delta.get("io"):
-            db = step.db_delta.get("database", [])
-            io_ms = (total(db, "blk_read_time") or 0.0) + (total(db, "blk_write_time") or 0.0)
+        io_ms = kpm.counters(step).io_time_ms or 0.0
         pairs.append(_pair("IO time: wait-event samples vs database IO timing", sampled_s, io_ms / 1000 or None, "s",
                            "database IO timing (track_io_timing); wait samples only show where time goes",
                            "Wait-event samples see {ratio:.0%} of the IO time the database timed: short IO waits "

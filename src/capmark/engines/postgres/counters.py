@@ -25,14 +25,20 @@ def counters(delta: Delta) -> DbCounters:
     return DbCounters(
         commits=total(db, "xact_commit"),
         logical_reads=hit + read if hit is not None and read is not None else None,
-        physical_reads=_reads(relation, read),
+        physical_reads=read,
+        read_ios=_reads(relation, read),
         read_bytes=_read_bytes(relation, read),
         read_time_ms=total(relation, "read_time") if relation else total(db, "blk_read_time"),
         page_bytes=BLOCK,
+        io_operations=bool(relation),
         data_writes=_writes(relation, delta.get("bgwriter", [])),
+        data_written_bytes=_written_bytes(relation, delta.get("bgwriter", [])),
         data_extends=total(relation, "extends") or 0.0 if relation else None,
+        data_extend_bytes=_extend_bytes(relation),
         data_time_ms=({kind: total(relation, f"{kind}_time") for kind in ("read", "write", "extend", "fsync")}
                       if relation else {"read": total(db, "blk_read_time"), "write": total(db, "blk_write_time")}),
+        io_time_ms=(sum(total(delta["io"], f"{kind}_time") or 0.0 for kind in ("read", "write", "extend", "fsync"))
+                    if delta.get("io") else (total(db, "blk_read_time") or 0.0) + (total(db, "blk_write_time") or 0.0)),
         log_bytes=log_bytes,
         log_records=total(wal, "wal_records"),
         log_full_pages=total(wal, "wal_fpi"),
@@ -50,6 +56,26 @@ def _read_bytes(relation: list[dict], blks_read: float | None) -> float | None:
             return total(relation, "read_bytes") or 0.0
         return float(sum((r.get("reads") or 0) * (r.get("op_bytes") or BLOCK) for r in relation))
     return blks_read * BLOCK if blks_read is not None else None
+
+
+def _written_bytes(relation: list[dict], bgwriter: list[dict]) -> float | None:
+    """Data-file bytes written, extensions included: pg_stat_io (16+), else the writers' blocks (14-15)."""
+    if relation:
+        written = ((total(relation, "write_bytes") or 0.0) if any("write_bytes" in r for r in relation)
+                   else float(sum((r.get("writes") or 0) * (r.get("op_bytes") or BLOCK) for r in relation)))
+        return written + sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK) for r in relation
+                             if "extend_bytes" not in r) + (total(relation, "extend_bytes") or 0.0)
+    if bgwriter:
+        return sum(total(bgwriter, c) or 0.0 for c in LEGACY_WRITERS) * BLOCK
+    return None
+
+
+def _extend_bytes(relation: list[dict]) -> float | None:
+    if not relation:
+        return None
+    if any("extend_bytes" in r for r in relation):
+        return total(relation, "extend_bytes") or 0.0
+    return float(sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK) for r in relation))
 
 
 def _writes(relation: list[dict], bgwriter: list[dict]) -> dict[str, float] | None:

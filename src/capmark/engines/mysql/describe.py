@@ -1,0 +1,151 @@
+"""What capmark records about a MySQL or MariaDB server: version, key settings, capabilities and privileges."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import psutil
+
+from capmark.engines.base import Capability, TargetInfo
+from capmark.engines.mysql.connection import DATABASE, parse
+from capmark.errors import CapmarkError
+
+# Oldest releases capmark measures: the status variables, INNODB_METRICS and performance_schema tables it reads exist
+# in these (MariaDB 10.6 is the oldest maintained long-term release; MySQL 5.7 is past its end of life).
+MIN_MARIADB = (10, 6)
+MIN_MYSQL = (8, 0)
+SUPPORTED = "MariaDB 10.6 or newer, or MySQL 8.0 or newer"
+KEY_SETTINGS = (
+    "innodb_buffer_pool_size", "innodb_flush_log_at_trx_commit", "sync_binlog", "log_bin", "binlog_format",
+    "innodb_log_file_size", "innodb_log_buffer_size", "innodb_flush_method", "innodb_doublewrite",
+    "innodb_io_capacity", "innodb_page_size", "max_connections", "performance_schema", "transaction_isolation",
+    "tx_isolation", "innodb_adaptive_hash_index", "thread_handling", "innodb_flush_neighbors",
+)
+SERVER_PROGRAMS = ("mariadbd", "mysqld")
+
+
+def _scalar(conn: Any, sql: str) -> Any:
+    cur = conn.cursor()
+    try:
+        cur.execute(sql)
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    return row[0] if row else None
+
+
+def _rows(conn: Any, sql: str) -> list[tuple]:
+    cur = conn.cursor()
+    try:
+        cur.execute(sql)
+        return list(cur.fetchall())
+    finally:
+        cur.close()
+
+
+def version_of(text: str) -> tuple[int, int, int]:
+    numbers = [int(n) for n in re.findall(r"\d+", text.split("-")[0])[:3]]
+    return (numbers + [0, 0, 0])[0], (numbers + [0, 0, 0])[1], (numbers + [0, 0, 0])[2]
+
+
+def is_mariadb(version: str) -> bool:
+    return "mariadb" in version.lower()
+
+
+def check_version(version: str) -> None:
+    v = version_of(version)
+    mariadb = is_mariadb(version)
+    if v[:2] < (MIN_MARIADB if mariadb else MIN_MYSQL):
+        name = "MariaDB" if mariadb else "MySQL"
+        raise CapmarkError(f"The server runs {name} {v[0]}.{v[1]}; capmark supports {SUPPORTED}.")
+
+
+def _grants(conn: Any) -> str:
+    return " ".join(str(r[0]) for r in _rows(conn, "SHOW GRANTS")).upper()
+
+
+def _has_process(grants: str) -> bool:
+    return "ALL PRIVILEGES ON *.*" in grants or bool(re.search(r"GRANT [^']*\bPROCESS\b[^']* ON \*\.\*", grants))
+
+
+def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
+    """The server process when it runs on this host (from its pid file, else by program name), else the reason."""
+    if not host_is_local:
+        return None, "the database host is remote, so OS counters of the database host are not visible"
+    pid_file = _scalar(conn, "SELECT @@pid_file")
+    try:
+        with open(str(pid_file)) as handle:
+            pid = int(handle.read().split()[0])
+        if psutil.pid_exists(pid):
+            return pid, ""
+    except (OSError, ValueError, IndexError):
+        pass
+    port = _scalar(conn, "SELECT @@port")
+    candidates = [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] in SERVER_PROGRAMS]
+    if len(candidates) == 1:
+        return candidates[0].pid, ""
+    for proc in candidates:
+        if f"--port={port}" in " ".join(proc.info["cmdline"] or []):
+            return proc.pid, ""
+    return None, ("the server's process is not visible from this host (another container or PID namespace), so OS "
+                  "counters of the database host are not attributed")
+
+
+def detect_capabilities(conn: Any, settings: dict[str, str], grants: str, local: bool,
+                        local_reason: str) -> dict[str, Capability]:
+    caps: dict[str, Capability] = {}
+    process = _has_process(grants)
+    caps["innodb_metrics"] = Capability(process, "" if process else
+                                        "INNODB_METRICS needs the PROCESS privilege (GRANT PROCESS ON *.* TO the user)")
+    caps["other_sessions"] = Capability(process, "" if process else
+                                        "other users' sessions are visible only with the PROCESS privilege")
+    if settings.get("performance_schema", "").upper() not in ("ON", "1"):
+        caps["performance_schema"] = Capability(False, "performance_schema is off (it is switched on only at server "
+                                                       "start: performance_schema=ON in the server's configuration)")
+    else:
+        try:
+            _scalar(conn, "SELECT COUNT(*) FROM performance_schema.threads")
+            caps["performance_schema"] = Capability(True)
+        except Exception:  # noqa: BLE001 - any refusal means the same: not readable by this user
+            caps["performance_schema"] = Capability(False, "this user may not read performance_schema (GRANT SELECT "
+                                                           "ON performance_schema.* TO the user)")
+    caps["os"] = Capability(local and os.path.exists("/proc/stat"), local_reason or
+                            ("" if os.path.exists("/proc/stat") else "this host has no /proc (not Linux)"))
+    return caps
+
+
+def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
+    """Version check, key settings and capabilities of the server behind conn."""
+    target = parse(dsn)
+    version = str(_scalar(conn, "SELECT VERSION()"))
+    check_version(version)
+    v = version_of(version)
+    settings: dict[str, str] = {}
+    for name, value in _rows(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ("
+                                   + ", ".join(f"'{n}'" for n in KEY_SETTINGS) + ")"):
+        settings[str(name)] = str(value)
+    grants = _grants(conn)
+    pid, why = _local_server_pid(conn, target.local)
+    caps = detect_capabilities(conn, settings, grants, pid is not None, why)
+    flavour = "MariaDB" if is_mariadb(version) else "MySQL"
+    return TargetInfo(engine="mysql", version=f"{flavour} {version}", version_num=v[0] * 10000 + v[1] * 100 + v[2],
+                      dsn_redacted=target.redacted(), embedded=embedded, local=pid is not None, local_reason=why,
+                      data_directory=str(_scalar(conn, "SELECT @@datadir") or "") or None, postmaster_pid=pid,
+                      settings=settings, capabilities=caps, statements_view="")
+
+
+def check_privileges(conn: Any) -> None:
+    """capmark needs to create (or own) its database; say so before touching anything."""
+    grants = _grants(conn)
+    if "ALL PRIVILEGES ON *.*" in grants:
+        return
+    user = _scalar(conn, "SELECT CURRENT_USER()")
+    own = re.search(rf"GRANT (.*) ON [`]?{DATABASE}[`]?\.\*", grants.replace("`", "")) or re.search(
+        r"GRANT (.*) ON \*\.\*", grants)
+    needed = ("CREATE", "DROP", "INSERT", "UPDATE", "DELETE", "SELECT", "INDEX", "ALTER")
+    if own and (own.group(1).startswith("ALL") or all(p in own.group(1) for p in needed)):
+        return
+    raise CapmarkError(f"The user {user} may not create and fill tables in database {DATABASE}; run "
+                       f"GRANT ALL ON {DATABASE}.* TO {user}, or connect as a user that may.")
