@@ -25,6 +25,7 @@ from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines.postgres import connect, describe
+from capmark.engines.postgres.engine import POSTGRESQL
 from capmark.measure import kpm
 from capmark.measure.demands import per_commit, sampler_cost, step_demands
 from capmark.measure.validity import interference_problems, problems, storage_problems
@@ -177,7 +178,7 @@ def autovacuum_off(conn: psycopg.Connection) -> Iterator[None]:
 def test_commits_are_the_same_with_and_without_collectors(ctx):
     """srv-query1 commits only at the end of each 1 s slice: 2 per 2 s window, whatever capmark samples."""
     with autovacuum_off(ctx.control):
-        quiesce(ctx.control, [], ctx.host)
+        quiesce(ctx.control, POSTGRESQL, [], ctx.host)
         on = measure(ctx, "srv-query1", collectors=True)
         off = measure(ctx, "srv-query1", collectors=False)
     assert kpm.workload_commits(on) == kpm.workload_commits(off) == 2

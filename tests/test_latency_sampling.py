@@ -12,7 +12,6 @@ import psycopg
 import pytest
 
 from capmark.collect import hosts
-from capmark.driver.quiesce import checkpoint
 from capmark.driver.sampling import (
     IN_LOOP_FACTOR,
     MAX_EVERY,
@@ -25,6 +24,7 @@ from capmark.driver.sampling import (
 )
 from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines.postgres import connect, describe
+from capmark.engines.postgres.maintenance import checkpoint
 from capmark.histogram import N_BUCKETS, RELATIVE_WIDTH, LatencyHistogram
 from capmark.results import StepResult
 from capmark.workloads import datamodel, registry

@@ -16,6 +16,7 @@ from psycopg.conninfo import make_conninfo
 
 from capmark.collect import hosts
 from capmark.driver.quiesce import IDLE_WINDOW_S, quiesce
+from capmark.engines.postgres.engine import POSTGRESQL
 
 pytestmark = pytest.mark.db
 STATS_WAIT_S = 10.0  # the checkpointer reports its counters shortly after the checkpoint ends
@@ -64,7 +65,7 @@ def test_quiesce_checkpoints_the_dirty_buffers_and_waits_a_full_idle_window(embe
         requested = _requested_checkpoints(admin)
         devices = _data_devices(conn)
 
-        result = quiesce(conn, devices, _local(conn), limit_s=30)
+        result = quiesce(conn, POSTGRESQL, devices, _local(conn), limit_s=30)
 
         assert result.checkpoint_done
         assert _dirty_buffers(admin, dbname, filenode) == 0
@@ -104,7 +105,7 @@ def test_a_vacuum_on_capmark_tables_holds_the_wait_until_the_limit(fresh_db: str
             while not conn.execute("select count(*) from pg_stat_progress_vacuum where pid = %s",
                                    (vacuum_pid,)).fetchone()[0] and time.monotonic() < deadline:
                 time.sleep(0.05)
-            result = quiesce(conn, [], _local(conn), limit_s=1.5)
+            result = quiesce(conn, POSTGRESQL, [], _local(conn), limit_s=1.5)
             assert result.limit_hit
             assert result.seconds >= 1.5
             assert "vacuum of capmark.churn" in result.still_busy

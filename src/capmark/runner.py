@@ -15,8 +15,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from capmark import suite
 from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
@@ -26,9 +24,8 @@ from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines import embedded
-from capmark.engines.base import Capability, TargetInfo
-from capmark.engines.postgres import connect, describe
-from capmark.engines.postgres.stats import statements_rule
+from capmark.engines import registry as engines
+from capmark.engines.base import Capability, Engine, TargetInfo
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
 from capmark.measure import kpm, stepping
 from capmark.results import RunResult, StepResult, TestResult
@@ -36,9 +33,6 @@ from capmark.store import DB_NAME, RunStore, load_run, new_run_id
 from capmark.suite import TestPlan
 from capmark.workloads import datamodel
 
-# While a statement of the control session runs, the server checks this often whether capmark is still there
-# (PostgreSQL 14+ on Linux), so that a SIGKILL-ed capmark does not leave a minutes-long data setup running.
-CONTROL_CLIENT_CHECK = "2s"
 # Enough for a local or LAN server to accept a connection; used only to tell why a run failed.
 SERVER_PROBE_TIMEOUT_S = 3
 
@@ -167,19 +161,23 @@ def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObs
 
 def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver, on_stored: OnStored,
                 dsn: str, is_embedded: bool, joined: dict[str, Any] | None) -> RunResult:
-    control = connect(dsn, application_name="capmark control")
+    engine = engines.for_dsn(dsn)
+    control = engine.connect(dsn, application_name="capmark control")
     host: hosts.HostSource | None = None
     try:
-        _end_statements_with_client(control)
-        info = describe(control, dsn, embedded=is_embedded)
-        host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, connect, spec.node_exporter)
+        engine.prepare_control(control)
+        info = engine.describe(control, dsn, embedded=is_embedded)
+        threaded = (None if engine.backend_is_process else
+                    hosts.ThreadedServer(info.postmaster_pid, info.local_reason, engine.server_role))
+        host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, engine.connect, spec.node_exporter,
+                            threaded)
         _describe_host(info, host)
         if (not spec.jobs and not spec.max_jobs and host.facts.cores
                 and host.facts.cores != (os.cpu_count() or 1)):
             plans = plan_tests(spec, host.facts.cores)
             observer.say(f"The database host has {host.facts.cores} cores: the default plan runs up to "
                          f"{max(max(p.jobs) for p in plans)} jobs.")
-        _check_connections(control, max(max(p.jobs) for p in plans))
+        _check_connections(engine, control, max(max(p.jobs) for p in plans))
         size = datamodel.size_for(spec.scale)
         notes: list[str] = []
 
@@ -187,11 +185,13 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
             notes.append(message)
             observer.say(message)
 
-        setup_s = datamodel.setup(control, size, say=say_and_note)
+        setup_s = datamodel.setup(control, size, say=say_and_note, engine=engine)
         if setup_s:
             notes.append(f"data model set up in {setup_s:.1f} s (not part of any measurement)")
         workloads = list({p.workload.name: p.workload for p in plans}.values())
-        datamodel.install_procedures(control, [sql for w in workloads for sql in (*w.helpers_sql, w.procedure_sql)])
+        if any(p.mode == "server" for p in plans):
+            datamodel.install_procedures(control, [sql for w in workloads for sql in (*w.helpers_sql, w.procedure_sql)],
+                                         engine=engine)
         device, device_note = host.data_device(info.data_directory)
         devices = [device] if device else []
         for name, cap in info.capabilities.items():
@@ -201,8 +201,8 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         if device_note:
             notes.append(f"n/a: disk counters: {device_note}")
         notes.extend(f"n/a on the database host: {what}" for what in host.facts.cannot_see)
-        if info.has("pg_stat_statements"):
-            notes.append(statements_rule(spec.all_statements))
+        if info.has("pg_stat_statements") or info.has("performance_schema"):
+            notes.append(engine.statements_rule(spec.all_statements))
         steps = sum(p.steps for p in plans)
         expected = sum(p.expected_s for p in plans)
         auto = [p for p in plans if p.auto_max]
@@ -221,7 +221,7 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
             run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             folder=str(store.folder), status="running", spec=spec_stored,
             environment={**fingerprint(info, host), **({"cluster": joined} if joined else {})},
-            target={**asdict(info), "devices": devices, "started_at": _server_started(control)}, setup_notes=notes,
+            target={**asdict(info), "devices": devices, "started_at": engine.server_started(control)}, setup_notes=notes,
             setup_s=setup_s)
         store.save_run(run_result)
         ctx = StepContext(dsn=dsn, info=info, control=control, host=host, devices=devices, device_note=device_note)
@@ -312,17 +312,18 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     where = f"while preparing {workload.name}"
     try:
         store.save_test(run_result.run_id, test)
+        engine = engines.named(ctx.info.engine)
         for statement in workload.prepare_sql:
-            ctx.control.execute(statement)
+            engine.execute(ctx.control, statement)
         if workload.warm:
-            datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say)
+            datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say, engine=engine)
         settings = workload.session(params) if workload.session else {}
         if spec.nested_statements:
-            if ctx.info.has("pg_stat_statements") and _is_superuser(ctx.control):
+            if ctx.info.has("pg_stat_statements") and _is_superuser(engine, ctx.control):
                 settings = {**settings, "pg_stat_statements.track": "all"}
             else:
                 observer.say("Nested statements are not tracked: needs pg_stat_statements and a superuser.")
-        quiesced = quiesce(ctx.control, ctx.devices, ctx.host)
+        quiesced = quiesce(ctx.control, engine, ctx.devices, ctx.host)
         test.quiesce_s = quiesced.seconds
         if quiesced.note():
             observer.say(quiesced.note())
@@ -340,7 +341,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                 step = run_step(ctx, workload, params, size, step_plan,
                                 functools.partial(observer.step_progress, test, jobs))
             except StepFailed as err:
-                ctx.control.execute("select 1")  # the server or the connection gone: the run cannot go on
+                engine.execute(ctx.control, "select 1")  # the server or the connection gone: the run cannot go on
                 test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) failed: {err}"
                 store.save_test(run_result.run_id, test)
                 observer.say(f"{workload.name} step {step_no} ({_jobs(jobs)}) failed: {err}; skipping the rest of "
@@ -413,7 +414,7 @@ def _what_happened(err: Exception, dsn: str, where: str, started_at: str | None,
     """What stopped the run, in the user's words: the results disk, the server, a connection, or a bug."""
     if isinstance(err, sqlite3.Error):
         return f"the results file {folder / DB_NAME} could not be written {where} ({err})"
-    if isinstance(err, psycopg.Error | CapmarkError):  # CapmarkError: a job connection was refused
+    if isinstance(err, engines.for_dsn(dsn).error | CapmarkError):  # CapmarkError: a job connection was refused
         return _what_the_server_did(err, dsn, where, started_at)
     return f"unexpected {type(err).__name__} {where}: {_first_line(err)}"
 
@@ -427,7 +428,7 @@ def _what_the_server_did(err: Exception, dsn: str, where: str, started_at: str |
         return f"the server stopped {where} ({line})"
     if started_at and now_started != started_at:
         return f"the server restarted {where} ({line})"
-    if isinstance(err, psycopg.errors.AdminShutdown):
+    if engines.for_dsn(dsn).terminated(err):
         return f"another session terminated capmark's connection to the server {where} ({line})"
     if isinstance(err, CapmarkError):
         return f"a connection failed {where}: {line[:1].lower()}{line[1:]}"
@@ -436,21 +437,17 @@ def _what_the_server_did(err: Exception, dsn: str, where: str, started_at: str |
 
 def _probe_server(dsn: str) -> str | None:
     """The server's start time when it answers a fresh connection now, else None."""
+    engine = engines.for_dsn(dsn)
     try:
-        with psycopg.connect(dsn, connect_timeout=SERVER_PROBE_TIMEOUT_S, application_name="capmark probe") as conn:
-            return _server_started(conn)
-    except psycopg.Error:
+        conn = engine.connect(dsn, application_name="capmark probe", timeout_s=SERVER_PROBE_TIMEOUT_S)
+    except (engine.error, CapmarkError):
         return None
-
-
-def _server_started(conn: Any) -> str:
-    return str(conn.execute("select pg_postmaster_start_time()").fetchone()[0])
-
-
-def _end_statements_with_client(control: Any) -> None:
-    """If capmark is killed (SIGKILL) inside a long statement such as the data setup, the server notices the
-    closed socket and cancels the statement instead of finishing it for nobody."""
-    control.execute("select set_config('client_connection_check_interval', %s, false)", (CONTROL_CLIENT_CHECK,))
+    try:
+        return engine.server_started(conn)
+    except engine.error:
+        return None
+    finally:
+        conn.close()
 
 
 def _jobs(n: int) -> str:
@@ -462,14 +459,12 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def _is_superuser(control: Any) -> bool:
-    return control.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()[0]
+def _is_superuser(engine: Engine, control: Any) -> bool:
+    return engine.is_superuser(control)
 
 
-def _check_connections(control: Any, jobs: int) -> None:
-    max_conn = int(control.execute("select current_setting('max_connections')").fetchone()[0])
-    used = int(control.execute("select count(*) from pg_stat_activity where backend_type = 'client backend'"
-                               ).fetchone()[0])
+def _check_connections(engine: Engine, control: Any, jobs: int) -> None:
+    max_conn, used = engine.connection_room(control)
     if jobs + used + 2 > max_conn:
         raise CapmarkError(f"The plan needs {jobs} job connections but the server allows {max_conn} with {used} in "
                            "use; lower --jobs or raise max_connections.")

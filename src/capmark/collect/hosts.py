@@ -160,6 +160,8 @@ class ProcHost:
     driver_on_host: bool
     session_pids: list[int] = field(default_factory=list)  # the SQL source's own backend
     listing_note: str = ""
+    # a server that is one process serving sessions with threads (MySQL): all of its CPU under this role
+    threaded_role: str | None = None
 
     def stat(self) -> procfs.ProcStat | None:
         text = self.reader.read(["/proc/stat"])["/proc/stat"]
@@ -213,8 +215,8 @@ class ProcHost:
                 continue  # the pid was reused by a process outside the instance
             mem = procfs.parse_pid_status(texts.get(f"/proc/{pid}/status") or "")
             cmdline = (texts.get(f"/proc/{pid}/cmdline") or st.comm).replace("\0", " ").split()
-            sample.procs[pid] = (role_of(cmdline, pid == self.postmaster_pid), st.user_s, st.sys_s, mem.rss,
-                                 mem.shared)
+            role = self.threaded_role or role_of(cmdline, pid == self.postmaster_pid)
+            sample.procs[pid] = (role, st.user_s, st.sys_s, mem.rss, mem.shared)
         return sample
 
     def _instance_pids(self) -> list[int]:
@@ -388,9 +390,9 @@ def local_backend_parent(backend_pid: int) -> int | None:
     return st.ppid
 
 
-def local_source(postmaster_pid: int) -> ProcHost:
+def local_source(postmaster_pid: int, threaded_role: str | None = None) -> ProcHost:
     return ProcHost("local", LocalReader(), postmaster_pid, _facts("local", LocalReader(), platform.release()),
-                    driver_on_host=True)
+                    driver_on_host=True, threaded_role=threaded_role)
 
 
 def sql_source(dsn: str, connect: object) -> ProcHost:
@@ -430,13 +432,16 @@ def dsn_is_local(host: str) -> bool:
 
 
 def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str | None, connect: object,
-           node_exporter: str | None = None) -> HostSource:
+           node_exporter: str | None = None, threaded: ThreadedServer | None = None) -> HostSource:
     """The source for --host-metrics: the one asked for (or one clear sentence why it cannot serve), or with
     auto the best available: this machine's /proc when the server runs here, a node_exporter when one is named,
-    the database host's /proc through SQL when the role may read it, else none with the reason."""
+    the database host's /proc through SQL when the role may read it, else none with the reason. A threaded
+    server (MySQL) is found by the engine; its /proc is not readable through SQL."""
     check_host_metrics(mode, node_exporter)
     if mode == "none":
         return NoHost("host metrics are off (--host-metrics none)")
+    if threaded is not None:
+        return _choose_threaded(mode, threaded, data_directory, node_exporter)
     postmaster = _visible_postmaster(control)
     if mode == "local" or (mode == "auto" and postmaster is not None and not node_exporter):
         if postmaster is None:
@@ -454,6 +459,33 @@ def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str
         return sql_source(dsn, connect)
     except CapmarkError as err:
         return NoHost(f"the database host's counters are not visible: {err}")
+
+
+@dataclass(frozen=True)
+class ThreadedServer:
+    """A server that is one process, its sessions threads of it (MySQL, MariaDB), as its engine found it."""
+
+    pid: int | None  # the server process where it runs on this host, in this PID namespace
+    why_not_local: str  # else why not
+    role: str  # the role its CPU is reported under
+
+
+def _choose_threaded(mode: str, server: ThreadedServer, data_directory: str | None,
+                     node_exporter: str | None) -> HostSource:
+    if mode == "sql":
+        raise CapmarkError("--host-metrics sql reads /proc through PostgreSQL's functions, which MySQL and MariaDB do "
+                           "not have; use --host-metrics local on the database host, or --node-exporter URL.")
+    if mode == "local" or (mode == "auto" and server.pid is not None and not node_exporter):
+        if server.pid is None:
+            raise CapmarkError(f"--host-metrics local cannot see the server: {server.why_not_local}; use "
+                               "--node-exporter URL.")
+        return local_source(server.pid, threaded_role=server.role)
+    if node_exporter:
+        from capmark.collect.node_exporter import node_exporter_source
+
+        return node_exporter_source(node_exporter, data_directory)
+    return NoHost(f"the database host's counters are not visible: {server.why_not_local}; run capmark on the "
+                  "database host or name its node_exporter with --node-exporter URL")
 
 
 def _visible_postmaster(control: psycopg.Connection) -> int | None:

@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-import psycopg
-
 # Offsets of the fields read in struct tcp_info, from the Linux uapi header <linux/tcp.h>; checked with
 # offsetof() against /usr/include/linux/tcp.h of Debian 12 (the layout only ever grows at its end).
 TCPI_TOTAL_RETRANS = 100  # __u32 tcpi_total_retrans: segments retransmitted over the connection's life
@@ -84,26 +82,27 @@ def parse_tcp_info(raw: bytes) -> TcpCounters | None:
     return TcpCounters(acked, received, segs_out, segs_in, retrans)
 
 
-def read(conn: psycopg.Connection) -> NetReading:
-    """Read one psycopg connection's socket counters. The connection's own descriptor is duplicated and only
+def read(conn: Any) -> NetReading:
+    """Read one database connection's socket counters (psycopg's and mysqlclient's both tell their descriptor by
+    fileno()). The connection's own descriptor is duplicated and only
     the duplicate is closed, so the connection is left as it was."""
     tcp_info = getattr(socket, "TCP_INFO", None)
     if tcp_info is None:
         return NetReading("", None, NOT_LINUX)
     try:
-        fd = conn.pgconn.socket
+        fd = conn.fileno()
         with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
             family = sock.getsockopt(socket.SOL_SOCKET, SO_DOMAIN)
             if family == socket.AF_UNIX:
                 return NetReading("unix", None, UNIX_SOCKET)
             raw = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, TCP_INFO_NEEDED)
-    except (OSError, psycopg.Error) as err:
+    except Exception as err:  # noqa: BLE001 - OSError or the driver's error: either way, unreadable
         return NetReading("", None, f"n/a: the connection's socket could not be read ({err})")
     counters = parse_tcp_info(raw)
     return NetReading("tcp", counters, "" if counters else OLD_KERNEL)
 
 
-def read_all(conns: Iterable[psycopg.Connection]) -> list[NetReading]:
+def read_all(conns: Iterable[Any]) -> list[NetReading]:
     return [read(c) for c in conns]
 
 

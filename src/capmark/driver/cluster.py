@@ -161,7 +161,7 @@ class JobHost:
         if self.jobs is not None:
             for conn in self.jobs.conns:
                 with contextlib.suppress(Exception):  # best effort; closing ends the backend anyway
-                    conn.cancel_safe(timeout=2)
+                    self.jobs.engine.cancel(conn, self.jobs.spec.dsn)
             for job in self.jobs.jobs:
                 job.join(timeout=5)
             self.jobs.close()

@@ -10,13 +10,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import psycopg
-
 from capmark.collect import netinfo
 from capmark.driver.jobs import Job, Pacing, Schedule, Tally
 from capmark.driver.procs import ProcessJobs, WorkerFailed, WorkerSpec, first_line, split_jobs
+from capmark.engines import registry as engines
 from capmark.engines.base import TargetInfo
-from capmark.engines.postgres import connect
 from capmark.workloads import registry
 from capmark.workloads.base import DataSize, Workload
 
@@ -77,25 +75,25 @@ class ThreadJobs:
         self.schedule = Schedule()
         self.stop_event = threading.Event()
         self.barrier = threading.Barrier(spec.jobs + 1)
-        self.conns: list[psycopg.Connection] = []
+        self.conns: list[Any] = []
+        self.engine = engines.named(spec.info.engine)
         self.jobs: list[Job] = []
         self.net: list[list[netinfo.NetReading]] = []
 
     def start(self) -> list[int]:
         s = self.spec
         for i in range(s.jobs):
-            conn = connect(s.dsn, application_name=f"capmark job {i + 1}")
+            conn = self.engine.connect(s.dsn, application_name=f"capmark job {i + 1}")
             self.conns.append(conn)
-            for name, value in s.session_settings.items():
-                conn.execute("select set_config(%s, %s, false)", (name, value))
+            self.engine.set_session(conn, s.session_settings)
         try:
             self.jobs = [Job(i + 1, c, s.workload, s.params, s.size, s.mode, s.info, self.barrier, self.schedule,
                              self.stop_event, s.pacing) for i, c in enumerate(self.conns)]
-        except psycopg.Error as err:  # e.g. preparing the client statements: the step cannot start
+        except self.engine.error as err:  # e.g. preparing the client statements: the step cannot start
             raise StepFailed(f"the jobs could not prepare their statements: {first_line(err)}") from None
         for job in self.jobs:
             job.start()
-        return [c.info.backend_pid for c in self.conns]
+        return [self.engine.backend_pid(c) for c in self.conns]
 
     def wait(self) -> None:
         try:
@@ -122,7 +120,7 @@ class ThreadJobs:
         self.barrier.abort()
         for conn in self.conns:
             with contextlib.suppress(Exception):  # best effort; closing below ends the backend anyway
-                conn.cancel_safe(timeout=2)
+                self.engine.cancel(conn, self.spec.dsn)
         for job in self.jobs:
             job.join(timeout=5)
         for conn in self.conns:

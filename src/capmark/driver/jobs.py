@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import psycopg
 
 from capmark.driver.sampling import SliceSampling
-from capmark.engines.base import TargetInfo
-from capmark.engines.postgres.session import ClientSession
-from capmark.engines.postgres.stats import flush_own_stats
+from capmark.engines import registry
+from capmark.engines.base import ClientSession, TargetInfo
 from capmark.engines.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.histogram import LatencyHistogram, bucket_bounds
@@ -69,7 +67,7 @@ class Schedule:
 
 
 class Job(threading.Thread):
-    def __init__(self, index: int, conn: psycopg.Connection, workload: Workload, params: dict[str, ParamValue],
+    def __init__(self, index: int, conn: Any, workload: Workload, params: dict[str, ParamValue],
                  size: DataSize, mode: str, info: TargetInfo, barrier: threading.Barrier,
                  schedule: Schedule, stop: threading.Event, pacing: Pacing | None = None) -> None:
         super().__init__(name=f"capmark-job-{index}", daemon=True)
@@ -89,7 +87,8 @@ class Job(threading.Thread):
         self.on_window: Callable[[], None] | None = None
         ntypes = len(workload.txn_types)
         self.tally = Tally([LatencyHistogram() for _ in range(ntypes)], [0] * ntypes)
-        self.session = ClientSession(conn, workload.client_statements) if mode == "client" else None
+        self.engine = registry.named(info.engine)
+        self.session = self.engine.session(conn, workload.client_statements) if mode == "client" else None
         self.rng = random.Random(index * 7919 + int(time.time()))
         slice_params = {**size.as_params(), "job": index, **params}
         self._call = (slice_call(workload.procedure).encode(), json.dumps(slice_params))
@@ -99,13 +98,13 @@ class Job(threading.Thread):
         try:
             self.barrier.wait()  # all connected: start together
             self._run_until(self.schedule.warmup_end, measure=False)
-            flush_own_stats(self.conn, self.info)
+            self.engine.flush_own_stats(self.conn, self.info)
             self.barrier.wait()  # runner takes the opening snapshot
             if self.on_window:  # every job of the step is paused here: a quiet instant
                 self.on_window()
             self.barrier.wait()
             self._run_until(self.schedule.measure_end, measure=True)
-            flush_own_stats(self.conn, self.info)
+            self.engine.flush_own_stats(self.conn, self.info)
             self.barrier.wait()  # runner takes the closing snapshot
             if self.on_window:
                 self.on_window()
@@ -144,12 +143,12 @@ class Job(threading.Thread):
                 slice_end = min(deadline, now + 1.0)
             try:
                 row = one_row(self.conn.execute(sql, (slice_end - now, params_json, sampling.next_every(job_seconds))))
-            except psycopg.errors.QueryCanceled:
-                if self.stop_event.is_set():  # capmark cancelled it: the step is being stopped
-                    return
-                raise ServerCancelled(self._cancel_reason()) from None
-            except psycopg.Error:
-                if self.conn.closed or self.conn.broken:
+            except self.engine.error as err:
+                if self.engine.is_cancel(err):
+                    if self.stop_event.is_set():  # capmark cancelled it: the step is being stopped
+                        return
+                    raise ServerCancelled(self.engine.cancel_reason(self.conn)) from None
+                if self.engine.is_broken(self.conn):
                     raise
                 if measure:
                     self.tally.errors[0] += 1
@@ -190,6 +189,7 @@ class Job(threading.Thread):
         n = 0
         trips0 = session.round_trips
         stats0 = self._unit_stats() if measure else None
+        failure = self.engine.error
         while True:
             t0 = clock()
             if t0 >= end or (n & 255 == 0 and stop.is_set()):
@@ -197,7 +197,7 @@ class Job(threading.Thread):
             n += 1
             try:
                 kind = unit(session, rng, params, size)
-            except psycopg.Error as err:
+            except failure as err:
                 self._unit_failed(err, measure, int(t0 + offset))
                 continue
             if measure:
@@ -243,32 +243,20 @@ class Job(threading.Thread):
             due += self.rng.expovariate(self.pacing.rate_per_job)
             n += 1
 
-    def _unit_failed(self, err: psycopg.Error, measure: bool, second: int) -> None:
+    def _unit_failed(self, err: Exception, measure: bool, second: int) -> None:
         """A client-side unit failed: a broken connection ends the job, and so does a statement the server
         cancelled (the job would otherwise go on measuring a different workload); anything else is counted
         and skipped."""
-        if self.conn.broken:
+        if self.engine.is_broken(self.conn):
             raise err
         assert self.session is not None
         if self.session.in_transaction:
             self.session.rollback()
-        if isinstance(err, psycopg.errors.QueryCanceled) and not self.stop_event.is_set():
-            raise ServerCancelled(self._cancel_reason()) from None
+        if self.engine.is_cancel(err) and not self.stop_event.is_set():
+            raise ServerCancelled(self.engine.cancel_reason(self.conn)) from None
         if measure:
             self.tally.errors[getattr(err, "unit_kind", 0)] += 1  # a unit that knows its type says so
             self.tally.add_second(second, 0, 1)
-
-    def _cancel_reason(self) -> str:
-        """Why the server cancelled a statement capmark did not cancel: statement_timeout, or someone else."""
-        try:
-            timeout = one_row(self.conn.execute("select current_setting('statement_timeout')"))[0]
-        except psycopg.Error:
-            return "the server cancelled a statement"
-        if timeout in ("0", "0ms"):
-            return ("the server cancelled a statement (statement_timeout is off: another session or an administrator "
-                    "cancelled it)")
-        return (f"the server cancelled a statement (statement_timeout = {timeout}); raise statement_timeout for "
-                "capmark's role or database")
 
     def _paced_units(self, deadline: float, measure: bool) -> None:
         """Think time or open-loop arrivals. With arrivals, latency counts from the intended start, so a
@@ -304,7 +292,7 @@ class Job(threading.Thread):
                     break
             try:
                 kind = unit(session, rng, params, size)
-            except psycopg.Error as err:
+            except self.engine.error as err:
                 self._unit_failed(err, measure, int(wall0 + (intended - perf0) - start))
                 continue
             done = time.perf_counter()

@@ -106,18 +106,18 @@ class JobsInProcess:
     CPU over the window handed back. Raises (with the connections closed) when a job cannot start."""
 
     def __init__(self, spec: WorkerSpec, barrier: Any, schedule: Any, stop_event: Any) -> None:
-        from capmark.engines.postgres import connect
+        from capmark.engines import registry as engines
         from capmark.workloads import registry
 
         self.spec = spec
+        self.engine = engines.named(spec.info.engine)
         workload = registry.resolve(spec.workload)
         self.conns: list[Any] = []
         try:
             for index in spec.jobs:
-                conn = connect(spec.dsn, application_name=f"capmark job {index}")
+                conn = self.engine.connect(spec.dsn, application_name=f"capmark job {index}")
                 self.conns.append(conn)
-                for name, value in spec.session_settings.items():
-                    conn.execute("select set_config(%s, %s, false)", (name, value))
+                self.engine.set_session(conn, spec.session_settings)
             self.jobs = [Job(index, conn, workload, spec.params, spec.size, spec.mode, spec.info, barrier, schedule,
                              stop_event, spec.pacing) for index, conn in zip(spec.jobs, self.conns, strict=True)]
         except BaseException:
@@ -128,7 +128,7 @@ class JobsInProcess:
 
     @property
     def backend_pids(self) -> list[int]:
-        return [c.info.backend_pid for c in self.conns]
+        return [self.engine.backend_pid(c) for c in self.conns]
 
     def start(self) -> None:
         for job in self.jobs:

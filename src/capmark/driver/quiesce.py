@@ -1,10 +1,11 @@
 """Let the server settle before a test, so that its first step does not pay for what came before.
 
 Without this, the dirty buffers of the data setup (hundreds of MB in a fresh run) or of the previous test
-are written by the checkpointer and the OS during the next measured window, and autovacuum cleans up
-after the previous test while this one runs. Quiescing requests a CHECKPOINT (which writes and syncs
-every dirty buffer now), then waits until the data device has stopped writing and no vacuum is working on
-capmark's tables, for at most QUIESCE_LIMIT_S.
+are written by the checkpointer and the OS during the next measured window, and autovacuum (PostgreSQL) or
+purge (InnoDB) cleans up after the previous test while this one runs. Quiescing asks the engine for a
+checkpoint where it has one (PostgreSQL's CHECKPOINT writes and syncs every dirty buffer now), then waits until
+the data device has stopped writing and the engine's background work on capmark's tables is done, for at most
+QUIESCE_LIMIT_S.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-
-import psycopg
+from typing import Any
 
 from capmark.collect.hosts import HostSource
+from capmark.engines.base import Engine
 
 # After the CHECKPOINT the server has nothing left to write, so a device still busy after half a minute is busy
 # with another program's writes, which waiting longer does not cure; the note then says so.
@@ -27,18 +28,6 @@ IDLE_WRITE_BYTES_PER_S = 1 << 20
 SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 POLL_S = 0.1
 
-# Vacuums and analyzes (autovacuum's or anyone's) at work on a table of schema capmark in this database.
-_BUSY_TABLES_SQL = """
-select distinct p.command || ' of capmark.' || c.relname
-from (select 'vacuum' as command, relid, datid from pg_stat_progress_vacuum
-      union all select 'analyze', relid, datid from pg_stat_progress_analyze) p
-join pg_class c on c.oid = p.relid
-join pg_namespace n on n.oid = c.relnamespace
-where n.nspname = 'capmark' and p.datid = (select oid from pg_database where datname = current_database())
-order by 1
-"""
-
-
 @dataclass
 class Quiesced:
     """How settling went: stored with the test, and a note when it did not fully succeed."""
@@ -47,6 +36,7 @@ class Quiesced:
     checkpoint_done: bool
     limit_hit: bool
     still_busy: list[str] = field(default_factory=list)  # what was still going on when the limit was hit
+    checkpoint_refused: str = ""  # the engine's sentence for a checkpoint the user may not request
 
     def note(self) -> str:
         """A sentence for the first step's notes; empty when the server settled."""
@@ -55,8 +45,7 @@ class Quiesced:
             parts.append(f"The server had not settled after {self.seconds:.0f} s before this test "
                          f"({', '.join(self.still_busy)}); the first step may include that activity.")
         if not self.checkpoint_done:
-            parts.append("The role may not run CHECKPOINT (it needs pg_checkpoint or superuser), so earlier "
-                         "writes may still be flushed during the first step.")
+            parts.append(self.checkpoint_refused)
         return " ".join(parts)
 
 
@@ -84,31 +73,19 @@ class _DeviceWatch:
         return written < IDLE_WRITE_BYTES_PER_S * span
 
 
-def checkpoint(conn: psycopg.Connection) -> bool:
-    """Request an immediate checkpoint; False when the role may not."""
-    try:
-        conn.execute("checkpoint")
-        return True
-    except psycopg.errors.InsufficientPrivilege:
-        return False
-
-
-def busy_capmark_tables(conn: psycopg.Connection) -> list[str]:
-    return [row[0] for row in conn.execute(_BUSY_TABLES_SQL).fetchall()]
-
-
-def quiesce(conn: psycopg.Connection, devices: list[str], host: HostSource,
+def quiesce(conn: Any, engine: Engine, devices: list[str], host: HostSource,
             limit_s: float = QUIESCE_LIMIT_S) -> Quiesced:
-    """CHECKPOINT, then wait until the data devices (when this host sees them) are idle and no vacuum works
-    on capmark's tables; at most limit_s. conn must be in autocommit mode."""
+    """Ask the engine for a checkpoint, then wait until the data devices (when this host sees them) are idle and
+    the engine's background work on capmark's tables is done; at most limit_s. conn must be in autocommit mode."""
     started = time.monotonic()
-    checkpoint_done = checkpoint(conn)
+    checkpoint_done = engine.checkpoint(conn)
     watch = _DeviceWatch(devices, host) if devices else None
     while True:
-        busy = busy_capmark_tables(conn)
+        busy = engine.background_work(conn)
         if watch is not None and not watch.idle():
             busy.insert(0, f"the data device {', '.join(devices)} was writing")
         elapsed = time.monotonic() - started
         if not busy or elapsed >= limit_s:
-            return Quiesced(elapsed, checkpoint_done, bool(busy), busy)
+            return Quiesced(elapsed, checkpoint_done, bool(busy), busy,
+                            "" if checkpoint_done else engine.checkpoint_refused)
         time.sleep(POLL_S)

@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
 from capmark.collect import hosts, netinfo
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
@@ -20,9 +18,8 @@ from capmark.collect.sampler import Sampler, Samples
 from capmark.driver import sampling
 from capmark.driver.groups import Outcome, StepJobs, driver_processes, job_group
 from capmark.driver.jobs import Pacing
-from capmark.engines.base import TargetInfo
-from capmark.engines.postgres import connect
-from capmark.engines.postgres import stats as pgstats
+from capmark.engines import registry as engines
+from capmark.engines.base import Engine, TargetInfo
 from capmark.histogram import merge_all
 from capmark.results import StepResult
 from capmark.workloads import sto
@@ -37,7 +34,7 @@ class StepContext:
 
     dsn: str
     info: TargetInfo
-    control: psycopg.Connection
+    control: Any
     host: HostSource  # where the database host's OS counters come from
     devices: list[str] = field(default_factory=list)
     device_note: str = ""
@@ -102,7 +99,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
     progress = progress or (lambda phase, left: None)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     sampler: Sampler | None = None
-    sampler_conn: psycopg.Connection | None = None
+    sampler_conn: Any = None
+    engine = engines.named(ctx.info.engine)
     pacing = Pacing(plan.think_s, plan.rate / plan.jobs if plan.rate else 0.0)
     procs = driver_processes(plan.driver_procs, plan.jobs, plan.mode, workload, plan.cluster)
     group = job_group(StepJobs(ctx.dsn, workload, params, size, plan.mode, ctx.info, pacing, plan.jobs,
@@ -119,21 +117,21 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)  # PostgreSQL 14: the collector publishes every 500 ms
         os_local = not isinstance(ctx.host, hosts.NoHost)  # some source sees the database host
-        pgstats.flush_own_stats(ctx.control, ctx.info)  # the control session's earlier work stays out of the window
+        engine.flush_own_stats(ctx.control, ctx.info)  # the control session's earlier work stays out of the window
         ctx.host.publish_statistics(ctx.info)  # and so does the host source's (quiescing, the previous step)
-        db_before = pgstats.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
+        db_before = engine.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
         host_statements0 = ctx.host.transactions()
         host_before = ctx.host.host_processes() if os_local else None
         os_before = _os_reading(ctx) if os_local else None
         group.mark_window()  # the jobs wait at the barrier: their sockets are quiet
         drv_before = oscollect.own_cpu_seconds()
         delay_before = oscollect.own_run_delay()
-        sampler_conn = connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
-        sampler_pid = sampler_conn.info.backend_pid if sampler_conn is not None else None
+        sampler_conn = engine.connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
+        sampler_pid = engine.backend_pid(sampler_conn) if sampler_conn is not None else None
         sampler = Sampler(sampler_conn, pids, ctx.host if os_local and plan.collectors else None,
                           memory_every_s=plan.memory_every_s,
-                          own_pids=[ctx.control.info.backend_pid, *ctx.host.own_pids()])
-        sampler_cpu0 = _backend_cpu(ctx.host, sampler_conn) if os_local else None
+                          own_pids=[engine.backend_pid(ctx.control), *ctx.host.own_pids()])
+        sampler_cpu0 = _backend_cpu(ctx.host, engine, sampler_conn) if os_local else None
         group.schedule.measure_start = time.time()
         group.schedule.measure_end = group.schedule.measure_start + plan.duration_s
         sampler.start()
@@ -142,7 +140,9 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         group.wait()  # jobs done and flushed
         elapsed = time.time() - group.schedule.measure_start
         samples = sampler.stop()
-        sampler_cpu = (_backend_cpu(ctx.host, sampler_conn) or 0.0) - sampler_cpu0 if sampler_cpu0 is not None else None
+        sampler_cpu0_s = sampler_cpu0
+        sampler_cpu = ((_backend_cpu(ctx.host, engine, sampler_conn) or 0.0) - sampler_cpu0_s
+                       if sampler_cpu0_s is not None else None)
         sampler.publish_statistics(ctx.info)
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)
@@ -153,7 +153,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         host_after = ctx.host.host_processes() if os_local else None
         ctx.host.publish_statistics(ctx.info)
         host_statements = ctx.host.transactions() - host_statements0
-        db_after = pgstats.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
+        db_after = engine.snapshot(ctx.control, ctx.info, pids, plan.all_statements)
         outcome = group.finish()
     except BaseException:
         stopping.set()
@@ -178,7 +178,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         ordinal=plan.ordinal, jobs=plan.jobs, status="ok" if not notes else "failed", started_at=started,
         elapsed_s=elapsed, txn_types=names, histograms=hists, errors=errors,
         series_units=series_units, series_errors=series_errors,
-        db_before=db_before, db_after=db_after, db_delta=pgstats.delta(db_before, db_after),
+        db_before=db_before, db_after=db_after, db_delta=engine.delta(db_before, db_after),
         driver_cpu=_driver_cpu(drv_before, drv_after, delay_before, delay_after, sampler_cpu, outcome, ctx.host),
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(tally.round_trips for tally in tallies), notes=notes + samples.errors,
@@ -189,7 +189,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         interference={"sessions": samples.others.to_dict() if sampler_conn is not None else None},
         instruments={"capmark_transactions": {**_capmark_transactions(ctx, plan, samples, sampler_conn is not None),
                                               "host_metrics": host_statements},
-                     "statements": pgstats.statements_rule(plan.all_statements)},
+                     "statements": engine.statements_rule(plan.all_statements)},
     )
     vacuum = autovacuum_note(result.background_series)
     if vacuum:
@@ -292,9 +292,12 @@ def _per_second(per_job: list[dict[int, int]], seconds: int) -> list[int]:
     return out
 
 
-def _backend_cpu(host: HostSource, conn: psycopg.Connection | None) -> float | None:
-    """CPU seconds used so far by the server process behind conn (the sampler's own cost)."""
-    return host.process_cpu_s(conn.info.backend_pid) if conn is not None else None
+def _backend_cpu(host: HostSource, engine: Engine, conn: Any) -> float | None:
+    """CPU seconds used so far by the server process behind conn (the sampler's own cost); None where the server
+    serves connections with threads of one process (MySQL), whose CPU the host source does not split."""
+    if conn is None or not engine.backend_is_process:
+        return None
+    return host.process_cpu_s(engine.backend_pid(conn))
 
 
 def _rss_by_role(sample: oscollect.ProcessSample) -> dict[str, int]:

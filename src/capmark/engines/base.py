@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +53,25 @@ class Target(Protocol):
     def snapshot(self, conn: Any) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class DataSize:
+    """Sizes of the shared data model at a scale, passed to both execution modes."""
+
+    items: int
+    accounts: int
+    booking_accounts: int  # accounts that have bookings (25 each)
+    call_customers: int  # customers that have call records (125 each)
+    ring_rows: int  # rows of the WAL ring per job
+    sto_rows: int  # rows of the STO block table (~8 per block)
+    # pgbench's scale factor for its own tables (`pgbench -i -s`); 1, pgbench's smallest, unless a size says otherwise
+    pgbench_scale: int = 1
+
+    def as_params(self) -> dict[str, int]:
+        return {"items": self.items, "accounts": self.accounts, "booking_accounts": self.booking_accounts,
+                "call_customers": self.call_customers, "ring_rows": self.ring_rows, "sto_rows": self.sto_rows,
+                "pgbench_scale": self.pgbench_scale}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,8 +143,24 @@ class Engine(Protocol):
     error: type[Exception]  # base class of its driver's errors
     server_side: bool  # can run the catalogue's units as server-side procedures
     log_label: str  # what users call its write-ahead log: "WAL", "redo log"
+    backend_is_process: bool  # a connection's backend_pid is an OS process of its own (not a thread's id)
 
-    def connect(self, dsn: str, *, application_name: str = "capmark", autocommit: bool = True) -> Any: ...
+    server_role: str  # the role a one-process server's CPU is reported under (backend_is_process False)
+
+    def connect(self, dsn: str, *, application_name: str = "capmark", autocommit: bool = True,
+                timeout_s: float | None = None) -> Any: ...
+
+    def prepare_control(self, conn: Any) -> None: ...
+
+    def execute(self, conn: Any, sql: str) -> None: ...
+
+    def server_started(self, conn: Any) -> str: ...
+
+    def connection_room(self, conn: Any) -> tuple[int, int]: ...
+
+    def is_superuser(self, conn: Any) -> bool: ...
+
+    def terminated(self, err: BaseException) -> bool: ...
 
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo: ...
 
@@ -140,6 +176,18 @@ class Engine(Protocol):
 
     def cancel_reason(self, conn: Any) -> str: ...
 
+    def setup_datamodel(self, conn: Any, size: DataSize, say: Callable[[str], None]) -> float: ...
+
+    def warm_cache(self, conn: Any, tables: list[str], say: Callable[[str], None]) -> None: ...
+
+    def install_procedures(self, conn: Any, ddl: list[str]) -> None: ...
+
+    checkpoint_refused: str  # the sentence for a checkpoint the user may not request
+
+    def checkpoint(self, conn: Any) -> bool: ...
+
+    def background_work(self, conn: Any) -> list[str]: ...
+
     def session(self, conn: Any, statements: dict[str, str]) -> ClientSession: ...
 
     def set_session(self, conn: Any, settings: dict[str, str]) -> None: ...
@@ -150,5 +198,7 @@ class Engine(Protocol):
     def delta(self, before: Delta, after: Delta) -> Delta: ...
 
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None: ...
+
+    def statements_rule(self, all_statements: bool) -> str: ...
 
     def counters(self, delta: Delta) -> DbCounters: ...

@@ -128,7 +128,8 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
     attributed = None
     if step.process_cpu:
         attributed = 0.0
-        for role in ROLES:
+        # PostgreSQL's roles always (a role that did nothing shows as 0), and any other the host source reported
+        for role in [*ROLES, *(r for r in step.process_cpu if r not in ROLES)]:
             r = step.process_cpu.get(role, {})
             value = r.get("user_s", 0.0) + r.get("sys_s", 0.0)
             attributed += value

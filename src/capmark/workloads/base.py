@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from capmark.engines.base import DataSize
 from capmark.errors import CapmarkError
 from capmark.histogram import BUCKETS_PER_E, N_BUCKETS
 
@@ -70,25 +71,6 @@ class ParamSpec:
 def percent(name: str, default: int, help: str) -> ParamSpec:
     """A percentage in steps of 10, as the catalogue's update_pct and write_pct are."""
     return ParamSpec(name, default, help, minimum=0, maximum=100, step=10)
-
-
-@dataclass(frozen=True)
-class DataSize:
-    """Sizes of the shared data model at a scale, passed to both execution modes."""
-
-    items: int
-    accounts: int
-    booking_accounts: int  # accounts that have bookings (25 each)
-    call_customers: int  # customers that have call records (125 each)
-    ring_rows: int  # rows of the WAL ring per job
-    sto_rows: int  # rows of the STO block table (~8 per block)
-    # pgbench's scale factor for its own tables (`pgbench -i -s`); 1, pgbench's smallest, unless a size says otherwise
-    pgbench_scale: int = 1
-
-    def as_params(self) -> dict[str, int]:
-        return {"items": self.items, "accounts": self.accounts, "booking_accounts": self.booking_accounts,
-                "call_customers": self.call_customers, "ring_rows": self.ring_rows, "sto_rows": self.sto_rows,
-                "pgbench_scale": self.pgbench_scale}
 
 
 ClientUnit = Callable[[Any, random.Random, dict[str, ParamValue], DataSize], int]

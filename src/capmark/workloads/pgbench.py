@@ -12,8 +12,8 @@ and network tier, and a capmark result compares with pgbench's own on the same s
 from __future__ import annotations
 
 from capmark.config import MAX_SEED
+from capmark.engines.postgres.datamodel import PGBENCH_ACCOUNTS, PGBENCH_BRANCHES, PGBENCH_TELLERS
 from capmark.workloads.base import ParamSpec, Unit, Workload, kpms, procedure_sql
-from capmark.workloads.datamodel import PGBENCH_ACCOUNTS, PGBENCH_BRANCHES, PGBENCH_TELLERS
 from capmark.workloads.scripts import ScriptOptions, ScriptSource, script_functions
 
 # pgbench 18's built-in scripts as `pgbench --show-script=NAME` prints them (less its "-- NAME: ..." title line),

@@ -89,14 +89,15 @@ def explain_connect_error(err: Exception, target: MysqlDsn) -> CapmarkError:
     return CapmarkError(f"Cannot connect to MySQL/MariaDB at {safe} ({text}).")
 
 
-def connect(dsn: str, *, application_name: str = "capmark", autocommit: bool = True) -> Any:
+def connect(dsn: str, *, application_name: str = "capmark", autocommit: bool = True,
+            timeout_s: float | None = None) -> Any:
     """A mysqlclient connection. MySQL has no application_name that a client can set through this driver, so capmark
     tells its own sessions apart by their connection ids."""
     import MySQLdb  # imported here: the PostgreSQL-only user need not have the MySQL extra installed
 
     target = parse(dsn)
-    options: dict[str, Any] = {"user": target.user, "passwd": target.password, "connect_timeout": CONNECT_TIMEOUT_S,
-                               "autocommit": autocommit, "charset": "utf8mb4"}
+    options: dict[str, Any] = {"user": target.user, "passwd": target.password, "autocommit": autocommit,
+                               "connect_timeout": int(timeout_s or CONNECT_TIMEOUT_S), "charset": "utf8mb4"}
     if target.unix_socket:
         options["unix_socket"] = target.unix_socket
     else:

@@ -62,7 +62,7 @@ def check_version(version: str) -> None:
         raise CapmarkError(f"The server runs {name} {v[0]}.{v[1]}; capmark supports {SUPPORTED}.")
 
 
-def _grants(conn: Any) -> str:
+def grants(conn: Any) -> str:
     return " ".join(str(r[0]) for r in _rows(conn, "SHOW GRANTS")).upper()
 
 
@@ -126,9 +126,9 @@ def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
     for name, value in _rows(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ("
                                    + ", ".join(f"'{n}'" for n in KEY_SETTINGS) + ")"):
         settings[str(name)] = str(value)
-    grants = _grants(conn)
+    granted = grants(conn)
     pid, why = _local_server_pid(conn, target.local)
-    caps = detect_capabilities(conn, settings, grants, pid is not None, why)
+    caps = detect_capabilities(conn, settings, granted, pid is not None, why)
     flavour = "MariaDB" if is_mariadb(version) else "MySQL"
     return TargetInfo(engine="mysql", version=f"{flavour} {version}", version_num=v[0] * 10000 + v[1] * 100 + v[2],
                       dsn_redacted=target.redacted(), embedded=embedded, local=pid is not None, local_reason=why,
@@ -138,12 +138,12 @@ def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
 
 def check_privileges(conn: Any) -> None:
     """capmark needs to create (or own) its database; say so before touching anything."""
-    grants = _grants(conn)
-    if "ALL PRIVILEGES ON *.*" in grants:
+    granted = grants(conn)
+    if "ALL PRIVILEGES ON *.*" in granted:
         return
     user = _scalar(conn, "SELECT CURRENT_USER()")
-    own = re.search(rf"GRANT (.*) ON [`]?{DATABASE}[`]?\.\*", grants.replace("`", "")) or re.search(
-        r"GRANT (.*) ON \*\.\*", grants)
+    own = re.search(rf"GRANT (.*) ON [`]?{DATABASE}[`]?\.\*", granted.replace("`", "")) or re.search(
+        r"GRANT (.*) ON \*\.\*", granted)
     needed = ("CREATE", "DROP", "INSERT", "UPDATE", "DELETE", "SELECT", "INDEX", "ALTER")
     if own and (own.group(1).startswith("ALL") or all(p in own.group(1) for p in needed)):
         return

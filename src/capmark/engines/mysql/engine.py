@@ -4,16 +4,23 @@ server-side prepared statements."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
-from capmark.engines.base import DbCounters, Delta, TargetInfo
+from capmark.engines.base import DataSize, DbCounters, Delta, Engine, TargetInfo
 from capmark.engines.mysql import connection, describe
 from capmark.engines.mysql.session import MysqlSession
+from capmark.errors import CapmarkError
 
 # MySQL's error for a statement that the server stopped: KILL QUERY, or max_execution_time (ER_QUERY_INTERRUPTED)
 ER_QUERY_INTERRUPTED = 1317
 ER_STATEMENT_TIMEOUT = 3024  # MySQL 8: max_execution_time exceeded
 ER_MARIADB_STATEMENT_TIMEOUT = 1969  # MariaDB: max_statement_time exceeded
+ER_CONNECTION_KILLED = 1927  # MariaDB: "Connection was killed"
+ER_SERVER_SHUTDOWN = 1053
+# Undo records purge may still have to go through before a test counts as settled: a busy server keeps a few
+# thousand in flight, while the history a write test leaves behind runs to hundreds of thousands.
+PURGE_BACKLOG = 5_000
 
 
 def _driver_error() -> type[Exception]:
@@ -31,16 +38,46 @@ class _NoDriverError(Exception):
 class MysqlEngine:
     name = "mysql"
     label = "MySQL/MariaDB"
-    schemes = connection.SCHEMES
+    schemes: tuple[str, ...] = connection.SCHEMES
+    backend_is_process = False  # connections are threads of one server process; their ids are not OS pids
     server_side = False
     log_label = "redo log"
 
-    @property
-    def error(self) -> type[Exception]:  # type: ignore[override]
-        return _driver_error()
+    error: type[Exception] = _driver_error()
 
-    def connect(self, dsn: str, *, application_name: str = "capmark", autocommit: bool = True) -> Any:
-        return connection.connect(dsn, application_name=application_name, autocommit=autocommit)
+    server_role = "server threads"  # sessions and background work alike: threads of one process
+
+    def connect(self, dsn: str, *, application_name: str = "capmark", autocommit: bool = True,
+                timeout_s: float | None = None) -> Any:
+        return connection.connect(dsn, application_name=application_name, autocommit=autocommit, timeout_s=timeout_s)
+
+    def prepare_control(self, conn: Any) -> None:
+        """The server ends a dead client's statement when its socket closes; nothing to arrange."""
+
+    def execute(self, conn: Any, sql: str) -> None:
+        conn.query(sql.encode())
+        conn.store_result()
+
+    def server_started(self, conn: Any) -> str:
+        """The server's start, to the second (from its uptime), so that a restart between steps shows."""
+        conn.query(b"SELECT DATE_FORMAT(NOW() - INTERVAL VARIABLE_VALUE SECOND, '%Y-%m-%d %H:%i:%s') "
+                   b"FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
+        rows = conn.store_result().fetch_row(1)
+        return rows[0][0].decode() if rows else ""
+
+    def connection_room(self, conn: Any) -> tuple[int, int]:
+        conn.query(b"SELECT @@max_connections, (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                   b"WHERE VARIABLE_NAME = 'THREADS_CONNECTED')")
+        max_conn, used = conn.store_result().fetch_row(1)[0]
+        return int(max_conn), int(used)
+
+    def is_superuser(self, conn: Any) -> bool:
+        return "ALL PRIVILEGES ON *.*" in describe.grants(conn)
+
+    def terminated(self, err: BaseException) -> bool:
+        """KILL (CONNECTION) by another session, or a server shutting down (ER_SERVER_SHUTDOWN)."""
+        code = err.args[0] if err.args else None
+        return code in (ER_CONNECTION_KILLED, ER_SERVER_SHUTDOWN)
 
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return describe.describe(conn, dsn, embedded=embedded)
@@ -75,6 +112,34 @@ class MysqlEngine:
         return ("the server stopped a statement that capmark did not stop (KILL QUERY by another session, or "
                 "max_statement_time / max_execution_time); raise that limit for capmark's user")
 
+    def setup_datamodel(self, conn: Any, size: DataSize, say: Callable[[str], None]) -> float:
+        from capmark.engines.mysql import datamodel
+        return datamodel.setup(conn, size.as_params(), say)
+
+    def warm_cache(self, conn: Any, tables: list[str], say: Callable[[str], None]) -> None:
+        from capmark.engines.mysql import datamodel
+        datamodel.warm_cache(conn, tables, say)
+
+    def install_procedures(self, conn: Any, ddl: list[str]) -> None:
+        raise CapmarkError("capmark runs MySQL and MariaDB workloads client-side only; drop --mode server.")
+
+    checkpoint_refused = ""
+
+    def checkpoint(self, conn: Any) -> bool:
+        """InnoDB has no checkpoint command: its page cleaner writes dirty pages in the background, so quiescing waits
+        for the data device to fall idle and for purge to catch up."""
+        return True
+
+    def background_work(self, conn: Any) -> list[str]:
+        """Purge still working through the history of the previous test's changes."""
+        try:
+            conn.query(b"SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")
+            rows = conn.store_result().fetch_row(1)
+        except self.error:  # no PROCESS privilege: INNODB_METRICS is not readable, purge cannot be watched
+            return []
+        backlog = int(rows[0][0]) if rows else 0
+        return [f"InnoDB purge ({backlog} undo log records to go)"] if backlog > PURGE_BACKLOG else []
+
     def session(self, conn: Any, statements: dict[str, str]) -> MysqlSession:
         return MysqlSession(conn, statements, literal_using=describe.is_mariadb(conn.get_server_info()))
 
@@ -91,6 +156,13 @@ class MysqlEngine:
         from capmark.engines.mysql import stats
         return stats.delta(before, after)
 
+    def statements_rule(self, all_statements: bool) -> str:
+        if all_statements:
+            return ("Top statements: every statement digest on the server was stored (--all-statements), including "
+                    "other applications' SQL text.")
+        return ("Top statements: only statement digests of database capmark were stored; --all-statements stores "
+                "every one.")
+
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None:
         """MySQL's counters are live: nothing waits to be published."""
 
@@ -99,4 +171,4 @@ class MysqlEngine:
         return stats.counters(delta)
 
 
-MYSQL = MysqlEngine()
+MYSQL: Engine = MysqlEngine()

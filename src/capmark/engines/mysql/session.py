@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import MySQLdb
-
 STATEMENT_PREFIX = "capmark_"  # prepared statements are per connection; the prefix keeps them apart from a user's
 
 
-def _literal(value: int | str) -> bytes:
+def _literal(value: int | str, escape: Any) -> bytes:
+    """A parameter as SQL text: integers as digits, strings quoted and escaped by the connection's character set."""
     if isinstance(value, int):
         return b"%d" % value
-    return b"'" + MySQLdb.escape_string(value) + b"'"
+    return b"'" + escape(value.encode()) + b"'"
 
 
 class MysqlSession:
@@ -33,6 +32,7 @@ class MysqlSession:
         self._store = conn.store_result
         self._execute: dict[str, bytes] = {}
         self._literal_using = literal_using
+        self._escape = conn.escape_string
         for name, sql in statements.items():
             handle = f"{STATEMENT_PREFIX}{name.replace('-', '_')}"
             conn.query(f"PREPARE {handle} FROM '{sql.replace(chr(39), chr(39) * 2)}'".encode())
@@ -45,9 +45,9 @@ class MysqlSession:
         if not params:
             self._query(head)
         elif self._literal_using:
-            self._query(head + b" USING " + b", ".join(_literal(p) for p in params))
+            self._query(head + b" USING " + b", ".join(_literal(p, self._escape) for p in params))
         else:
-            sets = b", ".join(b"@capmark_p%d = %s" % (i, _literal(p)) for i, p in enumerate(params))
+            sets = b", ".join(b"@capmark_p%d = %s" % (i, _literal(p, self._escape)) for i, p in enumerate(params))
             self._query(b"SET " + sets)
             self._query(head + b" USING " + b", ".join(b"@capmark_p%d" % i for i in range(len(params))))
         return self._store()

@@ -2,28 +2,62 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from capmark.engines import postgres as pg
-from capmark.engines.base import DbCounters, Delta, TargetInfo
+from capmark.engines.base import DataSize, DbCounters, Delta, Engine, TargetInfo
 from capmark.engines.postgres import counters as pgcounters
-from capmark.engines.postgres import stats
+from capmark.engines.postgres import datamodel, maintenance, stats
 from capmark.engines.postgres.session import ClientSession
 from capmark.engines.rows import one_row
+
+CONTROL_CLIENT_CHECK = "2s"  # how often the server checks that capmark's control connection is still there
 
 
 class PostgresEngine:
     name = "postgresql"
     label = "PostgreSQL"
-    schemes = ("postgresql", "postgres")
+    schemes: tuple[str, ...] = ("postgresql", "postgres")
     error: type[Exception] = psycopg.Error
+    backend_is_process = True  # every connection is served by a server process of its own
     server_side = True
     log_label = "WAL"
 
-    def connect(self, dsn: str, *, application_name: str = "capmark", autocommit: bool = True) -> Any:
+    server_role = "client backends"
+
+    def connect(self, dsn: str, *, application_name: str = "capmark", autocommit: bool = True,
+                timeout_s: float | None = None) -> Any:
+        if timeout_s is not None:  # a quick probe: the driver's own error, not the sentence for a first connection
+            return psycopg.connect(dsn, connect_timeout=max(1, int(timeout_s)), application_name=application_name,
+                                   autocommit=autocommit)
         return pg.connect(dsn, autocommit=autocommit, application_name=application_name)
+
+    def prepare_control(self, conn: Any) -> None:
+        """If capmark is killed (SIGKILL) inside a long statement such as the data setup, the server notices the
+        closed socket and cancels the statement instead of finishing it for nobody."""
+        conn.execute("select set_config('client_connection_check_interval', %s, false)", (CONTROL_CLIENT_CHECK,))
+
+    def execute(self, conn: Any, sql: str) -> None:
+        conn.execute(sql)
+
+    def server_started(self, conn: Any) -> str:
+        return str(one_row(conn.execute("select pg_postmaster_start_time()"))[0])
+
+    def connection_room(self, conn: Any) -> tuple[int, int]:
+        """max_connections, and the client backends connected now."""
+        max_conn = int(one_row(conn.execute("select current_setting('max_connections')"))[0])
+        used = int(one_row(conn.execute("select count(*) from pg_stat_activity "
+                                        "where backend_type = 'client backend'"))[0])
+        return max_conn, used
+
+    def is_superuser(self, conn: Any) -> bool:
+        return bool(one_row(conn.execute("select rolsuper from pg_roles where rolname = current_user"))[0])
+
+    def terminated(self, err: BaseException) -> bool:
+        return isinstance(err, psycopg.errors.AdminShutdown)
 
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return pg.describe(conn, dsn, embedded=embedded)
@@ -55,6 +89,23 @@ class PostgresEngine:
         return (f"the server cancelled a statement (statement_timeout = {timeout}); raise statement_timeout for "
                 "capmark's role or database")
 
+    def setup_datamodel(self, conn: Any, size: DataSize, say: Callable[[str], None]) -> float:
+        return datamodel.setup(conn, size, say=say)
+
+    def warm_cache(self, conn: Any, tables: list[str], say: Callable[[str], None]) -> None:
+        datamodel.warm_cache(conn, tables, say=say)
+
+    def install_procedures(self, conn: Any, ddl: list[str]) -> None:
+        datamodel.install_procedures(conn, ddl)
+
+    checkpoint_refused = maintenance.CHECKPOINT_REFUSED
+
+    def checkpoint(self, conn: Any) -> bool:
+        return maintenance.checkpoint(conn)
+
+    def background_work(self, conn: Any) -> list[str]:
+        return maintenance.busy_capmark_tables(conn)
+
     def session(self, conn: Any, statements: dict[str, str]) -> ClientSession:
         return ClientSession(conn, statements)
 
@@ -69,6 +120,9 @@ class PostgresEngine:
     def delta(self, before: Delta, after: Delta) -> Delta:
         return stats.delta(before, after)
 
+    def statements_rule(self, all_statements: bool) -> str:
+        return stats.statements_rule(all_statements)
+
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None:
         stats.flush_own_stats(conn, info)
 
@@ -76,4 +130,4 @@ class PostgresEngine:
         return pgcounters.counters(delta)
 
 
-POSTGRESQL = PostgresEngine()
+POSTGRESQL: Engine = PostgresEngine()
