@@ -1,0 +1,459 @@
+"""The shared data model on MySQL and MariaDB: the same tables, keys, row counts and values as on PostgreSQL, in
+database capmark (the engine's equivalent of schema capmark: capmark creates nothing outside it), all InnoDB.
+
+Sizes come as the plain dict DataSize.as_params() returns (this layer sits below the workloads). What differs from
+PostgreSQL, and why:
+- DDL commits on its own in MySQL, so setup cannot be one transaction. Instead the bookkeeping row in capmark.meta
+  is written last (an interrupted setup leaves no row, so the next run rebuilds) and a named lock keeps two capmark
+  runs from rebuilding at once.
+- Sequences become AUTO_INCREMENT columns (dl_row.id, stress_item.id): MySQL has no sequences.
+- InnoDB has no per-table fillfactor (wal_ring's 40, pgbench's 100); its pages keep 1/16 free on ordered inserts.
+- InnoDB clusters a table on its primary key, or on the first unique NOT NULL index: dl_row (no primary key, as on
+  PostgreSQL) is clustered on its unique id index, so an insert writes three B-trees where PostgreSQL writes a heap
+  and three indexes.
+- timestamptz becomes DATETIME(6) (microseconds, as on PostgreSQL; no 2038 limit as TIMESTAMP has); text columns
+  become VARCHAR long enough for their values, which have the same bytes as on PostgreSQL.
+Rows are generated on the server from a helper table of the numbers 1..N (built by doubling, read in key order so
+every fill appends in primary-key order, dropped after the fill); it works alike on MariaDB 10.6+ and MySQL 8.0+.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from capmark.engines.mysql.connection import DATABASE
+from capmark.errors import CapmarkError
+
+MODEL_VERSION = 1
+RING_JOBS = 32  # jobs beyond this share WAL ring slots (job % RING_JOBS), as on PostgreSQL
+SIZE_KEYS = ("items", "accounts", "booking_accounts", "call_customers", "ring_rows", "sto_rows", "pgbench_scale")
+BOOKINGS_PER_ACCOUNT = 25
+CALLS_PER_CUSTOMER = 125
+# pgbench's rows per unit of its scale factor (pgbench.c: nbranches, ntellers, naccounts)
+PGBENCH_BRANCHES = 1
+PGBENCH_TELLERS = 10
+PGBENCH_ACCOUNTS = 100_000
+NUMBERS = "numbers"  # the helper table of 1..N rows are generated from; dropped once the model is filled
+SETUP_LOCK = "capmark setup"  # GET_LOCK name: one capmark run (re)builds the model at a time, others wait
+SETUP_LOCK_WAIT_S = 3600  # a rebuild at a large scale takes minutes; wait for it rather than fail
+TABLE_OPTIONS = " engine=InnoDB default charset=utf8mb4"
+# privileges capmark's own objects need in database capmark (setup, the workloads' writes, ANALYZE, routines)
+NEEDED = ("SELECT", "INSERT", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER", "INDEX")
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of the model: its DDL, the statement that fills it (None: starts empty), and what follows the fill
+    (secondary indexes: built sorted after the fill, which is faster than maintaining them row by row)."""
+
+    name: str
+    ddl: str
+    fill: str | None
+    after: tuple[str, ...] = ()
+
+
+def _q(name: str) -> str:
+    return f"`{DATABASE}`.`{name}`"
+
+
+def _from_numbers(count: int) -> str:
+    return f"from {_q(NUMBERS)} where n <= {int(count)}"
+
+
+def _pgbench_tables(scale: int) -> list[Table]:
+    """pgbench's tables with the columns `pgbench -i` gives them (filler NULL but in accounts, where it is
+    blank-padded; history without a key); primary keys declared up front, since InnoDB clusters on them and an
+    ordered fill into the key is its fastest load (adding the key afterwards would copy the whole table)."""
+    return [
+        Table("pgbench_branches",
+              f"create table {_q('pgbench_branches')} (bid int not null, bbalance int, filler char(88), "
+              f"primary key (bid)){TABLE_OPTIONS}",
+              f"insert into {_q('pgbench_branches')} (bid, bbalance) select n, 0 "
+              + _from_numbers(PGBENCH_BRANCHES * scale)),
+        Table("pgbench_tellers",
+              f"create table {_q('pgbench_tellers')} (tid int not null, bid int, tbalance int, filler char(84), "
+              f"primary key (tid)){TABLE_OPTIONS}",
+              f"insert into {_q('pgbench_tellers')} (tid, bid, tbalance) "
+              f"select n, (n - 1) div {PGBENCH_TELLERS} + 1, 0 " + _from_numbers(PGBENCH_TELLERS * scale)),
+        Table("pgbench_accounts",
+              f"create table {_q('pgbench_accounts')} (aid int not null, bid int, abalance int, filler char(84), "
+              f"primary key (aid)){TABLE_OPTIONS}",
+              f"insert into {_q('pgbench_accounts')} (aid, bid, abalance, filler) "
+              f"select n, (n - 1) div {PGBENCH_ACCOUNTS} + 1, 0, '' " + _from_numbers(PGBENCH_ACCOUNTS * scale)),
+        Table("pgbench_history",
+              f"create table {_q('pgbench_history')} (tid int, bid int, aid int, delta int, mtime datetime(6), "
+              f"filler char(22)){TABLE_OPTIONS}",
+              None),
+    ]
+
+
+def tables(sizes: dict[str, int]) -> list[Table]:
+    """The model's tables at these sizes, in the order setup builds them."""
+    s = _sizes(sizes)
+    bookings = s["booking_accounts"] * BOOKINGS_PER_ACCOUNT
+    calls = s["call_customers"] * CALLS_PER_CUSTOMER
+    ring = s["ring_rows"]
+    return [
+        Table("item",
+              f"create table {_q('item')} (id int not null, grp int not null, qty int not null, "
+              f"price decimal(10,2) not null, name varchar(32) not null, pad varchar(80) not null, "
+              f"primary key (id)){TABLE_OPTIONS}",
+              f"insert into {_q('item')} select n, n % 1000, (n * 7919) % 100, ((n * 31) % 10000) / 100.0, "
+              f"concat('item ', n), repeat('x', 80) " + _from_numbers(s["items"]),
+              (f"alter table {_q('item')} add index item_grp_idx (grp)",)),
+        Table("account",
+              f"create table {_q('account')} (id int not null, branch int not null, balance decimal(14,2) not null, "
+              f"updated datetime(6) not null, pad varchar(80) not null, primary key (id)){TABLE_OPTIONS}",
+              f"insert into {_q('account')} select n, n % 100, 0, now(6), repeat('y', 80) "
+              + _from_numbers(s["accounts"])),
+        Table("booking",  # row n is (account (n-1) div 25 + 1, seq (n-1) % 25 + 1): one ordered scan, key order
+              f"create table {_q('booking')} (account_id int not null, seq int not null, "
+              f"amount decimal(12,2) not null, booked_at datetime(6) not null, memo varchar(16) not null, "
+              f"primary key (account_id, seq)){TABLE_OPTIONS}",
+              f"insert into {_q('booking')} select a, s, ((a * 13 + s * 7) % 100000) / 100.0, "
+              f"timestamp '2026-01-01 00:00:00' + interval s day, concat('booking ', s) from "
+              f"(select (n - 1) div {BOOKINGS_PER_ACCOUNT} + 1 as a, (n - 1) % {BOOKINGS_PER_ACCOUNT} + 1 as s "
+              f"{_from_numbers(bookings)}) g"),
+        Table("callrec",
+              f"create table {_q('callrec')} (customer_id int not null, seq int not null, "
+              f"started_at datetime(6) not null, duration_s int not null, cost decimal(10,4) not null, "
+              f"callee varchar(16) not null, primary key (customer_id, seq)){TABLE_OPTIONS}",
+              f"insert into {_q('callrec')} select c, s, timestamp '2026-01-01 00:00:00' + interval s minute, "
+              f"(c * s) % 3600, ((c + s) % 1000) / 1000.0, concat('+41 44 ', lpad(c * 125 + s, 7, '0')) from "
+              f"(select (n - 1) div {CALLS_PER_CUSTOMER} + 1 as c, (n - 1) % {CALLS_PER_CUSTOMER} + 1 as s "
+              f"{_from_numbers(calls)}) g"),
+        Table("wal_ring",  # ~1 kB rows: 30 md5 hex digests of 32 characters, as on PostgreSQL
+              f"create table {_q('wal_ring')} (job int not null, id int not null, payload varchar(1000) not null, "
+              f"primary key (job, id)){TABLE_OPTIONS}",
+              f"insert into {_q('wal_ring')} select j, i, repeat(md5(j * 100000 + i), 30) from "
+              f"(select (n - 1) div {ring} as j, (n - 1) % {ring} + 1 as i {_from_numbers(RING_JOBS * ring)}) g"),
+        Table("dl_row",  # empty; its indexes exist from the start, since the workloads load it row by row
+              f"create table {_q('dl_row')} (id bigint not null auto_increment, k1 int not null, k2 int not null, "
+              f"payload varchar(100) not null, unique key dl_row_id_idx (id), key dl_row_k1_idx (k1), "
+              f"key dl_row_k2_idx (k2)){TABLE_OPTIONS}",
+              None),
+        Table("sto_block",  # ~900-byte rows (28 md5 digests): about 200 MB per scale unit, as on PostgreSQL
+              f"create table {_q('sto_block')} (id int not null, grp int not null, payload varchar(900) not null, "
+              f"primary key (id)){TABLE_OPTIONS}",
+              f"insert into {_q('sto_block')} select n, n % 1000, repeat(md5(n), 28) " + _from_numbers(s["sto_rows"])),
+        Table("stress_item",  # new rows continue after the loaded ones, as stress_seq did
+              f"create table {_q('stress_item')} (id bigint not null auto_increment, val int not null, "
+              f"payload varchar(60) not null, primary key (id)){TABLE_OPTIONS} auto_increment={s['items'] + 1}",
+              f"insert into {_q('stress_item')} select n, n % 1000, repeat('s', 60) " + _from_numbers(s["items"])),
+        *_pgbench_tables(s["pgbench_scale"]),
+    ]
+
+
+def _sizes(sizes: dict[str, int]) -> dict[str, int]:
+    missing = [k for k in SIZE_KEYS if k not in sizes]
+    if missing:
+        raise ValueError(f"sizes lack {', '.join(missing)}")
+    return {k: int(sizes[k]) for k in SIZE_KEYS}
+
+
+def _numbers_needed(s: dict[str, int]) -> int:
+    return max(s["items"], s["accounts"], s["booking_accounts"] * BOOKINGS_PER_ACCOUNT,
+               s["call_customers"] * CALLS_PER_CUSTOMER, RING_JOBS * s["ring_rows"], s["sto_rows"],
+               PGBENCH_ACCOUNTS * s["pgbench_scale"], 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reading the server
+
+
+def _rows(conn: Any, sql: str, args: tuple[Any, ...] | None = None) -> list[tuple[Any, ...]]:
+    cur = conn.cursor()
+    try:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+    finally:
+        cur.close()
+
+
+def _run(conn: Any, sql: str, args: tuple[Any, ...] | None = None) -> None:
+    cur = conn.cursor()
+    try:
+        cur.execute(sql, args)
+    finally:
+        cur.close()
+
+
+def _scalar(conn: Any, sql: str, args: tuple[Any, ...] | None = None) -> Any:
+    rows = _rows(conn, sql, args)
+    if not rows:
+        raise CapmarkError("The database returned no row for a query that always returns one; point capmark at a "
+                           "MySQL (8.0 or later) or MariaDB (10.6 or later) server.")
+    return rows[0][0]
+
+
+def _names(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else items[0]
+
+
+def _meta(conn: Any) -> dict[str, int] | None:
+    """The model's bookkeeping row, or None when there is none (no model, an interrupted setup, another layout)."""
+    present = _scalar(conn, "select count(*) from information_schema.tables where table_schema = %s "
+                            "and table_name = 'meta'", (DATABASE,))
+    if not present:
+        return None
+    try:
+        rows = _rows(conn, f"select model_version, {', '.join(SIZE_KEYS)} from {_q('meta')}")
+    except Exception:  # the driver's error for a meta table of another layout (the driver is optional): rebuild
+        return None
+    if len(rows) != 1:
+        return None
+    return dict(zip(("model_version", *SIZE_KEYS), (int(v) for v in rows[0]), strict=True))
+
+
+def plan(conn: Any, sizes: dict[str, int]) -> list[str]:
+    """What setup would create, as sentences; empty when the model is in place at these sizes and MODEL_VERSION."""
+    s = _sizes(sizes)
+    if _meta(conn) == {"model_version": MODEL_VERSION, **s}:
+        return []
+    out = [f"database {DATABASE} (if missing) and table {DATABASE}.meta (model bookkeeping)",
+           f"helper table {DATABASE}.{NUMBERS} of {_numbers_needed(s):,} numbers to generate rows from "
+           "(dropped after the fill)"]
+    for t in tables(s):
+        out.append(f"table {DATABASE}.{t.name}" + (" (filled)" if t.fill else " (empty)")
+                   + (f" with {len(t.after)} index(es) added after the fill" if t.after else ""))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# privileges
+
+
+_GRANT = re.compile(r"^GRANT (?P<privs>.+?) ON (?P<target>\S+) TO ", re.IGNORECASE)
+
+
+def privileges_on(grants: list[str], database: str = DATABASE) -> set[str]:
+    """The privileges SHOW GRANTS lines give on every table of `database` (global grants, grants on the database,
+    and grants on database patterns that match it); table-level grants do not let capmark create tables."""
+    have: set[str] = set()
+    for line in grants:
+        m = _GRANT.match(line.strip())
+        if not m:
+            continue
+        target = m["target"]
+        db, _, table = target.rpartition(".")
+        if table != "*":
+            continue
+        if db != "*" and not _db_matches(db.strip("`"), database):
+            continue
+        privs = m["privs"]
+        if re.match(r"ALL( PRIVILEGES)?$", privs.strip(), re.IGNORECASE):
+            have.update(NEEDED)
+            continue
+        for p in privs.split(","):
+            have.add(re.sub(r"\s*\(.*\)", "", p).strip().upper())
+    return have
+
+
+def _db_matches(pattern: str, database: str) -> bool:
+    """A database name in a GRANT may be a LIKE pattern (`_` and `%`, `\\_` a literal underscore)."""
+    out = ""
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out += re.escape(pattern[i + 1])
+            i += 2
+            continue
+        out += ".*" if ch == "%" else "." if ch == "_" else re.escape(ch)
+        i += 1
+    return re.fullmatch(out, database, re.IGNORECASE) is not None
+
+
+def missing_privileges(grants: list[str], database_exists: bool) -> str | None:
+    """One sentence when the grants do not let capmark build its model in `capmark`, else None."""
+    have = privileges_on(grants)
+    lacking = [p for p in NEEDED if p not in have]
+    if lacking:
+        return (f"may not {'create database ' + DATABASE + ' and ' if not database_exists else ''}create or change "
+                f"tables in database {DATABASE} (it lacks {', '.join(lacking)})")
+    return None
+
+
+def check_privileges(conn: Any) -> None:
+    """capmark needs to create and change tables in database capmark (and to create it when it is missing); say so
+    in one sentence before touching anything."""
+    user = _scalar(conn, "select current_user()")
+    grants = [row[0] for row in _rows(conn, "show grants")]
+    exists = bool(_scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s",
+                          (DATABASE,)))
+    problem = missing_privileges(grants, exists)
+    # MySQL's SHOW GRANTS leaves out what an active role grants: then let the server judge (setup's statements fail
+    # with access denied, which setup turns into a sentence of its own)
+    role = _scalar(conn, "select coalesce(current_role(), 'NONE')")
+    if problem and str(role).upper() == "NONE":
+        raise CapmarkError(f"The user {user} {problem}; run GRANT ALL ON {DATABASE}.* TO {_account(user)}, or "
+                           "connect as a user that may.")
+
+
+def _account(user: str) -> str:
+    name, _, host = user.rpartition("@")
+    return f"'{name}'@'{host}'" if name else f"'{user}'"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# others' objects
+
+
+def others_depending(conn: Any, names: list[str]) -> list[str]:
+    """Objects capmark did not make that rebuilding these tables of database capmark would drop or break: views on
+    them (in any database), triggers on them, foreign keys of other tables that reference them, and views or other
+    non-table objects that carry one of their names. Routines are not among them: DROP TABLE leaves routines alone
+    and they find the rebuilt tables by name."""
+    ours = set(names)
+    found: list[str] = []
+    for schema, name, table_type in _rows(
+            conn, "select table_schema, table_name, table_type from information_schema.tables "
+                  "where table_schema = %s and table_type <> 'BASE TABLE'", (DATABASE,)):
+        if name in ours:
+            found.append(f"{'view' if 'VIEW' in table_type else table_type.lower()} {schema}.{name}")
+    for schema, name, definition in _rows(
+            conn, "select table_schema, table_name, view_definition from information_schema.views "
+                  "where view_definition like %s", (f"%`{DATABASE}`.%",)):
+        # the server stores a view's query with every table written out as `database`.`table`
+        if any(f"`{DATABASE}`.`{t}`" in (definition or "") for t in ours) and f"view {schema}.{name}" not in found:
+            found.append(f"view {schema}.{name}")
+    for schema, name, table in _rows(
+            conn, "select trigger_schema, trigger_name, event_object_table from information_schema.triggers "
+                  "where event_object_schema = %s", (DATABASE,)):
+        if table in ours:
+            found.append(f"trigger {schema}.{name} on {DATABASE}.{table}")
+    for schema, table, constraint, target in _rows(
+            conn, "select constraint_schema, table_name, constraint_name, referenced_table_name "
+                  "from information_schema.referential_constraints where unique_constraint_schema = %s",
+            (DATABASE,)):
+        if target in ours and not (schema == DATABASE and table in ours):
+            found.append(f"foreign key {constraint} of {schema}.{table}")
+    return sorted(found)
+
+
+def refuse_if_others_depend(conn: Any, names: list[str]) -> None:
+    found = others_depending(conn, names)
+    if found:
+        one = len(found) == 1
+        raise CapmarkError(f"capmark must rebuild its tables in database {DATABASE}, but {_names(found)} "
+                           f"depend{'s' if one else ''} on them; drop or move {'it' if one else 'them'} (capmark "
+                           "drops nothing of yours), then run again.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# setup
+
+
+def setup(conn: Any, sizes: dict[str, int], say: Say = print) -> float:
+    """Create or rebuild the data model; returns the seconds it took (0 when the model was already in place).
+
+    The connection must be in autocommit mode (DDL commits anyway). One capmark run builds at a time: the others
+    wait on the named lock, then find the model in place."""
+    s = _sizes(sizes)
+    check_privileges(conn)
+    if not plan(conn, s):
+        return 0.0
+    if not _scalar(conn, "select get_lock(%s, 0)", (SETUP_LOCK,)):
+        say("Another capmark run is building the data model; waiting for it.")
+        if not _scalar(conn, "select get_lock(%s, %s)", (SETUP_LOCK, SETUP_LOCK_WAIT_S)):
+            raise CapmarkError(f"Another capmark run held the data model's setup lock for {SETUP_LOCK_WAIT_S} s; "
+                               "wait for it to finish, then run again.")
+    try:
+        todo = plan(conn, s)  # the run we waited for may have built it
+        if not todo:
+            return 0.0
+        model = tables(s)
+        refuse_if_others_depend(conn, ["meta", NUMBERS, *(t.name for t in model)])
+        say(f"capmark will create in database {DATABASE}: " + "; ".join(todo) + ".")
+        started = time.monotonic()
+        _build(conn, s, model)
+        return time.monotonic() - started
+    finally:
+        _run(conn, "do release_lock(%s)", (SETUP_LOCK,))
+
+
+def _build(conn: Any, s: dict[str, int], model: list[Table]) -> None:
+    try:
+        if not _scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s", (DATABASE,)):
+            _run(conn, f"create database if not exists `{DATABASE}` character set utf8mb4")
+        _run(conn, f"drop table if exists {_q('meta')}")  # first: a setup cut short leaves no bookkeeping row
+        _fill_numbers(conn, _numbers_needed(s))
+        for t in model:
+            _run(conn, f"drop table if exists {_q(t.name)}")
+            _run(conn, t.ddl)
+            if t.fill:
+                _run(conn, t.fill)
+            for statement in t.after:
+                _run(conn, statement)
+        _run(conn, f"drop table {_q(NUMBERS)}")
+        _run(conn, "analyze table " + ", ".join(_q(t.name) for t in model))
+        _run(conn, f"create table {_q('meta')} (model_version int not null, "
+                   + ", ".join(f"{k} int not null" for k in SIZE_KEYS) + f"){TABLE_OPTIONS}")
+        _run(conn, f"insert into {_q('meta')} values ({', '.join(['%s'] * (1 + len(SIZE_KEYS)))})",
+             (MODEL_VERSION, *(s[k] for k in SIZE_KEYS)))
+    except CapmarkError:
+        raise
+    except Exception as err:
+        if _is_access_denied(err):
+            user = _scalar(conn, "select current_user()")
+            raise CapmarkError(f"The user {user} may not rebuild capmark's data model ({_first_line(err)}); connect "
+                               f"as a user with all privileges on database {DATABASE}.") from None
+        raise
+
+
+def _fill_numbers(conn: Any, count: int) -> None:
+    """The numbers 1..count in key order, by doubling: log2(count) INSERT ... SELECT statements, each appending in
+    key order (the server reads the source into a temporary table first, as it must for a table read and written in
+    one statement)."""
+    _run(conn, f"drop table if exists {_q(NUMBERS)}")
+    _run(conn, f"create table {_q(NUMBERS)} (n int not null, primary key (n)){TABLE_OPTIONS}")
+    _run(conn, f"insert into {_q(NUMBERS)} values (1)")
+    have = 1
+    while have < count:
+        _run(conn, f"insert into {_q(NUMBERS)} select n + {have} from {_q(NUMBERS)} where n + {have} <= {count}")
+        have = min(have * 2, count)
+
+
+# MySQL's and MariaDB's "access denied" errors: 1044 (database), 1142 (table), 1227 (a privilege such as SUPER)
+_ACCESS_DENIED = (1044, 1142, 1227)
+
+
+def _is_access_denied(err: Exception) -> bool:
+    args: tuple[Any, ...] = getattr(err, "args", ())
+    return bool(args) and args[0] in _ACCESS_DENIED
+
+
+def _first_line(err: Exception) -> str:
+    args: tuple[Any, ...] = getattr(err, "args", ())
+    text = str(args[1]) if len(args) > 1 else str(err)
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# warming
+
+
+def warm_cache(conn: Any, names: list[str], say: Say = print) -> None:
+    """Read tables and every index of theirs into the InnoDB buffer pool so SRV workloads start from a warm cache:
+    the clustered index by a scan that may use no secondary index, then each secondary index by a count forced
+    through it."""
+    for table in names:
+        indexes = [row[0] for row in _rows(
+            conn, "select distinct index_name from information_schema.statistics where table_schema = %s "
+                  "and table_name = %s and index_name <> 'PRIMARY'", (DATABASE, table))]
+        _rows(conn, f"select count(*) from {_q(table)} use index ()")
+        for index in indexes:
+            _rows(conn, f"select count(*) from {_q(table)} force index (`{index}`)")
+    pool = _scalar(conn, "select @@innodb_buffer_pool_size")
+    data = _scalar(conn, "select coalesce(sum(data_length + index_length), 0) from information_schema.tables "
+                         f"where table_schema = %s and table_name in ({', '.join(['%s'] * len(names))})",
+                   (DATABASE, *names)) if names else 0
+    if int(data) > int(pool):
+        say(f"The tables warmed ({int(data) / 2**20:,.0f} MB) are larger than the InnoDB buffer pool "
+            f"({int(pool) / 2**20:,.0f} MB); part of them will be read from disk during the test.")
