@@ -178,7 +178,7 @@ def redact_dsn(dsn: str) -> str:
 
 def redact_text(text: str) -> str:
     """Any DSN-looking password inside free text (error messages) replaced by '***'."""
-    text = re.sub(r"(postgres(?:ql)?://[^:/@\s]+:)[^@\s]*@", r"\1***@", text)
+    text = re.sub(r"((?:postgres(?:ql)?|mysql|mariadb)://[^:/@\s]+:)[^@\s]*@", r"\1***@", text)
     return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", text)
 
 
@@ -362,10 +362,13 @@ def parse_rate(text: str | float | None, what: str = "rate") -> float:
 
 
 DSN_SCHEMES = ("postgresql", "postgres")
+MYSQL_SCHEMES = ("mysql", "mariadb")
+MYSQL_OPTIONS = ("socket",)  # what a mysql:// URL may carry after '?'
 
 
 def check_dsn(dsn: str) -> None:
-    """A PostgreSQL connection string, checked by libpq's own parser without connecting."""
+    """A connection string, checked without connecting: PostgreSQL's by libpq's own parser, a MySQL/MariaDB URL for
+    its port and options."""
     from psycopg import ProgrammingError
     from psycopg.conninfo import conninfo_to_dict
 
@@ -374,9 +377,12 @@ def check_dsn(dsn: str) -> None:
                            "leave it out to use the embedded server.")
     if "://" in dsn:
         scheme = dsn.split("://", 1)[0]
+        if scheme.lower() in MYSQL_SCHEMES:
+            _check_mysql_url(dsn)
+            return
         if scheme.lower() not in DSN_SCHEMES:
-            raise CapmarkError(f"The --dsn scheme '{scheme}' is not PostgreSQL; capmark measures PostgreSQL: write "
-                               "postgresql://user@host:5432/dbname.")
+            raise CapmarkError(f"The --dsn scheme '{scheme}' is not one capmark measures; write "
+                               "postgresql://user@host:5432/dbname or mysql://user:password@host:3306/dbname.")
     elif "=" not in dsn:
         raise CapmarkError("The --dsn is neither a postgresql:// URL nor key=value settings; write e.g. "
                            "postgresql://user@host:5432/dbname.")
@@ -386,6 +392,19 @@ def check_dsn(dsn: str) -> None:
         reason = " ".join(redact_text(str(err)).split()).rstrip(".")
         raise CapmarkError(f"The --dsn is not a valid PostgreSQL connection string ({reason}); write e.g. "
                            "postgresql://user@host:5432/dbname.") from None
+
+
+def _check_mysql_url(dsn: str) -> None:
+    parts = urlsplit(dsn)
+    try:
+        parts.port  # noqa: B018 - reading it is the check: urllib raises on a port that is not a number
+    except ValueError:
+        raise CapmarkError(f"The port in '{redact_dsn(dsn)}' is not a number; write "
+                           "mysql://user:password@host:3306/dbname.") from None
+    unknown = sorted({k.split("=", 1)[0] for k in parts.query.split("&") if k} - set(MYSQL_OPTIONS))
+    if unknown:
+        raise CapmarkError(f"The MySQL URL has options capmark does not know ({', '.join(unknown)}); only "
+                           f"{', '.join(MYSQL_OPTIONS)}= is understood.")
 
 
 def check_data_dir(path: Path) -> None:

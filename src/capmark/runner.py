@@ -4,6 +4,7 @@ ends, and end the run with a status that says how it ended (complete, failed wit
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import os
@@ -32,6 +33,7 @@ from capmark.results import RunResult, StepResult, TestResult
 from capmark.store import DB_NAME, RunStore, load_run, new_run_id
 from capmark.suite import TestPlan
 from capmark.workloads import datamodel
+from capmark.workloads import registry as workloads
 
 # Enough for a local or LAN server to accept a connection; used only to tell why a run failed.
 SERVER_PROBE_TIMEOUT_S = 3
@@ -119,7 +121,19 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
                    "allow_shell": spec.allow_shell}
         plans.append(suite.script_plan(spec.scripts, spec.defines, options, jobs, spec.warmup_s, spec.duration_s,
                                        spec.think_s, spec.rate, repeat=spec.repeat, auto_max=auto_max))
-    return plans
+    return _on_engine(plans, spec.dsn or env_dsn())
+
+
+def _on_engine(plans: list[TestPlan], dsn: str | None) -> list[TestPlan]:
+    """The plans as the DSN's engine runs them: the catalogue's statements in its SQL, client-side where it has no
+    server-side procedures (the embedded default and every PostgreSQL run the plans unchanged)."""
+    if not dsn:
+        return plans
+    engine = engines.for_dsn(dsn)
+    if engine.server_side:
+        return plans
+    return [dataclasses.replace(p, workload=workloads.for_engine(p.workload, engine, p.params), mode="client")
+            for p in plans]
 
 
 def run(spec: RunSpec, observer: RunObserver | None = None, on_stored: OnStored = _nothing_to_do) -> RunResult:
@@ -185,6 +199,9 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
             notes.append(message)
             observer.say(message)
 
+        if not engine.server_side:
+            notes.append(f"{engine.label} workloads run client-side: capmark has no server-side procedures for "
+                         "this engine, so every latency includes the round trip to the server.")
         setup_s = datamodel.setup(control, size, say=say_and_note, engine=engine)
         if setup_s:
             notes.append(f"data model set up in {setup_s:.1f} s (not part of any measurement)")

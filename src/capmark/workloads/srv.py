@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from capmark.workloads import client as c
 from capmark.workloads import units as u
 from capmark.workloads.base import DataSize, PerUnit, Workload, kpms, mix, procedure_sql
 
@@ -14,7 +15,10 @@ NO_PARALLEL = {"max_parallel_workers_per_gather": "0"}
 
 def _client_lookup(statement: str, size_of: str):
     def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
-        session.run(statement, int(rng.random() * getattr(size, size_of)) + 1)
+        if size_of:
+            session.run(statement, int(rng.random() * getattr(size, size_of)) + 1)
+        else:
+            session.run(statement)
         return 0
     return run
 
@@ -47,15 +51,19 @@ SRV_REPORT = _srv("srv-report", "Online report: ~125 rows via index (a customer'
                             "where customer_id = $1",
                   size_of="call_customers", rows=125)
 SRV_SCAN = _srv("srv-scan", "Full scan of a cached table (items), no parallel workers; MB/s of buffer cache scanned.",
-                u.SCAN, 1, per_unit=lambda p, s: {"rows": s.items})
+                u.SCAN, 1, statement="select count(*), sum(qty) from capmark.item",
+                per_unit=lambda p, s: {"rows": s.items})
 
 _MIX_DECL, _MIX_BODY = mix([(1, u.QUERY1), (1, u.QUERY25), (1, u.REPORT), (1, u.SCAN)])
+_MIX_CLIENT = c.weighted([(1, (w.client_statements, _client_lookup(w.name, size_of))) for w, size_of in
+                          ((SRV_QUERY1, "items"), (SRV_QUERY25, "booking_accounts"), (SRV_REPORT, "call_customers"),
+                           (SRV_SCAN, ""))])
 SRV_MIXED = Workload(
     name="srv-mixed", family="SRV",
     description="srv-query1, srv-query25, srv-report and srv-scan, equally weighted.",
     unit="query", throughput_label="qps", txn_types=("query1", "query25", "report", "scan"),
     procedure="slice_srv_mixed", procedure_sql=procedure_sql("slice_srv_mixed", _MIX_DECL, _MIX_BODY, ntypes=4),
-    kpms=SRV_KPMS, warm=("item", "booking", "callrec"), session=lambda p: NO_PARALLEL,
+    kpms=SRV_KPMS, warm=("item", "booking", "callrec"), session=lambda p: NO_PARALLEL, **c.fields(_MIX_CLIENT),
 )
 
 WORKLOADS = (SRV_QUERY1, SRV_QUERY25, SRV_REPORT, SRV_SCAN, SRV_MIXED)

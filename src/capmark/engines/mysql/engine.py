@@ -123,6 +123,18 @@ class MysqlEngine:
     def install_procedures(self, conn: Any, ddl: list[str]) -> None:
         raise CapmarkError("capmark runs MySQL and MariaDB workloads client-side only; drop --mode server.")
 
+    def client_statement(self, name: str, postgres_sql: str) -> str | None:
+        from capmark.engines.mysql import catalogue
+        return catalogue.client_statement(name, postgres_sql)
+
+    def session_settings(self, settings: dict[str, str]) -> dict[str, str] | str:
+        from capmark.engines.mysql import catalogue
+        return catalogue.session_settings(settings)
+
+    def preparation(self, statements: tuple[str, ...]) -> tuple[str, ...] | str:
+        from capmark.engines.mysql import catalogue
+        return catalogue.preparation(statements)
+
     checkpoint_refused = ""
 
     def checkpoint(self, conn: Any) -> bool:

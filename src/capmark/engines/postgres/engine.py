@@ -98,6 +98,15 @@ class PostgresEngine:
     def install_procedures(self, conn: Any, ddl: list[str]) -> None:
         datamodel.install_procedures(conn, ddl)
 
+    def client_statement(self, name: str, postgres_sql: str) -> str | None:
+        return postgres_sql  # the catalogue is written in PostgreSQL's SQL
+
+    def session_settings(self, settings: dict[str, str]) -> dict[str, str] | str:
+        return settings
+
+    def preparation(self, statements: tuple[str, ...]) -> tuple[str, ...] | str:
+        return statements
+
     checkpoint_refused = maintenance.CHECKPOINT_REFUSED
 
     def checkpoint(self, conn: Any) -> bool:
