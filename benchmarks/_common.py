@@ -12,7 +12,7 @@ from capmark.collect import hosts
 from capmark.config import default_jobs
 from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines import embedded
-from capmark.engines.postgres import connect, describe
+from capmark.engines import registry as engines
 from capmark.measure import kpm
 from capmark.results import StepResult
 from capmark.workloads import datamodel, registry
@@ -24,13 +24,18 @@ def target(dsn: str | None, host_metrics: str = "auto") -> StepContext:
     """Connect (starting the embedded server when no DSN is given) and install what the workloads need."""
     is_embedded = dsn is None
     dsn = dsn or embedded.start(None)
-    control = connect(dsn, application_name="capmark benchmark")
-    info = describe(control, dsn, embedded=is_embedded)
-    host = hosts.choose(host_metrics, dsn, control, info.data_directory, connect)
+    engine = engines.for_dsn(dsn)
+    control = engine.connect(dsn, application_name="capmark benchmark")
+    info = engine.describe(control, dsn, embedded=is_embedded)
+    threaded = (None if engine.backend_is_process else
+                hosts.ThreadedServer(info.postmaster_pid, info.local_reason, engine.server_role))
+    host = hosts.choose(host_metrics, dsn, control, info.data_directory, engine.connect, threaded=threaded)
     info.postmaster_pid = getattr(host, "postmaster_pid", None)
-    datamodel.setup(control, datamodel.size_for(1), say=lambda m: print(m, file=sys.stderr))
-    datamodel.install_procedures(control, [w.procedure_sql for w in registry.WORKLOADS.values()])
-    datamodel.warm_cache(control, ["item", "account"], say=lambda m: print(m, file=sys.stderr))
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    datamodel.setup(control, datamodel.size_for(1), say=say, engine=engine)
+    if engine.server_side:
+        datamodel.install_procedures(control, [w.procedure_sql for w in registry.WORKLOADS.values()], engine=engine)
+    datamodel.warm_cache(control, ["item", "account"], say=say, engine=engine)
     device, _ = host.data_device(info.data_directory)
     return StepContext(dsn=dsn, info=info, control=control, host=host, devices=[device] if device else [])
 
@@ -41,6 +46,8 @@ def run(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: str = 
     """One capmark step, exactly as `capmark run` measures it (driver_procs 0: the jobs as threads of this
     process, as the driver ran them before it had worker processes; cluster: on the Ray cluster joined)."""
     w = registry.get(workload)
+    engine = engines.named(ctx.info.engine)
+    w = registry.for_engine(w, engine, w.resolve_params({}))
     plan = StepPlan(1, jobs, 1.0, seconds, mode, collectors, settings or {}, driver_procs=driver_procs,
                     cluster=cluster)
     return run_step(ctx, w, w.resolve_params({}), datamodel.size_for(1), plan)
