@@ -20,6 +20,7 @@ from capmark.collect.sampler import Sampler, Samples
 from capmark.driver import sampling
 from capmark.driver.groups import Outcome, StepJobs, driver_processes, job_group
 from capmark.driver.jobs import Pacing
+from capmark.engines import registry
 from capmark.engines.base import TargetInfo
 from capmark.engines.postgres import connect
 from capmark.engines.postgres import stats as pgstats
@@ -131,7 +132,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         sampler_conn = connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
         sampler_pid = sampler_conn.info.backend_pid if sampler_conn is not None else None
         sampler = Sampler(sampler_conn, pids, ctx.host if os_local and plan.collectors else None,
-                          memory_every_s=plan.memory_every_s,
+                          engine=registry.named(ctx.info.engine), info=ctx.info, memory_every_s=plan.memory_every_s,
                           own_pids=[ctx.control.info.backend_pid, *ctx.host.own_pids()])
         sampler_cpu0 = _backend_cpu(ctx.host, sampler_conn) if os_local else None
         group.schedule.measure_start = time.time()

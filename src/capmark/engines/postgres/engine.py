@@ -7,9 +7,9 @@ from typing import Any
 import psycopg
 
 from capmark.engines import postgres as pg
-from capmark.engines.base import DbCounters, Delta, TargetInfo
+from capmark.engines.base import ActivitySample, DbCounters, Delta, TargetInfo
+from capmark.engines.postgres import activity, stats
 from capmark.engines.postgres import counters as pgcounters
-from capmark.engines.postgres import stats
 from capmark.engines.postgres.session import ClientSession
 from capmark.engines.rows import one_row
 
@@ -74,6 +74,10 @@ class PostgresEngine:
 
     def counters(self, delta: Delta) -> DbCounters:
         return pgcounters.counters(delta)
+
+    def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
+                        own_pids: list[int]) -> ActivitySample:
+        return activity.sample(conn, job_pids, own_pids)
 
 
 POSTGRESQL = PostgresEngine()
