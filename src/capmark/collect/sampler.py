@@ -1,7 +1,8 @@
 """Sampling during a step: wait events of the workload's backends at 10 Hz, OS counters at 1 Hz.
 
-The same pg_stat_activity sample shows the sessions outside the run: another application or another
-capmark run working on the server at the same time contaminates the step, so each sample counts them.
+The same activity sample (the engine's: pg_stat_activity, MySQL's PROCESSLIST) shows the sessions outside the
+run: another application or another capmark run working on the server at the same time contaminates the step,
+so each sample counts them.
 """
 
 from __future__ import annotations
@@ -12,13 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
 from capmark.collect.procfs import ProcStat
-from capmark.engines.base import TargetInfo
-from capmark.engines.postgres.stats import flush_own_stats
+from capmark.engines.base import Engine, TargetInfo
 from capmark.errors import CapmarkError
 
 CAPMARK_APPLICATION = "capmark"  # every capmark connection's application_name starts with this
@@ -88,10 +86,12 @@ class Sampler(threading.Thread):
 
     WAIT_HZ = 10.0
 
-    def __init__(self, conn: psycopg.Connection | None, backend_pids: list[int], host: HostSource | None,
-                 memory_every_s: float = 60.0, own_pids: list[int] | None = None) -> None:
+    def __init__(self, conn: Any, backend_pids: list[int], host: HostSource | None, *, engine: Engine,
+                 info: TargetInfo, memory_every_s: float = 60.0, own_pids: list[int] | None = None) -> None:
         super().__init__(name="capmark-sampler", daemon=True)
         self.conn = conn
+        self.engine = engine
+        self.info = info
         self.pids = backend_pids
         # this run's other sessions (its control connection): neither workload nor interference
         self.own_pids = [*backend_pids, *(own_pids or [])]
@@ -112,8 +112,8 @@ class Sampler(threading.Thread):
         if self.conn is None or not info.has("force_flush"):
             return
         try:
-            flush_own_stats(self.conn, info)
-        except psycopg.Error as err:
+            self.engine.flush_own_stats(self.conn, info)
+        except self.engine.error as err:
             self.samples.errors.append(str(err).splitlines()[0])
             return
         self.samples.transactions += 1
@@ -151,7 +151,7 @@ class Sampler(threading.Thread):
             return None
         try:
             return self.host.stat()
-        except (OSError, psycopg.Error, CapmarkError) as err:  # the source went away: the series stops, the step not
+        except (OSError, self.engine.error, CapmarkError) as err:  # the source went away: the series stops, the step not
             self.samples.errors.append(f"the host's CPU series stopped: {str(err).strip().splitlines()[0]}")
             self.host = None
             return None
@@ -160,7 +160,7 @@ class Sampler(threading.Thread):
         """RSS and private memory (RSS less shared pages: shared buffers touched count in RSS but are no leak)."""
         try:
             sample = self.host.instance() if self.host is not None else None
-        except (OSError, psycopg.Error, CapmarkError) as err:
+        except (OSError, self.engine.error, CapmarkError) as err:
             self.samples.errors.append(f"the memory series stopped: {str(err).strip().splitlines()[0]}")
             return
         procs = sample.procs if sample is not None else {}
@@ -169,42 +169,19 @@ class Sampler(threading.Thread):
         self.samples.memory_series.append({"t": round(t, 1), "rss": {
             str(pid): [role, rss, max(0, rss - shared)] for pid, (role, _u, _s, rss, shared) in procs.items()}})
 
-    # the sampler's own session is left out; the other client sessions are counted as interference
-    WAIT_SQL = ("select pid, pid = any(%s), state, wait_event_type, wait_event, backend_type, "
-                "coalesce(application_name, ''), coalesce(usename::text, '') from pg_stat_activity "
-                "where pid <> pg_backend_pid() and (pid = any(%s) "
-                "or backend_type in ('checkpointer', 'autovacuum worker', 'client backend'))")
-
-    def _sample_waits(self, conn: psycopg.Connection) -> None:
+    def _sample_waits(self, conn: Any) -> None:
         try:
-            first = self.samples.transactions == 0
-            rows = conn.execute(self.WAIT_SQL, (self.pids, self.pids), prepare=True).fetchall()
-        except psycopg.Error as err:
+            sample = self.engine.sample_activity(conn, self.info, self.pids, self.own_pids)
+        except self.engine.error as err:
             self.samples.errors.append(str(err).splitlines()[0])
             self.conn = None
             return
-        # psycopg prepares in a round trip of its own before the first execution: one more transaction
-        self.samples.transactions += 2 if first else 1
+        self.samples.transactions += sample.transactions
         self.samples.wait_samples += 1
         second = int(time.monotonic() - self._start)
         bg = self.samples.background.setdefault(second, [0, 0, 0])
         bg[0] += 1
-        vacuum = False
-        others: list[tuple[str | None, str, str]] = []
-        for pid, mine, state, wtype, event, backend_type, app, role in rows:
-            if not mine:
-                if backend_type == "checkpointer" and event != "CheckpointerMain":
-                    bg[1] += 1  # idle checkpointers wait on CheckpointerMain; anything else is checkpoint work
-                vacuum = vacuum or backend_type == "autovacuum worker"
-                if backend_type == "client backend" and pid not in self.own_pids:
-                    others.append((state, app, role))
-                continue
-            if state != "active":
-                key = f"Client:{state or 'unknown'}"
-            elif wtype:
-                key = f"{wtype}:{event}"
-            else:
-                key = "CPU"
-            self.samples.waits[key] += 1
-        bg[2] += int(vacuum)
-        self.samples.others.count(others)
+        bg[1] += int(sample.checkpoint_busy)
+        bg[2] += int(sample.autovacuum)
+        self.samples.waits.update(sample.waits)
+        self.samples.others.count(sample.others)

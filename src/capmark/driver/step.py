@@ -129,7 +129,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         sampler_conn = engine.connect(ctx.dsn, application_name="capmark sampler") if plan.collectors else None
         sampler_pid = engine.backend_pid(sampler_conn) if sampler_conn is not None else None
         sampler = Sampler(sampler_conn, pids, ctx.host if os_local and plan.collectors else None,
-                          memory_every_s=plan.memory_every_s,
+                          engine=engine, info=ctx.info, memory_every_s=plan.memory_every_s,
                           own_pids=[engine.backend_pid(ctx.control), *ctx.host.own_pids()])
         sampler_cpu0 = _backend_cpu(ctx.host, engine, sampler_conn) if os_local else None
         group.schedule.measure_start = time.time()

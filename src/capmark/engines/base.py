@@ -113,6 +113,17 @@ class DbCounters:
         return self.log_writes is not None and self.log_fsyncs is not None
 
 
+@dataclass
+class ActivitySample:
+    """One look at the server's sessions during a step, in engine-neutral terms (the sampler counts these)."""
+
+    waits: list[str] = field(default_factory=list)  # per job session: "CPU", "Client:idle...", or "type:event"
+    others: list[tuple[str | None, str, str]] = field(default_factory=list)  # other clients: (state, program, user)
+    checkpoint_busy: bool = False  # a checkpoint was being written
+    autovacuum: bool = False  # autovacuum (or the engine's background cleanup) ran
+    transactions: int = 0  # transactions the sample itself committed (they count among the commits)
+
+
 Delta = dict[str, list[dict[str, Any]]]  # view -> rows of after - before (numeric columns), as stored with a step
 
 
@@ -208,3 +219,6 @@ class Engine(Protocol):
     def statements_rule(self, all_statements: bool) -> str: ...
 
     def counters(self, delta: Delta) -> DbCounters: ...
+
+    def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
+                        own_pids: list[int]) -> ActivitySample: ...

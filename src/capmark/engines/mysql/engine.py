@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from capmark.engines.base import DataSize, DbCounters, Delta, Engine, TargetInfo
+from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
 from capmark.engines.mysql import connection, describe
 from capmark.engines.mysql.session import MysqlSession
 from capmark.errors import CapmarkError
@@ -181,6 +181,11 @@ class MysqlEngine:
     def counters(self, delta: Delta) -> DbCounters:
         from capmark.engines.mysql import stats
         return stats.counters(delta)
+
+    def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
+                        own_pids: list[int]) -> ActivitySample:
+        from capmark.engines.mysql import activity
+        return activity.sample(conn, job_pids, own_pids, performance_schema=info.has("performance_schema"))
 
 
 MYSQL: Engine = MysqlEngine()

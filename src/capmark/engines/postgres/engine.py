@@ -8,9 +8,9 @@ from typing import Any
 import psycopg
 
 from capmark.engines import postgres as pg
-from capmark.engines.base import DataSize, DbCounters, Delta, Engine, TargetInfo
+from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
+from capmark.engines.postgres import activity, datamodel, maintenance, stats
 from capmark.engines.postgres import counters as pgcounters
-from capmark.engines.postgres import datamodel, maintenance, stats
 from capmark.engines.postgres.session import ClientSession
 from capmark.engines.rows import one_row
 
@@ -137,6 +137,10 @@ class PostgresEngine:
 
     def counters(self, delta: Delta) -> DbCounters:
         return pgcounters.counters(delta)
+
+    def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
+                        own_pids: list[int]) -> ActivitySample:
+        return activity.sample(conn, job_pids, own_pids)
 
 
 POSTGRESQL: Engine = PostgresEngine()
