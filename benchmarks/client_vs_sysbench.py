@@ -42,7 +42,7 @@ def sysbench_args(dsn: str, table_size: int) -> list[str]:
 def sysbench(args: list[str], threads: int, seconds: float) -> tuple[float, float]:
     """(queries per second, client CPU seconds per query) of one sysbench run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(["sysbench", *args, f"--threads={threads}", f"--time={int(seconds)}", "--warmup-time=1",
+    out = subprocess.run(["sysbench", *args, f"--threads={threads}", f"--time={int(seconds)}",
                           "run"], capture_output=True, text=True, check=True).stdout
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     queries = float(re.search(r"queries:\s+(\d+)\s+\(([\d.]+) per sec", out).group(2))

@@ -69,7 +69,10 @@ def cpu_by_role(before: ProcessSample, after: ProcessSample) -> dict[str, dict[s
     A process that exits is reaped by the postmaster, whose children times then grow by its whole
     lifetime CPU; subtract what was already attributed to it before it exited.
     """
-    out = {role: {"user_s": 0.0, "sys_s": 0.0, "processes": 0} for role in ROLES}
+    # PostgreSQL's roles always (one that did nothing shows 0); a one-process server's single role instead
+    roles = {role for role, *_ in after.procs.values()}
+    listed = ROLES if roles <= set(ROLES) else (*sorted(roles), "exited processes")
+    out = {role: {"user_s": 0.0, "sys_s": 0.0, "processes": 0} for role in listed}
     for pid, (role, user, sys, _rss, _shared) in after.procs.items():
         u0, s0 = (before.procs[pid][1], before.procs[pid][2]) if pid in before.procs else (0.0, 0.0)
         out[role]["user_s"] += user - u0

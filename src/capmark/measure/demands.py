@@ -128,8 +128,9 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
     attributed = None
     if step.process_cpu:
         attributed = 0.0
-        # PostgreSQL's roles always (a role that did nothing shows as 0), and any other the host source reported
-        for role in [*ROLES, *(r for r in step.process_cpu if r not in ROLES)]:
+        # the roles the host source reported: PostgreSQL's always (one that did nothing shows as 0), or a
+        # one-process server's
+        for role in ROLES if set(step.process_cpu) <= set(ROLES) else list(step.process_cpu):
             r = step.process_cpu.get(role, {})
             value = r.get("user_s", 0.0) + r.get("sys_s", 0.0)
             attributed += value

@@ -31,6 +31,11 @@ def _driver_error() -> type[Exception]:
     return MySQLdb.Error
 
 
+def _text(value: Any) -> str:
+    """A text column's value, whether the driver decoded it or handed back bytes."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class _NoDriverError(Exception):
     """Stands for the driver's errors where mysqlclient is not installed."""
 
@@ -63,13 +68,13 @@ class MysqlEngine:
         conn.query(b"SELECT DATE_FORMAT(NOW() - INTERVAL VARIABLE_VALUE SECOND, '%Y-%m-%d %H:%i:%s') "
                    b"FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
         rows = conn.store_result().fetch_row(1)
-        return rows[0][0].decode() if rows else ""
+        return _text(rows[0][0]) if rows else ""
 
     def connection_room(self, conn: Any) -> tuple[int, int]:
         conn.query(b"SELECT @@max_connections, (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
                    b"WHERE VARIABLE_NAME = 'THREADS_CONNECTED')")
         max_conn, used = conn.store_result().fetch_row(1)[0]
-        return int(max_conn), int(used)
+        return int(_text(max_conn)), int(_text(used))
 
     def is_superuser(self, conn: Any) -> bool:
         return "ALL PRIVILEGES ON *.*" in describe.grants(conn)

@@ -29,18 +29,25 @@ class MysqlSession:
         self.round_trips = 0
         self._in_transaction = False
         self._query = conn.query
-        self._store = conn.store_result
+        self._discard = conn.discard_result
         self._execute: dict[str, bytes] = {}
+        self._using: dict[str, bytes] = {}  # "EXECUTE name USING ": the one-integer fast path
         self._literal_using = literal_using
         self._escape = conn.escape_string
         for name, sql in statements.items():
             handle = f"{STATEMENT_PREFIX}{name.replace('-', '_')}"
             conn.query(f"PREPARE {handle} FROM '{sql.replace(chr(39), chr(39) * 2)}'".encode())
             self._execute[name] = f"EXECUTE {handle}".encode()
+            self._using[name] = f"EXECUTE {handle} USING ".encode()
 
-    def run(self, name: str, *params: int | str) -> Any:
-        """Execute a prepared statement; its rows are read into the client (as libmysqlclient buffers them)."""
+    def run(self, name: str, *params: int | str) -> None:
+        """Execute a prepared statement and read its rows off the connection (every row crosses the wire and is
+        consumed; none is turned into Python objects, as libpq's result stays in C on PostgreSQL)."""
         self.round_trips += 1
+        if self._literal_using and len(params) == 1 and type(params[0]) is int:  # most units: one key
+            self._query(self._using[name] + b"%d" % params[0])
+            self._discard()
+            return
         head = self._execute[name]
         if not params:
             self._query(head)
@@ -49,12 +56,14 @@ class MysqlSession:
         else:
             sets = b", ".join(b"@capmark_p%d = %s" % (i, _literal(p, self._escape)) for i, p in enumerate(params))
             self._query(b"SET " + sets)
+            self._discard()
             self._query(head + b" USING " + b", ".join(b"@capmark_p%d" % i for i in range(len(params))))
-        return self._store()
+        self._discard()
 
     def _exec(self, sql: bytes) -> None:
         self.round_trips += 1
         self._query(sql)
+        self._discard()
 
     def begin(self) -> None:
         self._exec(b"BEGIN")
