@@ -268,6 +268,8 @@ def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sa
     """Transactions capmark's own sessions committed in the window, which are not the workload's: the
     sampler's (its login, every sample, its closing statistics flush), the control session's opening
     snapshot, and each job's closing statistics flush. kpm and the demands take them out of xact_commit."""
+    if not engines.named(ctx.info.engine).reads_commit:  # MySQL: statistics reads count as no transaction
+        return {"sampler": samples.transactions if sampled else 0, "control": 0, "jobs": 0}
     flushes = ctx.info.has("force_flush")
     return {"sampler": (1 + samples.transactions) if sampled else 0, "control": 1,
             "jobs": plan.jobs if flushes else 0}

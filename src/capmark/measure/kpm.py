@@ -87,7 +87,9 @@ def wal_io_per_commit(step: StepResult, commits: float | None) -> dict[str, floa
     io = wal_io(step)
     if not io or not commits:
         return dict.fromkeys(("wal_flush_ms_per_commit", "wal_writes_per_commit", "wal_fsyncs_per_commit"))
-    return {"wal_flush_ms_per_commit": (io["write_ms"] + io["fsync_ms"]) / commits,
+    c = counters(step)
+    timed = c.log_write_ms is not None or c.log_fsync_ms is not None
+    return {"wal_flush_ms_per_commit": (io["write_ms"] + io["fsync_ms"]) / commits if timed else None,
             "wal_writes_per_commit": io["writes"] / commits, "wal_fsyncs_per_commit": io["fsyncs"] / commits}
 
 
@@ -236,7 +238,9 @@ def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
         values[key] = value
         if value is None:
             reasons[key] = ("this server reports no WAL write/fsync counts" if not wal_io(step)
-                            else "the workload committed nothing in the window")
+                            else "the workload committed nothing in the window" if not commits
+                            else "this server does not time its log writes and flushes (MySQL and MariaDB time them "
+                                 "in performance_schema, which is off)")
     if db.data_extend_bytes is not None:
         values["extend_mb_per_s"] = db.data_extend_bytes / el / 1e6
     else:

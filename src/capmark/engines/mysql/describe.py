@@ -9,7 +9,7 @@ from typing import Any
 import psutil
 
 from capmark.engines.base import Capability, TargetInfo
-from capmark.engines.mysql.connection import DATABASE, parse
+from capmark.engines.mysql.connection import parse
 from capmark.errors import CapmarkError
 
 # Oldest releases capmark measures: the status variables, INNODB_METRICS and performance_schema tables it reads exist
@@ -93,27 +93,36 @@ def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
                   "counters of the database host are not attributed")
 
 
-def detect_capabilities(conn: Any, settings: dict[str, str], grants: str, local: bool,
+def detect_capabilities(conn: Any, settings: dict[str, str], granted: str, local: bool,
                         local_reason: str) -> dict[str, Capability]:
-    caps: dict[str, Capability] = {}
-    process = _has_process(grants)
-    caps["innodb_metrics"] = Capability(process, "" if process else
-                                        "INNODB_METRICS needs the PROCESS privilege (GRANT PROCESS ON *.* TO the user)")
-    caps["other_sessions"] = Capability(process, "" if process else
-                                        "other users' sessions are visible only with the PROCESS privilege")
+    """What this server lets capmark see; a privilege capmark cannot measure without is one sentence and exit."""
+    user = _scalar(conn, "SELECT CURRENT_USER()")
+    if not _has_process(granted):
+        raise CapmarkError(f"The user {user} lacks the PROCESS privilege, which capmark needs to read InnoDB's "
+                           f"metrics and the server's sessions; run GRANT PROCESS ON *.* TO {_quoted(user)}.")
+    caps: dict[str, Capability] = {"innodb_metrics": Capability(True), "other_sessions": Capability(True)}
     if settings.get("performance_schema", "").upper() not in ("ON", "1"):
-        caps["performance_schema"] = Capability(False, "performance_schema is off (it is switched on only at server "
-                                                       "start: performance_schema=ON in the server's configuration)")
+        caps["performance_schema"] = Capability(False, "performance_schema is off, so statement digests, wait events "
+                                                       "and IO times are not measured (it is switched on only at "
+                                                       "server start: performance_schema=ON in the server's "
+                                                       "configuration)")
     else:
         try:
             _scalar(conn, "SELECT COUNT(*) FROM performance_schema.threads")
-            caps["performance_schema"] = Capability(True)
         except Exception:  # noqa: BLE001 - any refusal means the same: not readable by this user
-            caps["performance_schema"] = Capability(False, "this user may not read performance_schema (GRANT SELECT "
-                                                           "ON performance_schema.* TO the user)")
+            raise CapmarkError(f"The user {user} may not read performance_schema, where capmark reads statement "
+                               f"digests, waits and IO times; run GRANT SELECT ON performance_schema.* TO "
+                               f"{_quoted(user)}.") from None
+        caps["performance_schema"] = Capability(True)
     caps["os"] = Capability(local and os.path.exists("/proc/stat"), local_reason or
                             ("" if os.path.exists("/proc/stat") else "this host has no /proc (not Linux)"))
     return caps
+
+
+def _quoted(account: Any) -> str:
+    """user@host as GRANT takes it: 'user'@'host'."""
+    user, _, host = str(account).partition("@")
+    return f"'{user}'@'{host or '%'}'"
 
 
 def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
@@ -134,18 +143,3 @@ def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
                       dsn_redacted=target.redacted(), embedded=embedded, local=pid is not None, local_reason=why,
                       data_directory=str(_scalar(conn, "SELECT @@datadir") or "") or None, postmaster_pid=pid,
                       settings=settings, capabilities=caps, statements_view="")
-
-
-def check_privileges(conn: Any) -> None:
-    """capmark needs to create (or own) its database; say so before touching anything."""
-    granted = grants(conn)
-    if "ALL PRIVILEGES ON *.*" in granted:
-        return
-    user = _scalar(conn, "SELECT CURRENT_USER()")
-    own = re.search(rf"GRANT (.*) ON [`]?{DATABASE}[`]?\.\*", granted.replace("`", "")) or re.search(
-        r"GRANT (.*) ON \*\.\*", granted)
-    needed = ("CREATE", "DROP", "INSERT", "UPDATE", "DELETE", "SELECT", "INDEX", "ALTER")
-    if own and (own.group(1).startswith("ALL") or all(p in own.group(1) for p in needed)):
-        return
-    raise CapmarkError(f"The user {user} may not create and fill tables in database {DATABASE}; run "
-                       f"GRANT ALL ON {DATABASE}.* TO {user}, or connect as a user that may.")

@@ -45,6 +45,7 @@ class MysqlEngine:
     label = "MySQL/MariaDB"
     schemes: tuple[str, ...] = connection.SCHEMES
     backend_is_process = False  # connections are threads of one server process; their ids are not OS pids
+    reads_commit = False  # SHOW STATUS and information_schema reads commit nothing (Handler_commit)
     server_side = False
     log_label = "redo log"
 
@@ -88,7 +89,8 @@ class MysqlEngine:
         return describe.describe(conn, dsn, embedded=embedded)
 
     def check_privileges(self, conn: Any) -> None:
-        describe.check_privileges(conn)
+        from capmark.engines.mysql import datamodel
+        datamodel.check_privileges(conn)
 
     def backend_pid(self, conn: Any) -> int:
         return int(conn.thread_id())

@@ -23,6 +23,7 @@ class PostgresEngine:
     schemes: tuple[str, ...] = ("postgresql", "postgres")
     error: type[Exception] = psycopg.Error
     backend_is_process = True  # every connection is served by a server process of its own
+    reads_commit = True  # a login and every statistics read is a transaction in xact_commit
     server_side = True
     log_label = "WAL"
 
