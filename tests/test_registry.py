@@ -65,4 +65,4 @@ def test_stress_weights_must_add_up():
 def test_client_mode_needs_a_client_side_workload():
     registry.check_mode(registry.select(["srv-query1", "stress-mixed"]), "client")
     with pytest.raises(CapmarkError, match="server-side only"):
-        registry.check_mode(registry.select(["srv-scan"]), "client")
+        registry.check_mode(registry.select(["pls-add"]), "client")

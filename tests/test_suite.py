@@ -45,7 +45,7 @@ def test_suite_file_sets_each_test(tmp_path):
     ("[defaults]\njobs = [1]", "names no tests"),
     ("[[test]]\nworkload = 'tp-light'\nspeed = 3", "unknown key"),
     ("[[test]]\nworkload = 'tp-light'\nparams = { update_pct = 7 }", "one of"),
-    ("[[test]]\nworkload = 'srv-scan'\nmode = 'client'", "server-side only"),
+    ("[[test]]\nworkload = 'pls-add'\nmode = 'client'", "server-side only"),
     ("[[test]\nworkload = 'x'", "not valid TOML"),
 ])
 def test_bad_suite_files(tmp_path, text, words):
