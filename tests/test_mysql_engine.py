@@ -156,3 +156,20 @@ def test_the_quick_suite_is_decomposed_modelled_and_diagnosed(measured: Path, tm
     assert wal["flush_requests"] > 0, wal  # the redo flush is the model's group-commit server
     report = (measured / "report.html").read_text()
     assert "At a glance" in report and "redo log" in report
+
+
+def test_every_engines_advice_answers_a_signature_that_exists() -> None:
+    """Advice is looked up by the signature's key: a key that no detector uses would never be shown, and the user
+    would read the engine-neutral text instead of the engine's settings."""
+    import inspect
+    import re
+
+    from capmark.diagnose import signatures
+    from capmark.engines.mysql.advice import ADVICE as MYSQL
+    from capmark.engines.postgres.advice import ADVICE as POSTGRES
+
+    keys = set(re.findall(r'Finding\(key="(\w+)"', inspect.getsource(signatures)))
+    assert set(POSTGRES) <= keys and set(MYSQL) <= keys, (set(POSTGRES) | set(MYSQL)) - keys
+    assert set(POSTGRES) == set(MYSQL)  # each engine says what to try for the same signatures
+    assert not any("shared_buffers" in line or "synchronous_commit" in line for lines in MYSQL.values()
+                   for line in lines)

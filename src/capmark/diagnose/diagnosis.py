@@ -6,6 +6,7 @@ from typing import Any
 
 from capmark.diagnose.features import test_view
 from capmark.diagnose.signatures import DETECTORS, Finding
+from capmark.engines import registry
 from capmark.measure.validity import cautions
 from capmark.results import RunResult, TestResult
 
@@ -17,6 +18,9 @@ def diagnose_test(test: TestResult) -> dict[str, Any]:
         found = detect(view)
         if found is not None:
             findings.append(found)
+    advice = registry.of_delta(test.steps[0].db_delta).advice if test.steps else {}
+    for f in findings:  # what to try names the engine's own settings and views
+        f.to_try = advice.get(f.key, f.to_try)
     findings.sort(key=lambda f: -f.confidence)
     information = [f for f in findings if f.severity == "info"]
     findings = [f for f in findings if f.severity != "info"]

@@ -187,7 +187,7 @@ def software_serialization(t: TestView) -> Finding | None:
                    evidence=evidence,
                    meaning="Work is offered to every core, but one code path lets only one job through at a time (a global "
                    "lock, a single-threaded server component), so the CPU idles while jobs queue for it.",
-                   to_try=["find the serializing resource in the wait profile (Lock:advisory, Lock:transactionid, LWLock)",
+                   to_try=["find the serializing resource in the wait profile",
                     "shorten or split the critical section; avoid one global lock or counter per transaction"],
                    chart=_jobs_chart(steps, cpu_busy_pct=[s.cpu_busy_pct for s in steps],
                                throughput=[s.throughput for s in steps]))
@@ -213,8 +213,8 @@ def single_threaded_io(t: TestView) -> Finding | None:
                     f"the device queue holds {queue:.2f} requests on average: never more than one IO in service"],
                    meaning="Jobs wait on IO, but the IO is issued one request at a time: the device could do more in "
                    "parallel; something in the software path serializes it (one writer process, a lock around IO).",
-                   to_try=["look for the serializing writer (WAL flush, a single checkpointer or bgwriter pass)",
-                    "raise IO concurrency (effective_io_concurrency, io_method, more writers) where it applies"],
+                   to_try=["look for the serializing writer (the log flush, a single writer of dirty pages)",
+                    "raise the engine's IO concurrency where it applies"],
                    chart=_jobs_chart(steps, iowait_pct=[s.cpu_iowait_pct for s in steps],
                                device_queue=[max((d.get("queue_length") or 0) for d in s.devices.values())
                                              for s in steps]))
@@ -252,7 +252,7 @@ def lock_contention(t: TestView) -> Finding | None:
                    steps=[s.jobs for s in steps], evidence=evidence,
                    meaning="Jobs queue for the same locks or latches more and more as they are added: the data or a shared "
                    "structure has a hot spot.",
-                   to_try=["find the hot rows or pages (pg_locks, the top wait events)", "spread updates over more rows, "
+                   to_try=["find the hot rows or pages (the top wait events)", "spread updates over more rows, "
                     "shorten transactions, or lower the concurrency to the knee"],
                    chart=_jobs_chart(steps, lock_wait_share_pct=[v * 100 for v in share],
                                throughput=[s.throughput for s in steps]))
@@ -299,7 +299,7 @@ def poor_caching(t: TestView) -> Finding | None:
                     f"{s.reads_per_unit or 0:.1f} blocks read from outside shared buffers per unit"],
                    meaning="The working set does not fit the database cache, so units read from the device although the "
                    "machine has memory left: every miss becomes device time.",
-                   to_try=["raise shared_buffers (and let the OS cache help if direct IO is off)", "add or fix indexes so "
+                   to_try=["a larger buffer cache", "add or fix indexes so "
                     "fewer pages are touched", "partition or archive cold data"],
                    chart=_jobs_chart(t.valid_steps, buffer_hit_pct=[s.buffer_hit_pct for s in t.valid_steps],
                                device_busy_pct=[max((d.get("utilization_pct") or 0) for d in s.devices.values())
@@ -335,8 +335,7 @@ def commit_bound(t: TestView) -> Finding | None:
                    meaning="Commit latency is mostly the WAL flush to the device; with more jobs one flush serves several "
                    "commits, so throughput grows while the device does fewer, larger flushes.",
                    to_try=["a device with faster flushes (lower fsync latency: NVMe, battery-backed cache)",
-                    "batch work into fewer transactions, or synchronous_commit = off where losing the last "
-                    "commits on a crash is acceptable", "commit_delay to widen the batches at high concurrency"],
+                    "batch work into fewer transactions"],
                    chart=_jobs_chart(steps, fsyncs_per_commit=[fsyncs for _, fsyncs in measured],
                                flush_share_pct=[(s.flush_share_of_commit or 0) * 100 for s in steps]))
 
@@ -475,8 +474,7 @@ def background_interference(t: TestView) -> Finding | None:
                     f"{worst:.0%}); {len(aligned)} of them coincide with " + " or ".join(sorted(kinds)) + " activity"],
                    meaning="Background work (writing a checkpoint, vacuuming) competes with the workload for the device "
                    "and CPU and shows up as latency spikes in the time series.",
-                   to_try=["spread checkpoints (checkpoint_completion_target, larger max_wal_size)", "tune autovacuum cost "
-                    "limits, or schedule heavy maintenance off peak"],
+                   to_try=["spread the background writing", "schedule heavy maintenance off peak"],
                    chart={"kind": "time", "x": list(range(1, len(s.series_units) + 1)),
                     "series": {"units/s": list(s.series_units),
                                "background (0-1) x median": [bg.get(i, 0) * series_median
@@ -605,7 +603,7 @@ def memory_leak(t: TestView) -> Finding | None:
                        "of memory and slow down or crash." if not levels_off else
                        "Memory grew and then stopped: caches warming up (catalog, plan, buffer mappings), not a leak.",
                        to_try=["watch the process over a longer soak", "look for per-session caches (prepared statements, "
-                        "temp tables, work_mem hash tables) that grow with use"] if not levels_off else
+                        "temporary tables, per-session sort and hash memory) that grow with use"] if not levels_off else
                        ["nothing, unless it reaches a limit"],
                        chart={"kind": "time", "x": [m["t"] for m in series],
                               "series": {f"{role} MB": [r / 2**20 for r in rss]}},

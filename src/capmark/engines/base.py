@@ -154,6 +154,7 @@ class Engine(Protocol):
     error: type[Exception]  # base class of its driver's errors
     server_side: bool  # can run the catalogue's units as server-side procedures
     log_label: str  # what users call its write-ahead log: "WAL", "redo log"
+    advice: dict[str, list[str]]  # bottleneck signature -> what to try, naming the engine's settings and views
     reads_commit: bool  # capmark's own logins and statistics reads count as committed transactions
     backend_is_process: bool  # a connection's backend_pid is an OS process of its own (not a thread's id)
 

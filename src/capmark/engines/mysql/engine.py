@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
+from capmark.engines.mysql import advice as mysql_advice
 from capmark.engines.mysql import connection, describe
 from capmark.engines.mysql.session import MysqlSession
 from capmark.errors import CapmarkError
@@ -46,6 +47,7 @@ class MysqlEngine:
     schemes: tuple[str, ...] = connection.SCHEMES
     backend_is_process = False  # connections are threads of one server process; their ids are not OS pids
     reads_commit = False  # SHOW STATUS and information_schema reads commit nothing (Handler_commit)
+    advice = mysql_advice.ADVICE  # what to try per bottleneck signature, in the engine's own terms
     server_side = False
     log_label = "redo log"
 

@@ -10,6 +10,7 @@ import psycopg
 from capmark.engines import postgres as pg
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
 from capmark.engines.postgres import activity, datamodel, maintenance, stats
+from capmark.engines.postgres import advice as postgres_advice
 from capmark.engines.postgres import counters as pgcounters
 from capmark.engines.postgres.session import ClientSession
 from capmark.engines.rows import one_row
@@ -24,6 +25,7 @@ class PostgresEngine:
     error: type[Exception] = psycopg.Error
     backend_is_process = True  # every connection is served by a server process of its own
     reads_commit = True  # a login and every statistics read is a transaction in xact_commit
+    advice = postgres_advice.ADVICE  # what to try per bottleneck signature, in the engine's own terms
     server_side = True
     log_label = "WAL"
 
