@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from capmark.engines.base import ActivitySample
+from capmark.engines.mysql import queries as q
 
 PROCESSLIST_SQL = ("SELECT ID, COMMAND, STATE, USER FROM information_schema.PROCESSLIST "
                    "WHERE ID <> CONNECTION_ID()")
@@ -38,7 +39,7 @@ def sample(conn: Any, job_pids: list[int], own_pids: list[int], performance_sche
 
     own_pids: this run's connections (jobs included), which are neither workload nor interference.
     """
-    rows = _rows(conn, PROCESSLIST_SQL)
+    rows = q.rows(conn, PROCESSLIST_SQL)
     jobs = set(job_pids)
     mine = [r for r in rows if r[0] in jobs]
     others = [r for r in rows if r[0] not in jobs and r[0] not in own_pids and r[1] != IDLE
@@ -75,18 +76,10 @@ def event_key(event_name: str) -> str:
 
 def _current_waits(conn: Any, pids: list[int]) -> dict[int, str]:
     ids = ",".join(str(int(p)) for p in pids)
-    return {int(pid): event_key(name) for pid, name in _rows(conn, WAITS_SQL.format(ids=ids))}
+    return {int(pid): event_key(name) for pid, name in q.rows(conn, WAITS_SQL.format(ids=ids))}
 
 
 def _programs(conn: Any, pids: list[int]) -> dict[int, str]:
     ids = ",".join(str(int(p)) for p in pids)
-    return {int(pid): str(name) for pid, name in _rows(conn, PROGRAMS_SQL.format(ids=ids))}
+    return {int(pid): str(name) for pid, name in q.rows(conn, PROGRAMS_SQL.format(ids=ids))}
 
-
-def _rows(conn: Any, sql: str) -> list[tuple]:
-    cur = conn.cursor()
-    try:
-        cur.execute(sql)
-        return list(cur.fetchall())
-    finally:
-        cur.close()

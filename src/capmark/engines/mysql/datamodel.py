@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.connection import DATABASE
 from capmark.errors import CapmarkError
 
@@ -167,29 +168,10 @@ def _numbers_needed(s: dict[str, int]) -> int:
 # reading the server
 
 
-def _rows(conn: Any, sql: str, args: tuple[Any, ...] | None = None) -> list[tuple[Any, ...]]:
-    cur = conn.cursor()
-    try:
-        cur.execute(sql, args)
-        return list(cur.fetchall())
-    finally:
-        cur.close()
 
 
-def _run(conn: Any, sql: str, args: tuple[Any, ...] | None = None) -> None:
-    cur = conn.cursor()
-    try:
-        cur.execute(sql, args)
-    finally:
-        cur.close()
 
 
-def _scalar(conn: Any, sql: str, args: tuple[Any, ...] | None = None) -> Any:
-    rows = _rows(conn, sql, args)
-    if not rows:
-        raise CapmarkError("The database returned no row for a query that always returns one; point capmark at a "
-                           "MySQL (8.0 or later) or MariaDB (10.6 or later) server.")
-    return rows[0][0]
 
 
 def _names(items: list[str]) -> str:
@@ -198,12 +180,12 @@ def _names(items: list[str]) -> str:
 
 def _meta(conn: Any) -> dict[str, int] | None:
     """The model's bookkeeping row, or None when there is none (no model, an interrupted setup, another layout)."""
-    present = _scalar(conn, "select count(*) from information_schema.tables where table_schema = %s "
+    present = q.scalar(conn, "select count(*) from information_schema.tables where table_schema = %s "
                             "and table_name = 'meta'", (DATABASE,))
     if not present:
         return None
     try:
-        rows = _rows(conn, f"select model_version, {', '.join(SIZE_KEYS)} from {_q('meta')}")
+        rows = q.rows(conn, f"select model_version, {', '.join(SIZE_KEYS)} from {_q('meta')}")
     except Exception:  # the driver's error for a meta table of another layout (the driver is optional): rebuild
         return None
     if len(rows) != 1:
@@ -283,14 +265,14 @@ def missing_privileges(grants: list[str], database_exists: bool) -> str | None:
 def check_privileges(conn: Any) -> None:
     """capmark needs to create and change tables in database capmark (and to create it when it is missing); say so
     in one sentence before touching anything."""
-    user = _scalar(conn, "select current_user()")
-    grants = [row[0] for row in _rows(conn, "show grants")]
-    exists = bool(_scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s",
+    user = q.scalar(conn, "select current_user()")
+    grants = [row[0] for row in q.rows(conn, "show grants")]
+    exists = bool(q.scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s",
                           (DATABASE,)))
     problem = missing_privileges(grants, exists)
     # MySQL's SHOW GRANTS leaves out what an active role grants: then let the server judge (setup's statements fail
     # with access denied, which setup turns into a sentence of its own)
-    role = _scalar(conn, "select coalesce(current_role(), 'NONE')")
+    role = q.scalar(conn, "select coalesce(current_role(), 'NONE')")
     if problem and str(role).upper() == "NONE":
         raise CapmarkError(f"The user {user} {problem}; run GRANT ALL ON {DATABASE}.* TO {_account(user)}, or "
                            "connect as a user that may.")
@@ -312,23 +294,23 @@ def others_depending(conn: Any, names: list[str]) -> list[str]:
     and they find the rebuilt tables by name."""
     ours = set(names)
     found: list[str] = []
-    for schema, name, table_type in _rows(
+    for schema, name, table_type in q.rows(
             conn, "select table_schema, table_name, table_type from information_schema.tables "
                   "where table_schema = %s and table_type <> 'BASE TABLE'", (DATABASE,)):
         if name in ours:
             found.append(f"{'view' if 'VIEW' in table_type else table_type.lower()} {schema}.{name}")
-    for schema, name, definition in _rows(
+    for schema, name, definition in q.rows(
             conn, "select table_schema, table_name, view_definition from information_schema.views "
                   "where view_definition like %s", (f"%`{DATABASE}`.%",)):
         # the server stores a view's query with every table written out as `database`.`table`
         if any(f"`{DATABASE}`.`{t}`" in (definition or "") for t in ours) and f"view {schema}.{name}" not in found:
             found.append(f"view {schema}.{name}")
-    for schema, name, table in _rows(
+    for schema, name, table in q.rows(
             conn, "select trigger_schema, trigger_name, event_object_table from information_schema.triggers "
                   "where event_object_schema = %s", (DATABASE,)):
         if table in ours:
             found.append(f"trigger {schema}.{name} on {DATABASE}.{table}")
-    for schema, table, constraint, target in _rows(
+    for schema, table, constraint, target in q.rows(
             conn, "select constraint_schema, table_name, constraint_name, referenced_table_name "
                   "from information_schema.referential_constraints where unique_constraint_schema = %s",
             (DATABASE,)):
@@ -359,9 +341,9 @@ def setup(conn: Any, sizes: dict[str, int], say: Say = print) -> float:
     check_privileges(conn)
     if not plan(conn, s):
         return 0.0
-    if not _scalar(conn, "select get_lock(%s, 0)", (SETUP_LOCK,)):
+    if not q.scalar(conn, "select get_lock(%s, 0)", (SETUP_LOCK,)):
         say("Another capmark run is building the data model; waiting for it.")
-        if not _scalar(conn, "select get_lock(%s, %s)", (SETUP_LOCK, SETUP_LOCK_WAIT_S)):
+        if not q.scalar(conn, "select get_lock(%s, %s)", (SETUP_LOCK, SETUP_LOCK_WAIT_S)):
             raise CapmarkError(f"Another capmark run held the data model's setup lock for {SETUP_LOCK_WAIT_S} s; "
                                "wait for it to finish, then run again.")
     try:
@@ -375,33 +357,33 @@ def setup(conn: Any, sizes: dict[str, int], say: Say = print) -> float:
         _build(conn, s, model)
         return time.monotonic() - started
     finally:
-        _run(conn, "do release_lock(%s)", (SETUP_LOCK,))
+        q.run(conn, "do release_lock(%s)", (SETUP_LOCK,))
 
 
 def _build(conn: Any, s: dict[str, int], model: list[Table]) -> None:
     try:
-        if not _scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s", (DATABASE,)):
-            _run(conn, f"create database if not exists `{DATABASE}` character set utf8mb4")
-        _run(conn, f"drop table if exists {_q('meta')}")  # first: a setup cut short leaves no bookkeeping row
+        if not q.scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s", (DATABASE,)):
+            q.run(conn, f"create database if not exists `{DATABASE}` character set utf8mb4")
+        q.run(conn, f"drop table if exists {_q('meta')}")  # first: a setup cut short leaves no bookkeeping row
         _fill_numbers(conn, _numbers_needed(s))
         for t in model:
-            _run(conn, f"drop table if exists {_q(t.name)}")
-            _run(conn, t.ddl)
+            q.run(conn, f"drop table if exists {_q(t.name)}")
+            q.run(conn, t.ddl)
             if t.fill:
-                _run(conn, t.fill)
+                q.run(conn, t.fill)
             for statement in t.after:
-                _run(conn, statement)
-        _run(conn, f"drop table {_q(NUMBERS)}")
-        _run(conn, "analyze table " + ", ".join(_q(t.name) for t in model))
-        _run(conn, f"create table {_q('meta')} (model_version int not null, "
+                q.run(conn, statement)
+        q.run(conn, f"drop table {_q(NUMBERS)}")
+        q.run(conn, "analyze table " + ", ".join(_q(t.name) for t in model))
+        q.run(conn, f"create table {_q('meta')} (model_version int not null, "
                    + ", ".join(f"{k} int not null" for k in SIZE_KEYS) + f"){TABLE_OPTIONS}")
-        _run(conn, f"insert into {_q('meta')} values ({', '.join(['%s'] * (1 + len(SIZE_KEYS)))})",
+        q.run(conn, f"insert into {_q('meta')} values ({', '.join(['%s'] * (1 + len(SIZE_KEYS)))})",
              (MODEL_VERSION, *(s[k] for k in SIZE_KEYS)))
     except CapmarkError:
         raise
     except Exception as err:
         if _is_access_denied(err):
-            user = _scalar(conn, "select current_user()")
+            user = q.scalar(conn, "select current_user()")
             raise CapmarkError(f"The user {user} may not rebuild capmark's data model ({_first_line(err)}); connect "
                                f"as a user with all privileges on database {DATABASE}.") from None
         raise
@@ -411,12 +393,12 @@ def _fill_numbers(conn: Any, count: int) -> None:
     """The numbers 1..count in key order, by doubling: log2(count) INSERT ... SELECT statements, each appending in
     key order (the server reads the source into a temporary table first, as it must for a table read and written in
     one statement)."""
-    _run(conn, f"drop table if exists {_q(NUMBERS)}")
-    _run(conn, f"create table {_q(NUMBERS)} (n int not null, primary key (n)){TABLE_OPTIONS}")
-    _run(conn, f"insert into {_q(NUMBERS)} values (1)")
+    q.run(conn, f"drop table if exists {_q(NUMBERS)}")
+    q.run(conn, f"create table {_q(NUMBERS)} (n int not null, primary key (n)){TABLE_OPTIONS}")
+    q.run(conn, f"insert into {_q(NUMBERS)} values (1)")
     have = 1
     while have < count:
-        _run(conn, f"insert into {_q(NUMBERS)} select n + {have} from {_q(NUMBERS)} where n + {have} <= {count}")
+        q.run(conn, f"insert into {_q(NUMBERS)} select n + {have} from {_q(NUMBERS)} where n + {have} <= {count}")
         have = min(have * 2, count)
 
 
@@ -444,14 +426,14 @@ def warm_cache(conn: Any, names: list[str], say: Say = print) -> None:
     the clustered index by a scan that may use no secondary index, then each secondary index by a count forced
     through it."""
     for table in names:
-        indexes = [row[0] for row in _rows(
+        indexes = [row[0] for row in q.rows(
             conn, "select distinct index_name from information_schema.statistics where table_schema = %s "
                   "and table_name = %s and index_name <> 'PRIMARY'", (DATABASE, table))]
-        _rows(conn, f"select count(*) from {_q(table)} use index ()")
+        q.rows(conn, f"select count(*) from {_q(table)} use index ()")
         for index in indexes:
-            _rows(conn, f"select count(*) from {_q(table)} force index (`{index}`)")
-    pool = _scalar(conn, "select @@innodb_buffer_pool_size")
-    data = _scalar(conn, "select coalesce(sum(data_length + index_length), 0) from information_schema.tables "
+            q.rows(conn, f"select count(*) from {_q(table)} force index (`{index}`)")
+    pool = q.scalar(conn, "select @@innodb_buffer_pool_size")
+    data = q.scalar(conn, "select coalesce(sum(data_length + index_length), 0) from information_schema.tables "
                          f"where table_schema = %s and table_name in ({', '.join(['%s'] * len(names))})",
                    (DATABASE, *names)) if names else 0
     if int(data) > int(pool):

@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from capmark.engines.base import Capability, TargetInfo
+from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.connection import parse
 from capmark.errors import CapmarkError
 
@@ -26,23 +27,8 @@ KEY_SETTINGS = (
 SERVER_PROGRAMS = ("mariadbd", "mysqld")
 
 
-def _scalar(conn: Any, sql: str) -> Any:
-    cur = conn.cursor()
-    try:
-        cur.execute(sql)
-        row = cur.fetchone()
-    finally:
-        cur.close()
-    return row[0] if row else None
 
 
-def _rows(conn: Any, sql: str) -> list[tuple]:
-    cur = conn.cursor()
-    try:
-        cur.execute(sql)
-        return list(cur.fetchall())
-    finally:
-        cur.close()
 
 
 def version_of(text: str) -> tuple[int, int, int]:
@@ -63,7 +49,7 @@ def check_version(version: str) -> None:
 
 
 def grants(conn: Any) -> str:
-    return " ".join(str(r[0]) for r in _rows(conn, "SHOW GRANTS")).upper()
+    return " ".join(str(r[0]) for r in q.rows(conn, "SHOW GRANTS")).upper()
 
 
 def _has_process(grants: str) -> bool:
@@ -74,7 +60,7 @@ def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
     """The server process when it runs on this host (from its pid file, else by program name), else the reason."""
     if not host_is_local:
         return None, "the database host is remote, so OS counters of the database host are not visible"
-    pid_file = _scalar(conn, "SELECT @@pid_file")
+    pid_file = q.scalar(conn, "SELECT @@pid_file")
     try:
         with open(str(pid_file)) as handle:
             pid = int(handle.read().split()[0])
@@ -82,7 +68,7 @@ def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
             return pid, ""
     except (OSError, ValueError, IndexError):
         pass
-    port = _scalar(conn, "SELECT @@port")
+    port = q.scalar(conn, "SELECT @@port")
     candidates = [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] in SERVER_PROGRAMS]
     if len(candidates) == 1:
         return candidates[0].pid, ""
@@ -96,7 +82,7 @@ def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
 def detect_capabilities(conn: Any, settings: dict[str, str], granted: str, local: bool,
                         local_reason: str) -> dict[str, Capability]:
     """What this server lets capmark see; a privilege capmark cannot measure without is one sentence and exit."""
-    user = _scalar(conn, "SELECT CURRENT_USER()")
+    user = q.scalar(conn, "SELECT CURRENT_USER()")
     if not _has_process(granted):
         raise CapmarkError(f"The user {user} lacks the PROCESS privilege, which capmark needs to read InnoDB's "
                            f"metrics and the server's sessions; run GRANT PROCESS ON *.* TO {_quoted(user)}.")
@@ -108,7 +94,7 @@ def detect_capabilities(conn: Any, settings: dict[str, str], granted: str, local
                                                        "configuration)")
     else:
         try:
-            _scalar(conn, "SELECT COUNT(*) FROM performance_schema.threads")
+            q.scalar(conn, "SELECT COUNT(*) FROM performance_schema.threads")
         except Exception:  # noqa: BLE001 - any refusal means the same: not readable by this user
             raise CapmarkError(f"The user {user} may not read performance_schema, where capmark reads statement "
                                f"digests, waits and IO times; run GRANT SELECT ON performance_schema.* TO "
@@ -128,11 +114,11 @@ def _quoted(account: Any) -> str:
 def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
     """Version check, key settings and capabilities of the server behind conn."""
     target = parse(dsn)
-    version = str(_scalar(conn, "SELECT VERSION()"))
+    version = str(q.scalar(conn, "SELECT VERSION()"))
     check_version(version)
     v = version_of(version)
     settings: dict[str, str] = {}
-    for name, value in _rows(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ("
+    for name, value in q.rows(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ("
                                    + ", ".join(f"'{n}'" for n in KEY_SETTINGS) + ")"):
         settings[str(name)] = str(value)
     granted = grants(conn)
@@ -141,5 +127,5 @@ def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
     flavour = "MariaDB" if is_mariadb(version) else "MySQL"
     return TargetInfo(engine="mysql", version=f"{flavour} {version}", version_num=v[0] * 10000 + v[1] * 100 + v[2],
                       dsn_redacted=target.redacted(), embedded=embedded, local=pid is not None, local_reason=why,
-                      data_directory=str(_scalar(conn, "SELECT @@datadir") or "") or None, postmaster_pid=pid,
+                      data_directory=str(q.scalar(conn, "SELECT @@datadir") or "") or None, postmaster_pid=pid,
                       settings=settings, capabilities=caps, statements_view="")
