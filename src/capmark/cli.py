@@ -228,6 +228,9 @@ def run(
         raise typer.Exit(RunFailed.exit_code)
 
 
+ENGINE_LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL/MariaDB"}  # as `capmark list` names the engines
+
+
 @app.command("list")
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
     """List the workloads (family, unit of work, key metrics, parameters) and the suites."""
@@ -241,6 +244,9 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
     for w in doc.workloads:
         params = "\n".join(f"{p['name']}={p['default']} {p['allowed']}" for p in w.params) or "-"
         modes = "" if w.client_side else " (server-side only)"
+        elsewhere = [name for name, why in w.engines.items() if why]
+        if elsewhere:
+            modes += " Not on " + ", ".join(ENGINE_LABELS.get(e, e) for e in elsewhere) + "."
         table.add_row(w.name, w.family, w.unit, ", ".join(w.key_metrics), params, w.description + modes)
     console = Console(emoji=False)
     console.print(table)

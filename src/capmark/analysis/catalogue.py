@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capmark.analysis.document import Document
+from capmark.engines import registry as engines
 from capmark.measure.kpm import COLUMNS, unit_of
 from capmark.workloads import registry
 from capmark.workloads.base import COMMON_KPMS, Workload
@@ -23,6 +24,8 @@ class WorkloadEntry:
     client_side: bool
     transaction_types: list[str]
     params: list[dict[str, Any]]
+    # per engine: "" where the workload runs there, else why it cannot mean the same (its defaults' settings)
+    engines: dict[str, str]
 
 
 @dataclass(kw_only=True)
@@ -45,6 +48,8 @@ def catalogue() -> Catalogue:
                              description=w.description, key_metrics=_key_metrics(w), kpms=list(w.kpms),
                              client_side=w.client_side, transaction_types=list(w.txn_types),
                              params=[{"name": p.name, "default": p.default, "allowed": p.allowed(), "help": p.help}
-                                     for p in w.params])
+                                     for p in w.params],
+                             engines={e.name: registry.unavailable(w, e, w.resolve_params({}))
+                                      for e in engines.all_engines()})
                for w in registry.WORKLOADS.values()]
     return Catalogue(workloads=entries, suites={k: list(v) for k, v in registry.SUITES.items()})

@@ -19,6 +19,10 @@ def _engines() -> dict[str, Engine]:
     return {e.name: e for e in (POSTGRESQL, MYSQL)}
 
 
+def all_engines() -> list[Engine]:
+    return list(_engines().values())
+
+
 def named(name: str | None) -> Engine:
     """The engine a stored run's target names (PostgreSQL for runs stored without one)."""
     engines = _engines()
