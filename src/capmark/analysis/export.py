@@ -24,7 +24,7 @@ class RunExport(Document):
 
 def columns(test: TestResult) -> list[dict[str, Any]]:
     return [{"key": c.key, "label": c.label, "unit": kpm.unit_of(c, test.throughput_label)}
-            for c in (kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS)]
+            for c in (kpm.column_of(k, test) for k in test.kpms if k in kpm.COLUMNS)]
 
 
 def test_to_json(test: TestResult) -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from capmark.engines import registry
 from capmark.engines.base import DbCounters
-from capmark.results import StepResult
+from capmark.results import StepResult, TestResult
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,16 @@ COLUMNS: dict[str, KpmColumn] = {c.key: c for c in (
     KpmColumn("lag_max_ms", "Start lag max", "ms", 3),
 )}
 
+
+
+def column_of(key: str, test: TestResult) -> KpmColumn:
+    """A KPM column as the test's engine names it: its write-ahead log is PostgreSQL's WAL or InnoDB's redo log."""
+    column = COLUMNS[key]
+    engine = registry.of_delta(test.steps[0].db_delta) if test.steps else None
+    if engine is None or engine.log_label == "WAL" or not column.label.startswith("WAL"):
+        return column
+    log = engine.log_label
+    return dataclasses.replace(column, label=log[:1].upper() + log[1:] + column.label[len("WAL"):])
 
 
 def unit_of(column: KpmColumn, throughput_label: str) -> str:

@@ -73,7 +73,7 @@ def repeatability_rows(test: TestResult) -> tuple[list[str], list[list[str]]] | 
     rows = noise.analyse(test.steps, list(test.kpms), test.per_unit)
     if not any((best := r.best(k)) is not None and best.half_width is not None for r in rows for k in noise.SHOWN):
         return None
-    cols = [kpm.COLUMNS[k] for k in noise.SHOWN if k in test.kpms]
+    cols = [kpm.column_of(k, test) for k in noise.SHOWN if k in test.kpms]
     headers = ["Jobs", "Repetitions\nused", *(f"{c.label}\n[{kpm.unit_of(c, test.throughput_label)}]" for c in cols),
                f"Within step: throughput\n[{test.throughput_label}]"]
     out = []
@@ -111,7 +111,7 @@ def kpm_table(test: TestResult) -> FittedTable:
     repeated = noise.repeats_of(test.steps) > 1
     cols = [Col("Rep")] if repeated else []
     for k in keys:
-        c = kpm.COLUMNS[k]
+        c = kpm.column_of(k, test)
         unit = kpm.unit_of(c, test.throughput_label)
         cols.append(Col(f"{c.label}\n[{unit}]" if unit else c.label, rank=_kpm_rank(k, family),
                         group=_KPM_GROUPS.get(k), name=c.label))

@@ -69,7 +69,7 @@ def environment_section(docs: ReportDocuments) -> Section:
 
 def test_section(part: TestReport) -> Section:
     test = part.test
-    cols = [kpm.COLUMNS[k] for k in test.kpms if k in kpm.COLUMNS]
+    cols = [kpm.column_of(k, test) for k in test.kpms if k in kpm.COLUMNS]
     rows, reasons = [], {}
     for step in test.steps:
         values, why = kpm.of(step, test.per_unit)
