@@ -89,6 +89,20 @@ class Browser:
                 self.proc.wait()
             if self.proc.stderr:
                 self.proc.stderr.close()
+        self._remove_profile()
+
+    PROFILE_REMOVE_TRIES = 20  # Chromium's helper processes outlive the browser by a moment and still write there
+
+    def _remove_profile(self) -> None:
+        for _ in range(self.PROFILE_REMOVE_TRIES):
+            try:
+                shutil.rmtree(self.profile.name)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:  # a helper wrote a file while the folder was being emptied: try again
+                time.sleep(0.1)
+        shutil.rmtree(self.profile.name, ignore_errors=True)
         self.profile.cleanup()
 
     def _devtools_port(self) -> int:

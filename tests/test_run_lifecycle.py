@@ -253,9 +253,9 @@ def test_a_killed_capmark_leaves_no_statement_of_its_control_session_running(emb
     """SIGKILL cannot be handled: the control session asks the server to watch for its client instead."""
     child = f"""
 import psycopg
-from capmark.runner import _end_statements_with_client
+from capmark.engines.postgres.engine import POSTGRESQL
 conn = psycopg.connect({embedded_dsn!r}, autocommit=True, application_name="capmark control test")
-_end_statements_with_client(conn)
+POSTGRESQL.prepare_control(conn)
 conn.execute("select pg_sleep(120)")
 """
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
