@@ -173,3 +173,14 @@ def test_a_second_run_and_db_stop_are_refused_while_a_run_holds_the_server(data_
     assert str(holder.pid) in embedded.run_lock_path(data_dir).read_text()
     with embedded.exclusive_run(data_dir, "run-c"):
         assert f'"pid": {os.getpid()}' in embedded.run_lock_path(data_dir).read_text()
+
+
+def test_status_reads_initdbs_bootstrap_pid_file_as_not_running(tmp_path):
+    """initdb's bootstrap backend writes a postmaster.pid of seven lines with a negative pid; status (and stop, which
+    asks it) must say "not running" instead of failing on it, as it did when Ctrl-C hit capmark during initdb."""
+    data_dir = tmp_path / "pg"
+    data_dir.mkdir()
+    (data_dir / "PG_VERSION").write_text("18\n")
+    (data_dir / "postmaster.pid").write_text(f"-1867\n{data_dir}\n1795394384\n5432\n\n\n  2711922     32818\n")
+    got = embedded.status(data_dir)
+    assert got.initialized and not got.running

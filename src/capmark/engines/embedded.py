@@ -97,7 +97,12 @@ def status(data_dir: Path | None = None) -> EmbeddedStatus:
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     _, postmaster_info = _package()
     initialized = (data_dir / "PG_VERSION").exists()
-    info = postmaster_info.read_from_pgdata(data_dir) if initialized else None
+    try:
+        info = postmaster_info.read_from_pgdata(data_dir) if initialized else None
+    except (AssertionError, ValueError, OSError):
+        # a pid file that is not a running postmaster's: initdb's bootstrap backend writes one of fewer lines (and a
+        # negative pid), and a postmaster still starting has not written all of its lines yet
+        info = None
     if info is None or not info.is_running():
         return EmbeddedStatus(data_dir, initialized, False, None, None)
     return EmbeddedStatus(data_dir, initialized, True, info.pid, info.get_uri())
