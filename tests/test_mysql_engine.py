@@ -154,6 +154,8 @@ def test_the_quick_suite_is_decomposed_modelled_and_diagnosed(measured: Path, tm
         assert components["wal_fsyncs"]["label"] == "redo log fsyncs"
     wal = answers["calibrate"]["wal-lat1"]["calibration"]
     assert wal["flush_requests"] > 0, wal  # the redo flush is the model's group-commit server
+    run = load_run(measured)
+    assert run.spec["mode"] == "client" and {t.mode for t in run.tests} == {"client"}  # as the run summary shows
     report = (measured / "report.html").read_text()
     assert "At a glance" in report and "redo log" in report
 

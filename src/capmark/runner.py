@@ -228,7 +228,8 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
                          f"{expected / 60:.1f} minutes.")
         else:
             observer.say(f"Measuring {len(plans)} test(s) in {steps} step(s): about {expected / 60:.1f} minutes.")
-        spec_stored = {**asdict(spec), "dsn": redact_dsn(dsn) if spec.dsn or env_dsn() else None,
+        spec_stored = {**asdict(spec), "mode": spec.mode if engine.server_side else "client",  # as the tests ran
+                       "dsn": redact_dsn(dsn) if spec.dsn or env_dsn() else None,
                        "jobs": sorted({j for p in plans for j in p.jobs}),
                        "data_dir": str(spec.data_dir) if spec.data_dir else None,
                        "results_dir": str(spec.results_dir),
