@@ -113,9 +113,16 @@ def test_tp_updates_the_rows_it_claims(catalogue, name, rows):
     assert db(step, "tup_updated") >= step.units * rows
 
 
+def jobs_wal_bytes(step):
+    """WAL the step's job backends generated themselves (PostgreSQL 18's per-backend statistics), which autovacuum
+    or a checkpoint running in the same window does not add to; the server's whole WAL where that view is missing."""
+    rows = step.db_delta.get("backend_wal")
+    return total(rows, "wal_bytes") if rows else wal_bytes(step)
+
+
 def test_tp_lookup_writes_no_wal(catalogue):
     step = catalogue["tp-lookup"].steps[0]
-    assert wal_bytes(step) / step.units < 1
+    assert jobs_wal_bytes(step) / step.units < 1
     assert db(step, "xact_commit") >= step.units
 
 
