@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import mysqlserver
 import psycopg
 import pytest
 
@@ -49,20 +50,9 @@ def target_dsn(request: pytest.FixtureRequest) -> str:
     return LOCAL_PG
 
 
-# MySQL/MariaDB: the machine's server (CI has one), or CAPMARK_TEST_MYSQL_DSN
-LOCAL_MYSQL = "mysql://root@127.0.0.1:3306/"
-
 
 @pytest.fixture(scope="session")
 def mysql_dsn() -> str:
-    """A MySQL/MariaDB server to measure; the tests that need one skip, saying why, where none answers."""
-    dsn = os.environ.get("CAPMARK_TEST_MYSQL_DSN") or LOCAL_MYSQL
-    pytest.importorskip("MySQLdb", reason="mysqlclient (capmark's MySQL extra) is not installed")
-    from capmark.engines.mysql.connection import connect
-    from capmark.errors import CapmarkError
-
-    try:
-        connect(dsn, timeout_s=3).close()
-    except CapmarkError as err:
-        pytest.skip(f"no MySQL/MariaDB server answers: {err}")
-    return dsn
+    """A MySQL/MariaDB server to measure (tests/mysqlserver.py); the tests that need one skip, saying why, where
+    none answers."""
+    return mysqlserver.answering()

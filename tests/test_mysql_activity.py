@@ -8,22 +8,18 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import mysqlserver
 import pytest
 
 from capmark.collect.sampler import OtherSessions
 from capmark.engines.mysql import activity
 
-MySQLdb = pytest.importorskip("MySQLdb", reason="mysqlclient (the MySQL extra) is not installed")
-SERVER = {"host": "127.0.0.1", "port": 3306, "user": "root", "passwd": "", "autocommit": True}
 SCRATCH = "mystats_activity"  # this test's own scratch database, dropped at the end
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    try:
-        conn = MySQLdb.connect(**SERVER)
-    except MySQLdb.Error as err:
-        pytest.skip(f"no MySQL/MariaDB server answers on 127.0.0.1:3306 as root ({err})")
+def server(mysql_dsn: str) -> Iterator[Any]:
+    conn = mysqlserver.connect()
     cur = conn.cursor()
     cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCRATCH}")
     cur.execute(f"CREATE TABLE IF NOT EXISTS {SCRATCH}.t (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
@@ -42,7 +38,7 @@ def _id(conn: Any) -> int:
 
 
 def test_idle_job_is_the_clients_and_a_sleeping_one_waits(server):
-    idle, busy = MySQLdb.connect(**SERVER), MySQLdb.connect(**SERVER)
+    idle, busy = mysqlserver.connect(), mysqlserver.connect()
     pids = [_id(idle), _id(busy)]
     sleeper = threading.Thread(target=lambda: busy.cursor().execute("SELECT SLEEP(1)"))
     sleeper.start()
@@ -57,7 +53,7 @@ def test_idle_job_is_the_clients_and_a_sleeping_one_waits(server):
 
 
 def test_a_blocked_job_is_not_on_cpu_and_another_client_is_interference(server):
-    holder, blocked, outsider = (MySQLdb.connect(**SERVER) for _ in range(3))
+    holder, blocked, outsider = (mysqlserver.connect() for _ in range(3))
     holder.autocommit(False)
     holder.cursor().execute(f"SELECT * FROM {SCRATCH}.t FOR UPDATE")  # holds the row lock
     pids = [_id(blocked)]
@@ -99,7 +95,7 @@ def test_an_update_loop_is_seen_committing_and_on_cpu(server):
     pids: list[int] = []
 
     def loop() -> None:
-        conn = MySQLdb.connect(**SERVER)
+        conn = mysqlserver.connect()
         pids.append(_id(conn))
         cur = conn.cursor()
         while not stop.is_set():

@@ -11,13 +11,12 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import mysqlserver
 import pytest
 
 from capmark.engines.mysql import datamodel as dm
 from capmark.engines.mysql.statements import STATEMENTS, wal_update_for
 from capmark.errors import CapmarkError
-
-MySQLdb = pytest.importorskip("MySQLdb", reason="mysqlclient is not installed (pip install capmark[mysql])")
 
 SIZES = {"items": 2000, "accounts": 1500, "booking_accounts": 120, "call_customers": 30, "ring_rows": 100,
          "sto_rows": 3000, "pgbench_scale": 1}
@@ -33,11 +32,8 @@ def expected_counts(s: dict[str, int]) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def conn() -> Iterator[Any]:
-    try:
-        c = MySQLdb.connect(host="127.0.0.1", port=3306, user="root", passwd="", autocommit=True, connect_timeout=3)
-    except MySQLdb.Error as err:
-        pytest.skip(f"no MySQL/MariaDB server answers on 127.0.0.1:3306 as root ({err})")
+def conn(mysql_dsn: str) -> Iterator[Any]:
+    c = mysqlserver.connect()
     assert scalar(c, "select get_lock(%s, 600)", (dm.SETUP_LOCK,)) == 1
     try:
         yield c

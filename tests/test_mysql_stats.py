@@ -6,28 +6,24 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import mysqlserver
 import pytest
 
 from capmark.engines.base import Capability, TargetInfo
 from capmark.engines.mysql import stats
 
-MySQLdb = pytest.importorskip("MySQLdb", reason="mysqlclient (the MySQL extra) is not installed")
-SERVER = {"host": "127.0.0.1", "port": 3306, "user": "root", "passwd": "", "autocommit": True}
 SCRATCH = "mystats"  # this test's own scratch database, dropped at the end
 ROWS = 100
 UPDATES = 300
 
 
 def _connect() -> Any:
-    return MySQLdb.connect(**SERVER, db=SCRATCH)
+    return mysqlserver.connect(SCRATCH)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Any]:
-    try:
-        conn = MySQLdb.connect(**SERVER)
-    except MySQLdb.Error as err:
-        pytest.skip(f"no MySQL/MariaDB server answers on 127.0.0.1:3306 as root ({err})")
+def server(mysql_dsn: str) -> Iterator[Any]:
+    conn = mysqlserver.connect()
     cur = conn.cursor()
     cur.execute(f"CREATE DATABASE IF NOT EXISTS {SCRATCH}")
     cur.execute(f"CREATE TABLE IF NOT EXISTS {SCRATCH}.t (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
