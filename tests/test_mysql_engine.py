@@ -175,3 +175,15 @@ def test_every_engines_advice_answers_a_signature_that_exists() -> None:
     assert set(POSTGRES) == set(MYSQL)  # each engine says what to try for the same signatures
     assert not any("shared_buffers" in line or "synchronous_commit" in line for lines in MYSQL.values()
                    for line in lines)
+
+
+@pytest.mark.parametrize(("lines", "process"), [
+    (["GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"], True),
+    (["GRANT USAGE ON *.* TO `u`@`%`", "GRANT PROCESS, SELECT ON *.* TO `u`@`%`"], True),
+    (["GRANT USAGE ON *.* TO `u`@`%`", "GRANT ALL PRIVILEGES ON `capmark`.* TO `u`@`%`"], False),  # a database's ALL
+    (["GRANT SELECT ON `performance_schema`.* TO `u`@`%`", "GRANT PROCESS ON `capmark`.`item` TO `u`@`%`"], False),
+])
+def test_the_process_privilege_counts_only_when_granted_on_every_database(lines: list[str], process: bool) -> None:
+    from capmark.engines.mysql import grants
+
+    assert grants.has_global(lines, "PROCESS") is process

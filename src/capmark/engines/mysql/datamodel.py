@@ -19,7 +19,6 @@ every fill appends in primary-key order, dropped after the fill); it works alike
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 
 from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.connection import DATABASE
+from capmark.engines.mysql.grants import ALL, account, granted, lines
 from capmark.errors import CapmarkError
 
 MODEL_VERSION = 1
@@ -211,51 +211,10 @@ def plan(conn: Any, sizes: dict[str, int]) -> list[str]:
 # privileges
 
 
-_GRANT = re.compile(r"^GRANT (?P<privs>.+?) ON (?P<target>\S+) TO ", re.IGNORECASE)
-
-
-def privileges_on(grants: list[str], database: str = DATABASE) -> set[str]:
-    """The privileges SHOW GRANTS lines give on every table of `database` (global grants, grants on the database,
-    and grants on database patterns that match it); table-level grants do not let capmark create tables."""
-    have: set[str] = set()
-    for line in grants:
-        m = _GRANT.match(line.strip())
-        if not m:
-            continue
-        target = m["target"]
-        db, _, table = target.rpartition(".")
-        if table != "*":
-            continue
-        if db != "*" and not _db_matches(db.strip("`"), database):
-            continue
-        privs = m["privs"]
-        if re.match(r"ALL( PRIVILEGES)?$", privs.strip(), re.IGNORECASE):
-            have.update(NEEDED)
-            continue
-        for p in privs.split(","):
-            have.add(re.sub(r"\s*\(.*\)", "", p).strip().upper())
-    return have
-
-
-def _db_matches(pattern: str, database: str) -> bool:
-    """A database name in a GRANT may be a LIKE pattern (`_` and `%`, `\\_` a literal underscore)."""
-    out = ""
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < len(pattern):
-            out += re.escape(pattern[i + 1])
-            i += 2
-            continue
-        out += ".*" if ch == "%" else "." if ch == "_" else re.escape(ch)
-        i += 1
-    return re.fullmatch(out, database, re.IGNORECASE) is not None
-
-
 def missing_privileges(grants: list[str], database_exists: bool) -> str | None:
     """One sentence when the grants do not let capmark build its model in `capmark`, else None."""
-    have = privileges_on(grants)
-    lacking = [p for p in NEEDED if p not in have]
+    have = granted(grants, DATABASE)
+    lacking = [p for p in NEEDED if ALL not in have and p not in have]
     if lacking:
         return (f"may not {'create database ' + DATABASE + ' and ' if not database_exists else ''}create or change "
                 f"tables in database {DATABASE} (it lacks {', '.join(lacking)})")
@@ -266,7 +225,7 @@ def check_privileges(conn: Any) -> None:
     """capmark needs to create and change tables in database capmark (and to create it when it is missing); say so
     in one sentence before touching anything."""
     user = q.scalar(conn, "select current_user()")
-    grants = [row[0] for row in q.rows(conn, "show grants")]
+    grants = lines(conn)
     exists = bool(q.scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s",
                           (DATABASE,)))
     problem = missing_privileges(grants, exists)
@@ -274,13 +233,8 @@ def check_privileges(conn: Any) -> None:
     # with access denied, which setup turns into a sentence of its own)
     role = q.scalar(conn, "select coalesce(current_role(), 'NONE')")
     if problem and str(role).upper() == "NONE":
-        raise CapmarkError(f"The user {user} {problem}; run GRANT ALL ON {DATABASE}.* TO {_account(user)}, or "
+        raise CapmarkError(f"The user {user} {problem}; run GRANT ALL ON {DATABASE}.* TO {account(user)}, or "
                            "connect as a user that may.")
-
-
-def _account(user: str) -> str:
-    name, _, host = user.rpartition("@")
-    return f"'{name}'@'{host}'" if name else f"'{user}'"
 
 
 # ---------------------------------------------------------------------------------------------------------------

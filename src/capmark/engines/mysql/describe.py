@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from capmark.engines.base import Capability, TargetInfo
+from capmark.engines.mysql import grants
 from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.connection import parse
 from capmark.errors import CapmarkError
@@ -48,14 +49,6 @@ def check_version(version: str) -> None:
         raise CapmarkError(f"The server runs {name} {v[0]}.{v[1]}; capmark supports {SUPPORTED}.")
 
 
-def grants(conn: Any) -> str:
-    return " ".join(str(r[0]) for r in q.rows(conn, "SHOW GRANTS")).upper()
-
-
-def _has_process(grants: str) -> bool:
-    return "ALL PRIVILEGES ON *.*" in grants or bool(re.search(r"GRANT [^']*\bPROCESS\b[^']* ON \*\.\*", grants))
-
-
 def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
     """The server process when it runs on this host (from its pid file, else by program name), else the reason."""
     if not host_is_local:
@@ -79,13 +72,13 @@ def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
                   "counters of the database host are not attributed")
 
 
-def detect_capabilities(conn: Any, settings: dict[str, str], granted: str, local: bool,
+def detect_capabilities(conn: Any, settings: dict[str, str], granted: list[str], local: bool,
                         local_reason: str) -> dict[str, Capability]:
     """What this server lets capmark see; a privilege capmark cannot measure without is one sentence and exit."""
     user = q.scalar(conn, "SELECT CURRENT_USER()")
-    if not _has_process(granted):
+    if not grants.has_global(granted, "PROCESS"):
         raise CapmarkError(f"The user {user} lacks the PROCESS privilege, which capmark needs to read InnoDB's "
-                           f"metrics and the server's sessions; run GRANT PROCESS ON *.* TO {_quoted(user)}.")
+                           f"metrics and the server's sessions; run GRANT PROCESS ON *.* TO {grants.account(user)}.")
     caps: dict[str, Capability] = {"innodb_metrics": Capability(True), "other_sessions": Capability(True)}
     if settings.get("performance_schema", "").upper() not in ("ON", "1"):
         caps["performance_schema"] = Capability(False, "performance_schema is off, so statement digests, wait events "
@@ -98,17 +91,11 @@ def detect_capabilities(conn: Any, settings: dict[str, str], granted: str, local
         except Exception:  # noqa: BLE001 - any refusal means the same: not readable by this user
             raise CapmarkError(f"The user {user} may not read performance_schema, where capmark reads statement "
                                f"digests, waits and IO times; run GRANT SELECT ON performance_schema.* TO "
-                               f"{_quoted(user)}.") from None
+                               f"{grants.account(user)}.") from None
         caps["performance_schema"] = Capability(True)
     caps["os"] = Capability(local and os.path.exists("/proc/stat"), local_reason or
                             ("" if os.path.exists("/proc/stat") else "this host has no /proc (not Linux)"))
     return caps
-
-
-def _quoted(account: Any) -> str:
-    """user@host as GRANT takes it: 'user'@'host'."""
-    user, _, host = str(account).partition("@")
-    return f"'{user}'@'{host or '%'}'"
 
 
 def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
@@ -121,7 +108,7 @@ def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
     for name, value in q.rows(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ("
                                    + ", ".join(f"'{n}'" for n in KEY_SETTINGS) + ")"):
         settings[str(name)] = str(value)
-    granted = grants(conn)
+    granted = grants.lines(conn)
     pid, why = _local_server_pid(conn, target.local)
     caps = detect_capabilities(conn, settings, granted, pid is not None, why)
     flavour = "MariaDB" if is_mariadb(version) else "MySQL"

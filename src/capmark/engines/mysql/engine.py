@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
+from capmark.engines.mysql import activity, catalogue, connection, datamodel, describe, grants, stats
 from capmark.engines.mysql import advice as mysql_advice
-from capmark.engines.mysql import connection, describe
+from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.session import MysqlSession
 from capmark.errors import CapmarkError
 
@@ -32,9 +33,10 @@ def _driver_error() -> type[Exception]:
     return MySQLdb.Error
 
 
-def _text(value: Any) -> str:
-    """A text column's value, whether the driver decoded it or handed back bytes."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _code(err: BaseException) -> int | None:
+    """The server's error number of a driver error (its first argument)."""
+    code = err.args[0] if err.args else None
+    return code if isinstance(code, int) else None
 
 
 class _NoDriverError(Exception):
@@ -63,35 +65,29 @@ class MysqlEngine:
         """The server ends a dead client's statement when its socket closes; nothing to arrange."""
 
     def execute(self, conn: Any, sql: str) -> None:
-        conn.query(sql.encode())
-        conn.store_result()
+        q.run(conn, sql)
 
     def server_started(self, conn: Any) -> str:
         """The server's start, to the second (from its uptime), so that a restart between steps shows."""
-        conn.query(b"SELECT DATE_FORMAT(NOW() - INTERVAL VARIABLE_VALUE SECOND, '%Y-%m-%d %H:%i:%s') "
-                   b"FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'")
-        rows = conn.store_result().fetch_row(1)
-        return _text(rows[0][0]) if rows else ""
+        return str(q.scalar(conn, "SELECT DATE_FORMAT(NOW() - INTERVAL VARIABLE_VALUE SECOND, '%Y-%m-%d %H:%i:%s') "
+                                  "FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"))
 
     def connection_room(self, conn: Any) -> tuple[int, int]:
-        conn.query(b"SELECT @@max_connections, (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
-                   b"WHERE VARIABLE_NAME = 'THREADS_CONNECTED')")
-        max_conn, used = conn.store_result().fetch_row(1)[0]
-        return int(_text(max_conn)), int(_text(used))
+        (max_conn, used), = q.rows(conn, "SELECT @@max_connections, (SELECT VARIABLE_VALUE FROM "
+                                         "information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_CONNECTED')")
+        return int(max_conn), int(used)
 
     def is_superuser(self, conn: Any) -> bool:
-        return "ALL PRIVILEGES ON *.*" in describe.grants(conn)
+        return grants.ALL in grants.granted(grants.lines(conn))
 
     def terminated(self, err: BaseException) -> bool:
         """KILL (CONNECTION) by another session, or a server shutting down (ER_SERVER_SHUTDOWN)."""
-        code = err.args[0] if err.args else None
-        return code in (ER_CONNECTION_KILLED, ER_SERVER_SHUTDOWN)
+        return _code(err) in (ER_CONNECTION_KILLED, ER_SERVER_SHUTDOWN)
 
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return describe.describe(conn, dsn, embedded=embedded)
 
     def check_privileges(self, conn: Any) -> None:
-        from capmark.engines.mysql import datamodel
         datamodel.check_privileges(conn)
 
     def backend_pid(self, conn: Any) -> int:
@@ -105,8 +101,7 @@ class MysqlEngine:
         return False
 
     def is_cancel(self, err: BaseException) -> bool:
-        code = err.args[0] if err.args else None
-        return code in (ER_QUERY_INTERRUPTED, ER_STATEMENT_TIMEOUT, ER_MARIADB_STATEMENT_TIMEOUT)
+        return _code(err) in (ER_QUERY_INTERRUPTED, ER_STATEMENT_TIMEOUT, ER_MARIADB_STATEMENT_TIMEOUT)
 
     def cancel(self, conn: Any, dsn: str) -> None:
         """Stop the connection's running statement from a second connection (the protocol has no cancel request)."""
@@ -122,26 +117,21 @@ class MysqlEngine:
                 "max_statement_time / max_execution_time); raise that limit for capmark's user")
 
     def setup_datamodel(self, conn: Any, size: DataSize, say: Callable[[str], None]) -> float:
-        from capmark.engines.mysql import datamodel
         return datamodel.setup(conn, size.as_params(), say)
 
     def warm_cache(self, conn: Any, tables: list[str], say: Callable[[str], None]) -> None:
-        from capmark.engines.mysql import datamodel
         datamodel.warm_cache(conn, tables, say)
 
     def install_procedures(self, conn: Any, ddl: list[str]) -> None:
         raise CapmarkError("capmark runs MySQL and MariaDB workloads client-side only; drop --mode server.")
 
     def client_statement(self, name: str, postgres_sql: str) -> str | None:
-        from capmark.engines.mysql import catalogue
         return catalogue.client_statement(name, postgres_sql)
 
     def session_settings(self, settings: dict[str, str]) -> dict[str, str] | str:
-        from capmark.engines.mysql import catalogue
         return catalogue.session_settings(settings)
 
     def preparation(self, statements: tuple[str, ...]) -> tuple[str, ...] | str:
-        from capmark.engines.mysql import catalogue
         return catalogue.preparation(statements)
 
     checkpoint_refused = ""
@@ -154,8 +144,7 @@ class MysqlEngine:
     def background_work(self, conn: Any) -> list[str]:
         """Purge still working through the history of the previous test's changes."""
         try:
-            conn.query(b"SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")
-            rows = conn.store_result().fetch_row(1)
+            rows = q.rows(conn, "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")
         except self.error:  # no PROCESS privilege: INNODB_METRICS is not readable, purge cannot be watched
             return []
         backlog = int(rows[0][0]) if rows else 0
@@ -170,30 +159,22 @@ class MysqlEngine:
 
     def snapshot(self, conn: Any, info: TargetInfo, backend_pids: list[int] | None = None,
                  all_statements: bool = False) -> Delta:
-        from capmark.engines.mysql import stats
         return stats.snapshot(conn, info, backend_pids, all_statements)
 
     def delta(self, before: Delta, after: Delta) -> Delta:
-        from capmark.engines.mysql import stats
         return stats.delta(before, after)
 
     def statements_rule(self, all_statements: bool) -> str:
-        if all_statements:
-            return ("Top statements: every statement digest on the server was stored (--all-statements), including "
-                    "other applications' SQL text.")
-        return ("Top statements: only statement digests of database capmark were stored; --all-statements stores "
-                "every one.")
+        return stats.statements_rule(all_statements)
 
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None:
         """MySQL's counters are live: nothing waits to be published."""
 
     def counters(self, delta: Delta) -> DbCounters:
-        from capmark.engines.mysql import stats
         return stats.counters(delta)
 
     def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
                         own_pids: list[int]) -> ActivitySample:
-        from capmark.engines.mysql import activity
         return activity.sample(conn, job_pids, own_pids, performance_schema=info.has("performance_schema"))
 
 
