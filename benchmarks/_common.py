@@ -27,9 +27,8 @@ def target(dsn: str | None, host_metrics: str = "auto") -> StepContext:
     engine = engines.for_dsn(dsn)
     control = engine.connect(dsn, application_name="capmark benchmark")
     info = engine.describe(control, dsn, embedded=is_embedded)
-    threaded = (None if engine.backend_is_process else
-                hosts.ThreadedServer(info.postmaster_pid, info.local_reason, engine.server_role))
-    host = hosts.choose(host_metrics, dsn, control, info.data_directory, engine.connect, threaded=threaded)
+    host = hosts.choose(host_metrics, dsn, control, info.data_directory, engine.connect,
+                        threaded=hosts.ThreadedServer.of(engine, info))
     info.postmaster_pid = getattr(host, "postmaster_pid", None)
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     datamodel.setup(control, datamodel.size_for(1), say=say, engine=engine)

@@ -28,6 +28,7 @@ from capmark.analysis.planning import (
 )
 from capmark.config import DEFAULT_RESULTS_DIR, RunSpec
 from capmark.engines import embedded
+from capmark.engines import registry as engines
 from capmark.errors import CapmarkError
 from capmark.results import RunResult, TestResult
 
@@ -38,6 +39,11 @@ from capmark.store import DB_NAME, RunStore, load_run, resolve_run
 
 def list_workloads() -> Catalogue:
     return catalogue()
+
+
+def engine_labels() -> dict[str, str]:
+    """Each engine's name for users ("mysql" -> "MySQL/MariaDB"), as the catalogue's per-engine map is keyed."""
+    return {engine.name: engine.label for engine in engines.all_engines()}
 
 
 def solve_cases(file: Path) -> Any:

@@ -228,9 +228,6 @@ def run(
         raise typer.Exit(RunFailed.exit_code)
 
 
-ENGINE_LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL/MariaDB"}  # as `capmark list` names the engines
-
-
 @app.command("list")
 def list_cmd(fmt: FormatOpt = Format.table) -> None:
     """List the workloads (family, unit of work, key metrics, parameters) and the suites."""
@@ -238,6 +235,7 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
     if fmt == Format.json:
         print(json_text(doc.to_json()))
         return
+    labels = api.engine_labels()
     table = Table(title="capmark workloads", title_justify="left")
     for col in ("name", "family", "unit", "key metrics", "parameters (default, allowed)", "description"):
         table.add_column(col)
@@ -246,7 +244,7 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
         modes = "" if w.client_side else " (server-side only)"
         elsewhere = [name for name, why in w.engines.items() if why]
         if elsewhere:
-            modes += " Not on " + ", ".join(ENGINE_LABELS.get(e, e) for e in elsewhere) + "."
+            modes += " Not on " + ", ".join(labels.get(e, e) for e in elsewhere) + "."
         table.add_row(w.name, w.family, w.unit, ", ".join(w.key_metrics), params, w.description + modes)
     console = Console(emoji=False)
     console.print(table)

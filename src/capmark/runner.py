@@ -181,10 +181,8 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
     try:
         engine.prepare_control(control)
         info = engine.describe(control, dsn, embedded=is_embedded)
-        threaded = (None if engine.backend_is_process else
-                    hosts.ThreadedServer(info.postmaster_pid, info.local_reason, engine.server_role))
         host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, engine.connect, spec.node_exporter,
-                            threaded)
+                            hosts.ThreadedServer.of(engine, info))
         _describe_host(info, host)
         if (not spec.jobs and not spec.max_jobs and host.facts.cores
                 and host.facts.cores != (os.cpu_count() or 1)):
@@ -337,7 +335,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say, engine=engine)
         settings = workload.session(params) if workload.session else {}
         if spec.nested_statements:
-            if ctx.info.has("pg_stat_statements") and _is_superuser(engine, ctx.control):
+            if ctx.info.has("pg_stat_statements") and engine.is_superuser(ctx.control):
                 settings = {**settings, "pg_stat_statements.track": "all"}
             else:
                 observer.say("Nested statements are not tracked: needs pg_stat_statements and a superuser.")
@@ -475,10 +473,6 @@ def _jobs(n: int) -> str:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
-
-
-def _is_superuser(engine: Engine, control: Any) -> bool:
-    return engine.is_superuser(control)
 
 
 def _check_connections(engine: Engine, control: Any, jobs: int) -> None:

@@ -20,7 +20,7 @@ import psycopg
 from capmark.collect import procfs
 from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
 from capmark.config import check_host_metrics
-from capmark.engines.base import TargetInfo
+from capmark.engines.base import Engine, TargetInfo
 from capmark.engines.postgres.stats import flush_own_stats
 from capmark.errors import CapmarkError
 
@@ -440,19 +440,26 @@ def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str
     check_host_metrics(mode, node_exporter)
     if mode == "none":
         return NoHost("host metrics are off (--host-metrics none)")
-    if threaded is not None:
-        return _choose_threaded(mode, threaded, data_directory, node_exporter)
-    postmaster = _visible_postmaster(control)
+    if threaded is not None and mode == "sql":
+        raise CapmarkError("--host-metrics sql reads /proc through PostgreSQL's functions, which MySQL and MariaDB do "
+                           "not have; use --host-metrics local on the database host, or --node-exporter URL.")
+    postmaster = threaded.pid if threaded is not None else _visible_postmaster(control)
     if mode == "local" or (mode == "auto" and postmaster is not None and not node_exporter):
+        if postmaster is None and threaded is not None:
+            raise CapmarkError(f"--host-metrics local cannot see the server: {threaded.why_not_local}; use "
+                               "--node-exporter URL.")
         if postmaster is None:
             raise CapmarkError(f"The server at {control.info.host or 'its socket'} does not run on this machine (its "
                                "processes are not visible here), so --host-metrics local cannot see it; use "
                                "--host-metrics sql or --node-exporter URL.")
-        return local_source(postmaster)
+        return local_source(postmaster, threaded_role=threaded.role if threaded is not None else None)
     if node_exporter:
         from capmark.collect.node_exporter import node_exporter_source
 
         return node_exporter_source(node_exporter, data_directory)
+    if threaded is not None:
+        return NoHost(f"the database host's counters are not visible: {threaded.why_not_local}; run capmark on the "
+                      "database host or name its node_exporter with --node-exporter URL")
     if mode == "sql":
         return sql_source(dsn, connect)
     try:
@@ -469,23 +476,11 @@ class ThreadedServer:
     why_not_local: str  # else why not
     role: str  # the role its CPU is reported under
 
-
-def _choose_threaded(mode: str, server: ThreadedServer, data_directory: str | None,
-                     node_exporter: str | None) -> HostSource:
-    if mode == "sql":
-        raise CapmarkError("--host-metrics sql reads /proc through PostgreSQL's functions, which MySQL and MariaDB do "
-                           "not have; use --host-metrics local on the database host, or --node-exporter URL.")
-    if mode == "local" or (mode == "auto" and server.pid is not None and not node_exporter):
-        if server.pid is None:
-            raise CapmarkError(f"--host-metrics local cannot see the server: {server.why_not_local}; use "
-                               "--node-exporter URL.")
-        return local_source(server.pid, threaded_role=server.role)
-    if node_exporter:
-        from capmark.collect.node_exporter import node_exporter_source
-
-        return node_exporter_source(node_exporter, data_directory)
-    return NoHost(f"the database host's counters are not visible: {server.why_not_local}; run capmark on the "
-                  "database host or name its node_exporter with --node-exporter URL")
+    @staticmethod
+    def of(engine: Engine, info: TargetInfo) -> ThreadedServer | None:
+        """The described server as host metrics need it; None for an engine whose connections are processes."""
+        return None if engine.backend_is_process else ThreadedServer(info.postmaster_pid, info.local_reason,
+                                                                     engine.server_role)
 
 
 def _visible_postmaster(control: psycopg.Connection) -> int | None:

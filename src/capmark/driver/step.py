@@ -140,9 +140,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         group.wait()  # jobs done and flushed
         elapsed = time.time() - group.schedule.measure_start
         samples = sampler.stop()
-        sampler_cpu0_s = sampler_cpu0
-        sampler_cpu = ((_backend_cpu(ctx.host, engine, sampler_conn) or 0.0) - sampler_cpu0_s
-                       if sampler_cpu0_s is not None else None)
+        sampler_cpu = ((_backend_cpu(ctx.host, engine, sampler_conn) or 0.0) - sampler_cpu0
+                       if sampler_cpu0 is not None else None)
         sampler.publish_statistics(ctx.info)
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)

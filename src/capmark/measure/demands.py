@@ -21,8 +21,6 @@ from capmark.results import StepResult, TestResult
 
 BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum", "io workers", "postmaster",
               "other", "exited processes")
-# what users call each engine's write-ahead log
-LOG_LABELS = {"postgresql": "WAL", "mysql": "redo log"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +184,7 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             unit="ms", scale=1e3, time=True)
 
     # the write-ahead log (PostgreSQL's WAL, InnoDB's redo log)
-    log = LOG_LABELS.get(registry.of_delta(step.db_delta).name, "log")
+    log = registry.of_delta(step.db_delta).log_label
     put("wal_bytes", db.log_bytes, label=f"{log} generated", group="wal", unit="kB", scale=1 / 1024)
     if db.log_records is not None:
         put("wal_records", db.log_records, label=f"{log} records", group="wal", unit="records")

@@ -86,7 +86,10 @@ def counters(step: StepResult) -> DbCounters:
 
 def wal_io(step: StepResult) -> dict[str, float] | None:
     """Log writes, fsyncs and their times (ms) in the window; None where the server does not count them."""
-    c = counters(step)
+    return _log_io(counters(step))
+
+
+def _log_io(c: DbCounters) -> dict[str, float] | None:
     if c.log_writes is None or c.log_fsyncs is None:
         return None
     return {"writes": c.log_writes, "fsyncs": c.log_fsyncs, "write_ms": c.log_write_ms or 0.0,
@@ -95,10 +98,10 @@ def wal_io(step: StepResult) -> dict[str, float] | None:
 
 def wal_io_per_commit(step: StepResult, commits: float | None) -> dict[str, float | None]:
     """WAL flush time (ms), writes and fsyncs per commit of the workload; None where not measurable."""
-    io = wal_io(step)
+    c = counters(step)
+    io = _log_io(c)
     if not io or not commits:
         return dict.fromkeys(("wal_flush_ms_per_commit", "wal_writes_per_commit", "wal_fsyncs_per_commit"))
-    c = counters(step)
     timed = c.log_write_ms is not None or c.log_fsync_ms is not None
     return {"wal_flush_ms_per_commit": (io["write_ms"] + io["fsync_ms"]) / commits if timed else None,
             "wal_writes_per_commit": io["writes"] / commits, "wal_fsyncs_per_commit": io["fsyncs"] / commits}
