@@ -107,6 +107,11 @@ class DbCounters:
     log_fsync_ms: float | None = None
     log_written_bytes: float | None = None  # log bytes written to disk (may exceed log_bytes: partial pages)
 
+    @property
+    def log_io_measured(self) -> bool:
+        """The log's writes and flushes were counted (their times may still be unmeasured)."""
+        return self.log_writes is not None and self.log_fsyncs is not None
+
 
 @dataclass
 class ActivitySample:

@@ -90,9 +90,9 @@ def wal_io(step: StepResult) -> dict[str, float] | None:
 
 
 def _log_io(c: DbCounters) -> dict[str, float] | None:
-    if c.log_writes is None or c.log_fsyncs is None:
+    if not c.log_io_measured:
         return None
-    return {"writes": c.log_writes, "fsyncs": c.log_fsyncs, "write_ms": c.log_write_ms or 0.0,
+    return {"writes": c.log_writes or 0.0, "fsyncs": c.log_fsyncs or 0.0, "write_ms": c.log_write_ms or 0.0,
             "fsync_ms": c.log_fsync_ms or 0.0}
 
 
