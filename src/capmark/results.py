@@ -108,6 +108,8 @@ class TestResult:
     # how the steps were chosen: {"repeat": K, "auto": bool, "max_jobs": int, "knee": {...}} (empty in runs
     # stored before repetitions and auto stepping existed)
     stepping: dict[str, Any] = field(default_factory=dict)
+    # what the test did besides its steps: its own data loaded, the variant it measured, checks after it
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "steps"}

@@ -329,6 +329,11 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
     try:
         store.save_test(run_result.run_id, test)
         engine = engines.named(ctx.info.engine)
+        if workload.own_data is not None:
+            where = f"while building the tables of {workload.name}"
+            test.notes.extend(workload.own_data(ctx.control, ctx.dsn, params, observer.say))
+            store.save_test(run_result.run_id, test)
+            where = f"while preparing {workload.name}"
         for statement in workload.prepare_sql:
             engine.execute(ctx.control, statement)
         if workload.warm:
@@ -378,6 +383,13 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             if step.status != "ok" and test.status == "running":
                 test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) failed: {'; '.join(step.notes)}"
             observer.step_done(test, step)
+        if workload.verify is not None and test.steps:
+            where = f"while checking the database after {workload.name}"
+            failures = workload.verify(ctx.control, params)
+            if failures is not None:
+                test.notes.extend(failures or ["checks of the database after the test: all hold"])
+            if failures and test.status == "running":
+                test.status, test.reason = "failed", "; ".join(failures)
         where = f"while storing {workload.name}"
         if test.status == "running":
             test.status = "ok"

@@ -90,6 +90,8 @@ def from_command_line(names: list[str], params: dict[str, str], mode: str, jobs:
     workloads = registry.select(names)
     values = registry.check_params(workloads, params)
     registry.check_mode(workloads, mode)
+    for w in workloads:
+        registry.check_users(w, values[w.name], mode, think_s, rate)
     steps, bound = _stepping(jobs, auto_max)
     return [TestPlan(w, values[w.name], mode, steps, warmup_s, duration_s, think_s, rate, repeat, bound)
             for w in workloads]
@@ -160,6 +162,7 @@ def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int) -> list[Te
     for w in registry.select([workload]):
         values = registry.check_params([w], given)[w.name]
         registry.check_mode([w], merged["mode"])
+        registry.check_users(w, values, merged["mode"], merged["think"], merged["rate"])
         steps, bound = _stepping(merged["jobs"], merged["auto_max"])
         plans.append(TestPlan(w, values, merged["mode"], steps, merged["warmup"], merged["duration"],
                               merged["think"], merged["rate"], merged["repeat"], bound))

@@ -89,6 +89,10 @@ class Job(threading.Thread):
         self.tally = Tally([LatencyHistogram() for _ in range(ntypes)], [0] * ntypes)
         self.engine = registry.named(info.engine)
         self.session = self.engine.session(conn, workload.client_statements) if mode == "client" else None
+        # keying and think times: each job is one user at a terminal, whose next transaction (type, and when it
+        # is due) carries over from the warm-up into the window
+        self.users = workload.users(params) if workload.users is not None and mode == "client" else None
+        self._pending: tuple[int, float] | None = None
         self.rng = random.Random(index * 7919 + int(time.time()))
         slice_params = {**size.as_params(), "job": index, **params}
         self._call = (slice_call(workload.procedure).encode(), json.dumps(slice_params))
@@ -119,6 +123,8 @@ class Job(threading.Thread):
     def _run_until(self, deadline: float, *, measure: bool) -> None:
         if self.mode == "server":
             self._server_slices(deadline, measure)
+        elif self.users is not None:
+            self._user_units(deadline, measure)
         elif self.pacing.active:
             self._paced_units(deadline, measure)
         else:
@@ -257,6 +263,42 @@ class Job(threading.Thread):
         if measure:
             self.tally.errors[getattr(err, "unit_kind", 0)] += 1  # a unit that knows its type says so
             self.tally.add_second(second, 0, 1)
+
+    def _user_units(self, deadline: float, measure: bool) -> None:
+        """A terminal user: keying time, the transaction (its response time is all that is timed), think time.
+        A pause that reaches past the phase's end carries over into the next phase."""
+        users = self.users
+        assert users is not None
+        session, _ = self._client_side()
+        rng, params, stop = self.rng, self.params, self.stop_event
+        wall0, perf0 = time.time(), time.perf_counter()
+        end = perf0 + (deadline - wall0)
+        offset = wall0 - perf0 - self.schedule.measure_start
+        trips0 = session.round_trips
+        if self._pending is None:
+            kind = users.choose(rng)
+            self._pending = (kind, perf0 + users.keying_s[kind])
+        while not stop.is_set():
+            kind, due = self._pending
+            now = time.perf_counter()
+            if due > now and (stop.wait(min(due, end) - now) or time.perf_counter() < due):
+                break  # stopped, or the phase ended first: the user is still keying or thinking
+            t0 = time.perf_counter()
+            if t0 >= end:
+                break
+            try:
+                counted = users.run(session, rng, params, kind)
+            except self.engine.error as err:
+                self._unit_failed(err, measure, int(t0 + offset))
+                counted = -1
+            t1 = time.perf_counter()
+            if measure and counted >= 0:
+                self.tally.histograms[counted].record(t1 - t0)
+                self.tally.add_second(int(t1 + offset), 1, 0)
+            following = users.choose(rng)
+            self._pending = (following, t1 + users.think(rng, kind) + users.keying_s[following])
+        if measure:
+            self.tally.round_trips += session.round_trips - trips0
 
     def _paced_units(self, deadline: float, measure: bool) -> None:
         """Think time or open-loop arrivals. With arrivals, latency counts from the intended start, so a

@@ -93,6 +93,12 @@ def _stall_shares(before: dict, after: dict, elapsed_s: float) -> dict[str, floa
             for kind in after if kind in before and elapsed_s > 0}
 
 
+def _think_s(workload: Workload, params: dict[str, ParamValue], plan: StepPlan) -> float:
+    """The mean time a job spends between units: --think, or the keying and think times of the workload's users."""
+    users = workload.users(params) if workload.users is not None and plan.mode == "client" else None
+    return users.mean_pause_s if users is not None else plan.think_s
+
+
 def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue], size: DataSize, plan: StepPlan,
              progress: Progress | None = None) -> StepResult:
     """Run one step; on KeyboardInterrupt every job is cancelled and closed before re-raising."""
@@ -182,7 +188,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(tally.round_trips for tally in tallies), notes=notes + samples.errors,
         network=netinfo.summed_delta(outcome.net_before, outcome.net_after).to_dict(),
-        pacing={"think_s": plan.think_s, "rate": plan.rate},
+        pacing={"think_s": _think_s(workload, params, plan), "rate": plan.rate},
         schedule_lag=merge_all([tally.lag for tally in tallies]) if plan.rate else None,
         background_series=samples.background_series(), memory_series=samples.memory_series,
         interference={"sessions": samples.others.to_dict() if sampler_conn is not None else None},

@@ -59,6 +59,11 @@ COLUMNS: dict[str, KpmColumn] = {c.key: c for c in (
     KpmColumn("device_mb_per_s", "Device", "MB/s", 1),
     KpmColumn("device_read_ms", "Device read time", "ms", 3),
     KpmColumn("os_cache_read_pct", "OS cache served", "%", 1),
+    KpmColumn("nopm", "NOPM", "new orders/min", 0),
+    KpmColumn("tpm", "TPM", "transactions/min", 0),
+    KpmColumn("nopm_per_core", "NOPM per core", "new orders/min", 0),
+    KpmColumn("rollback_pct", "Rolled back", "% of new orders", 2),
+    KpmColumn("efficiency_pct", "Efficiency", "% of spec max", 1),
     KpmColumn("lag_p99_ms", "Start lag p99", "ms", 3),
     KpmColumn("lag_max_ms", "Start lag max", "ms", 3),
 )}
@@ -261,3 +266,35 @@ def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
         values["extend_mb_per_s"] = None
         reasons["extend_mb_per_s"] = ("this server does not count data-file extensions (PostgreSQL counts them from "
                                       "version 16)")
+    _order_kpms(step, values, reasons, per_unit, el)
+
+
+# The transaction types whose counts make NOPM: committed new orders, and those rolled back as the spec asks
+NEW_ORDER_TYPE, ROLLED_BACK_TYPE = "new_order", "new_order_rollback"
+
+
+def _order_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],
+                el: float) -> None:
+    """NOPM (committed new orders per minute), TPM (transactions per minute), per core of the database host, the
+    share of new orders rolled back, and NOPM against the specification's ceiling when users key and think."""
+    keys = ("nopm", "tpm", "nopm_per_core", "rollback_pct", "efficiency_pct")
+    if NEW_ORDER_TYPE not in step.histograms:
+        for key in keys:
+            values[key] = None
+        return
+    committed = step.histograms[NEW_ORDER_TYPE].total
+    rolled_back = step.histograms[ROLLED_BACK_TYPE].total if ROLLED_BACK_TYPE in step.histograms else 0
+    values["nopm"] = committed / el * 60
+    values["tpm"] = step.units / el * 60
+    cores = (step.os or {}).get("cores")
+    values["nopm_per_core"] = values["nopm"] / cores if cores else None
+    if not cores:
+        reasons["nopm_per_core"] = "the database host's cores are not known (no host-metrics source)"
+    values["rollback_pct"] = 100.0 * rolled_back / (committed + rolled_back) if committed + rolled_back else None
+    if values["rollback_pct"] is None:
+        reasons["rollback_pct"] = "no new order in the window"
+    ceiling = per_unit.get("max_nopm")
+    values["efficiency_pct"] = 100.0 * values["nopm"] / ceiling if ceiling else None
+    if not ceiling:
+        reasons["efficiency_pct"] = ("only with keying and think times (--param keying=on), which bound NOPM at "
+                                     "12.86 per warehouse")

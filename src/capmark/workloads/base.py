@@ -78,6 +78,24 @@ ClientUnit = Callable[[Any, random.Random, dict[str, ParamValue], DataSize], int
 
 PerUnit = Callable[[dict[str, ParamValue], DataSize], dict[str, float]]
 SessionSettings = Callable[[dict[str, ParamValue]], dict[str, str]]
+# builds a workload's own tables before its test (control connection, DSN for parallel loaders, parameters, say);
+# returns notes for the test
+OwnData = Callable[[Any, str, dict[str, ParamValue], Callable[[str], None]], list[str]]
+# checks the database after a test (control connection, parameters); returns what failed, a sentence each (None:
+# the parameters asked for no check)
+Verify = Callable[[Any, dict[str, ParamValue]], list[str] | None]
+
+
+@dataclass(frozen=True)
+class UserModel:
+    """A closed-loop user at a terminal: the transaction type is chosen first, its keying time passes, the
+    transaction runs (only this is its response time), then a think time; throughput is bounded by the users."""
+
+    choose: Callable[[random.Random], int]
+    keying_s: tuple[float, ...]  # per transaction type
+    think: Callable[[random.Random, int], float]  # a think time drawn for the type
+    run: Callable[[Any, random.Random, dict[str, ParamValue], int], int]  # one transaction of a type; the type it counts as
+    mean_pause_s: float  # keying plus mean think time, weighted by the mix: the model's think time
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,9 @@ class Workload:
     client_stats: Callable[[Any], Any] | None = None
     # how another process rebuilds a workload that is not in the catalogue (a user's scripts): picklable, build()
     recipe: Any = None
+    own_data: OwnData | None = None  # tables of its own, built before its test (the shared model serves the rest)
+    verify: Verify | None = None  # checks of the database after its test
+    users: Callable[[dict[str, ParamValue]], UserModel | None] | None = None  # keying and think times, when asked for
 
     def resolve_params(self, given: dict[str, str]) -> dict[str, ParamValue]:
         """Defaults overlaid with the user's values that this workload knows."""

@@ -9,10 +9,10 @@ from typing import Any
 from capmark.engines import registry as engines
 from capmark.engines.base import Engine
 from capmark.errors import CapmarkError
-from capmark.workloads import da, dbwr, diag, dl, pgbench, pls, srv, sto, stress, tp, wal
+from capmark.workloads import da, dbwr, diag, dl, pgbench, pls, srv, sto, stress, tp, tpcc, wal
 from capmark.workloads.base import ParamValue, Workload
 
-WORKLOADS: dict[str, Workload] = {w.name: w for family in (srv, sto, wal, dbwr, dl, da, tp, pls, stress, pgbench, diag)
+WORKLOADS: dict[str, Workload] = {w.name: w for family in (srv, sto, wal, dbwr, dl, da, tp, tpcc, pls, stress, pgbench, diag)
                                   for w in family.WORKLOADS}
 DIAGNOSTIC = {w.name for w in diag.WORKLOADS}  # reproduce a bottleneck on purpose: not in the full suite
 SUITES: dict[str, tuple[str, ...]] = {
@@ -69,6 +69,19 @@ def check_mode(workloads: list[Workload], mode: str) -> None:
                                "workloads with a client-side mode (`capmark list`).")
 
 
+def check_users(workload: Workload, params: dict[str, ParamValue], mode: str, think_s: float, rate: float) -> None:
+    """Keying and think times make each job a user at a terminal, which only a client-side driver can be, and
+    they pace it themselves."""
+    if workload.users is None or workload.users(params) is None:
+        return
+    if mode != "client":
+        raise CapmarkError(f"{workload.name} with keying and think times runs client-side (each job is one user); "
+                           "add --mode client.")
+    if think_s or rate:
+        raise CapmarkError(f"{workload.name} with keying and think times paces its users itself; drop --think and "
+                           "--rate.")
+
+
 @dataclass(frozen=True)
 class OnEngine:
     """A catalogue workload as another engine runs it: what another process needs to rebuild it (picklable)."""
@@ -98,6 +111,8 @@ def unavailable(workload: Workload, engine: Engine, params: dict[str, ParamValue
         return ""
     if not workload.client_side:
         return "it runs only as a server-side procedure, and capmark has none for this engine"
+    if workload.own_data is not None:
+        return "its tables and transactions are written for PostgreSQL only"
     if workload.recipe is not None or not workload.client_statements:  # the pgbench script interpreter
         return "it runs pgbench's scripts, which speak PostgreSQL's SQL and protocol"
     missing = [n for n, sql in workload.client_statements.items() if engine.client_statement(n, sql) is None]
