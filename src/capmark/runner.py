@@ -387,7 +387,10 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             where = f"while checking the database after {workload.name}"
             failures = workload.verify(ctx.control, params)
             if failures is not None:
-                test.notes.extend(failures or ["checks of the database after the test: all hold"])
+                checked = failures or ["checks of the database after the test: all hold"]
+                test.notes.extend(checked)
+                for note in checked:
+                    observer.say(f"{workload.name}: {note}.")
             if failures and test.status == "running":
                 test.status, test.reason = "failed", "; ".join(failures)
         where = f"while storing {workload.name}"

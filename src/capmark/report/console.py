@@ -129,7 +129,7 @@ def kpm_table(test: TestResult) -> FittedTable:
 
 # The per-type table keeps the type, its rate and p95 at any width; then mean, p99, share, errors, max, p50.
 _TYPE_COLUMNS = (("Jobs", 0), ("Type", 0), ("Share\n%", 4), ("Rate\n{tput}", 0), ("Mean\nms", 1), ("p50\nms", 7),
-                 ("p95\nms", 0), ("p99\nms", 2), ("Max\nms", 6), ("Err", 5))
+                 ("p90\nms", 8), ("p95\nms", 0), ("p99\nms", 2), ("Max\nms", 6), ("Err", 5))
 
 
 def type_table(test: TestResult) -> FittedTable | None:
@@ -142,7 +142,7 @@ def type_table(test: TestResult) -> FittedTable | None:
     for step in test.steps:
         for row in type_rows(step):
             table.add_row(str(step.jobs), row["type"], fmt(row["share_pct"], 1), fmt(row["throughput"], 0),
-                          *(fmt(row[k], 3) for k in ("mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms")),
+                          *(fmt(row[k], 3) for k in ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")),
                           str(row["errors"]))
     return table
 
@@ -197,6 +197,8 @@ def print_run(run: RunResult, console: Console | None = None) -> None:
                 console.print(extra)
         if knee_line(test):
             console.print(knee_line(test), markup=False, highlight=False)
+        for note in test.notes:
+            console.print(f"{test.workload}: {note}.", markup=False, highlight=False)
         for step in test.steps:
             for note in step.notes:
                 sayer(console)(f"  step {step.ordinal} ({step.jobs} jobs): {note}")

@@ -38,6 +38,7 @@ def _own_data(control: Any, dsn: str, params: dict[str, ParamValue], say: Callab
     variant = "cached" if data_bytes <= cache_bytes else "IO-bound"
     notes.append(f"{variant} variant: {warehouses} warehouse{'s' if warehouses != 1 else ''} take "
                  f"{data_bytes / 2**20:,.0f} MB with indexes, shared_buffers is {cache_bytes / 2**20:,.0f} MB")
+    say(f"tpcc: {notes[-1]}.")
     return notes
 
 
