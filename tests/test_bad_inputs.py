@@ -198,6 +198,10 @@ def solve(name: str, word: str) -> pytest.param:
 CASES = [
     # --- capmark run: options -------------------------------------------------------------------------
     run_case("tp-light", "--mode", "client", "--rate", "nan", word="rate"),
+    run_case("tpcc", "--param", "keying=on", word="--mode client"),
+    run_case("tpcc", "--mode", "client", "--param", "keying=on", "--think", "1s", word="drop --think"),
+    run_case("tpcc", "--param", "warehouses=0", word="between 1 and 1000"),
+    run_case("tpcc", "--param", "check=yes", word="one of {off, on}"),
     run_case("tp-light", "--mode", "client", "--rate", "inf", word="rate"),
     run_case("tp-light", "--mode", "client", "--rate", "0", word="closed loop"),
     run_case("tp-light", "--mode", "client", "--rate", "-5", word="rate"),
