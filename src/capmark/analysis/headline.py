@@ -36,6 +36,7 @@ class Headline:
     steps: int
     peak_at_highest_step: bool  # the plan stopped there: more jobs may go faster still
     problem: str = ""  # why the model is missing, where it is
+    peak_nopm: float | None = None  # new orders per minute at the peak step, for workloads that count them (tpcc)
 
 
 def _valid_peak(test: TestResult) -> tuple[float | None, int | None]:
@@ -47,6 +48,14 @@ def _valid_peak(test: TestResult) -> tuple[float | None, int | None]:
         if x is not None and (best[0] is None or x > best[0]):
             best = (x, step.jobs)
     return best
+
+
+def _nopm_at(test: TestResult, jobs: int | None) -> float | None:
+    """NOPM of the valid step with the peak throughput, where the workload counts new orders."""
+    for step in test.steps:
+        if step.jobs == jobs and not problems(step) and step.units:
+            return kpm.of(step, test.per_unit)[0].get("nopm")
+    return None
 
 
 def _measured_at(test: TestResult, jobs: int) -> tuple[float | None, float | None, int | None]:
@@ -85,4 +94,4 @@ def headline(test: TestResult, calibration: Calibration | None, diagnosis: TestD
                     diagnosis=diagnosis.headline if diagnosis else "not diagnosed (no measured step)",
                     valid_steps=sum(1 for s in test.steps if s.units and not problems(s)), steps=len(test.steps),
                     peak_at_highest_step=peak_jobs is not None and peak_jobs == max(s.jobs for s in test.steps),
-                    problem=problem)
+                    problem=problem, peak_nopm=_nopm_at(test, peak_jobs))

@@ -8,6 +8,7 @@ import concurrent.futures as cf
 import datetime as dt
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -91,6 +92,14 @@ def _task(dsn: str, part: str, warehouse: int, now: str) -> dict[str, int]:
 PARTS = ("items", "stock", "customers", "orders")
 
 
+def _task_of(args: tuple[str, str, int, str]) -> dict[str, int]:
+    return _task(*args)
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def load(control: psycopg.Connection, dsn: str, warehouses: int, say: Callable[[str], None],
          workers: int | None = None) -> LoadReport | None:
     """Load the tables for `warehouses` unless a complete load of that size is in place (then None)."""
@@ -113,17 +122,20 @@ def load(control: psycopg.Connection, dsn: str, warehouses: int, say: Callable[[
     now = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     counts: dict[str, int] = dict.fromkeys(tables, 0)
     copy_started = time.monotonic()
-    # spawn: the loader may run in a process that has threads (a sampler), which fork would copy mid-state
-    with cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_task, dsn, part, w, now) for part, w in tasks]
-        try:
-            for future in cf.as_completed(futures):
-                for table, n in future.result().items():
-                    counts[table] += n
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
+    # spawn: the loader may run in a process that has threads (a sampler), which fork would copy mid-state. The
+    # workers ignore Ctrl-C; this process stops them instead, so that an interrupted load leaves no traceback
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_ignore_interrupts)
+    try:
+        for done in pool.imap_unordered(_task_of, [(dsn, part, w, now) for part, w in tasks]):
+            for table, n in done.items():
+                counts[table] += n
+    except BaseException:
+        pool.terminate()
+        raise
+    else:
+        pool.close()
+    finally:
+        pool.join()
     copy_s = time.monotonic() - copy_started
     _keys(dsn, tables, workers)
     for table in tables:
