@@ -108,8 +108,8 @@ def delivery(session: Any, rng: random.Random, params: dict) -> int:
 
 
 def stock_level(session: Any, rng: random.Random, params: dict) -> int:
-    w, _ = _home(params)
-    d = rng.randint(1, spec.DISTRICTS_PER_WAREHOUSE)
+    w, warehouses = _home(params)
+    d = spec.home_district(int(params["job"]), warehouses)
     session.begin()
     next_order = int(_value(session.run("sl_district", w, d)))
     session.run("sl_count", w, d, next_order, rng.randint(10, 20))
@@ -126,7 +126,9 @@ def run_type(session: Any, rng: random.Random, params: dict, kind: int) -> int:
     try:
         return TRANSACTIONS[kind](session, rng, params)
     except BaseException as err:
-        err.unit_kind = kind  # type: ignore[attr-defined]  # the driver counts the failure against its type
+        # the driver counts the failure against its type; a new order that failed was rolled back, as the
+        # server-side mode counts it
+        err.unit_kind = spec.ROLLBACK if kind == spec.NEW_ORDER else kind  # type: ignore[attr-defined]
         raise
 
 

@@ -5,7 +5,6 @@ that a load that stops half-way is never taken for a complete one."""
 from __future__ import annotations
 
 import concurrent.futures as cf
-import datetime as dt
 import multiprocessing
 import os
 import signal
@@ -119,7 +118,8 @@ def load(control: psycopg.Connection, dsn: str, warehouses: int, say: Callable[[
         control.execute(schema.META_DDL)
     tasks = [("items", 0)] + [(part, w) for w in range(1, warehouses + 1) for part in PARTS[1:]]
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
-    now = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    # the server's clock, as the transactions' localtimestamp: rows loaded are older than any a run writes
+    now = one_row(control.execute("select to_char(localtimestamp, 'YYYY-MM-DD HH24:MI:SS')"))[0]
     counts: dict[str, int] = dict.fromkeys(tables, 0)
     copy_started = time.monotonic()
     # spawn: the loader may run in a process that has threads (a sampler), which fork would copy mid-state. The

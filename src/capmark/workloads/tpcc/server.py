@@ -162,6 +162,7 @@ def _call(expression: str, into: str) -> str:
 
 
 _DECLARE = ("tw int := (p_params->>'warehouses')::int; hw int := (p_params->>'job')::int % tw + 1; "
+            f"hd int := (p_params->>'job')::int / tw % {spec.DISTRICTS_PER_WAREHOUSE} + 1; "
             "x float8; nl int; items int[]; supply int[]; qty int[]; total numeric; got int; failed boolean; "
             "d int; cw int; cd int; cid int; clast text;")
 
@@ -187,10 +188,10 @@ def _unit() -> str:
         qty := array(select capmark.tpcc_rand(1, 10) from generate_series(1, nl));
         total := null;
         {_call(f"capmark.tpcc_new_order(hw, {_D}, {_C}, items, supply, qty)", "total")}
-        {_ends("total is not null", no)}
-        if failed or total is not null then
+        {_ends("total is not null", roll)}
+        if total is not null then
           {{rec{no}}}
-        else
+        else  -- rolled back: an unused item, or an error (counted as the rolled-back type's error)
           {{rec{roll}}}
         end if;
       elsif x < {e[1]} then
@@ -222,7 +223,7 @@ def _unit() -> str:
         {_ends("true", spec.DELIVERY)}
         {{rec{spec.DELIVERY}}}
       else
-        {_call(f"capmark.tpcc_stock_level(hw, {_D}, capmark.tpcc_rand(10, 20))", "got")}
+        {_call("capmark.tpcc_stock_level(hw, hd, capmark.tpcc_rand(10, 20))", "got")}
         {_ends("true", spec.STOCK_LEVEL)}
         {{rec{spec.STOCK_LEVEL}}}
       end if;"""

@@ -94,6 +94,12 @@ def home_warehouse(job: int, warehouses: int) -> int:
     return job % warehouses + 1
 
 
+def home_district(job: int, warehouses: int) -> int:
+    """The terminal's own district, which its stock-level transactions query (clause 2.8.1.1): the terminals of a
+    warehouse take its districts in turn."""
+    return job // warehouses % DISTRICTS_PER_WAREHOUSE + 1
+
+
 def other_warehouse(rng: random.Random, home: int, warehouses: int) -> int:
     """A warehouse other than home, uniformly (home itself when there is only one)."""
     if warehouses == 1:
@@ -104,6 +110,7 @@ def other_warehouse(rng: random.Random, home: int, warehouses: int) -> int:
 
 @dataclass(frozen=True)
 class NewOrderInput:
+    home: int
     district: int
     customer: int
     items: list[int]
@@ -112,7 +119,8 @@ class NewOrderInput:
 
     @property
     def all_local(self) -> int:
-        return int(all(w == self.supply_warehouses[0] for w in self.supply_warehouses))
+        """1 when the home warehouse supplies every line (O_ALL_LOCAL)."""
+        return int(all(w == self.home for w in self.supply_warehouses))
 
 
 def new_order_input(rng: random.Random, home: int, warehouses: int) -> NewOrderInput:
@@ -123,7 +131,7 @@ def new_order_input(rng: random.Random, home: int, warehouses: int) -> NewOrderI
         items[-1] = UNUSED_ITEM
     supply = [home if rng.randint(1, 100) > REMOTE_ORDER_LINE_PCT else other_warehouse(rng, home, warehouses)
               for _ in range(count)]
-    return NewOrderInput(rng.randint(1, DISTRICTS_PER_WAREHOUSE), run_customer_id(rng), items, supply,
+    return NewOrderInput(home, rng.randint(1, DISTRICTS_PER_WAREHOUSE), run_customer_id(rng), items, supply,
                          [rng.randint(1, 10) for _ in range(count)])
 
 

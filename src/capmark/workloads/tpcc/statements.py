@@ -1,6 +1,7 @@
 """The SQL of the five transactions, written once: the driver prepares these statements in client-side mode and
 the PL/pgSQL procedures of server-side mode embed the very same text (with their variables for $1, $2, ...), so
-that the two modes differ only by where the transaction's logic runs and by the round trips.
+that the two modes differ by where the transaction's logic runs, by the round trips, and by the subtransaction
+in which server-side mode calls each transaction (so that an error ends one transaction, not the whole slice).
 
 Writes follow one lock order everywhere (warehouse, district, customer; stock rows by warehouse and item), so that
 the transactions queue on each other's rows instead of deadlocking.
@@ -55,10 +56,11 @@ STATEMENTS: dict[str, str] = {
                 "where o_w_id = $1 and o_d_id = $2 and o_c_id = $3 order by o_id desc limit 1",
     "os_lines": "select ol_i_id, ol_supply_w_id, ol_quantity, ol_amount, ol_delivery_d from capmark.tpcc_order_line "
                 "where ol_w_id = $1 and ol_d_id = $2 and ol_o_id = $3",
-    # delivery, one district: its oldest undelivered order (one that another delivery holds is left to it), the
-    # carrier, the lines' delivery date, and the customer's balance; returns the delivered order's id
+    # delivery, one district: its oldest undelivered order (a delivery that finds it locked waits, then takes the
+    # next: the lock is taken below the LIMIT), the carrier, the lines' delivery date, and the customer's balance;
+    # returns the delivered order's id
     "delivery_district": "with oldest as (select no_o_id from capmark.tpcc_new_order where no_w_id = $1 "
-                         "and no_d_id = $2 order by no_o_id limit 1 for update skip locked), "
+                         "and no_d_id = $2 order by no_o_id limit 1 for update), "
                          "gone as (delete from capmark.tpcc_new_order n using oldest where n.no_w_id = $1 "
                          "and n.no_d_id = $2 and n.no_o_id = oldest.no_o_id returning n.no_o_id), "
                          "ord as (update capmark.tpcc_order o set o_carrier_id = $3 from gone where o.o_w_id = $1 "
