@@ -76,6 +76,8 @@ def execute(c: Any, text: str, *args: Any) -> tuple[list[tuple[Any, ...]], int]:
 
 @pytest.fixture(scope="module")
 def model(conn: Any) -> Any:
+    """A model built now: one left by an earlier run at these sizes holds the rows its tests inserted."""
+    conn.cursor().execute("drop table if exists capmark.meta")
     dm.setup(conn, SIZES, say=lambda s: None)
     assert dm.plan(conn, SIZES) == []
     return conn
@@ -152,7 +154,8 @@ def test_every_statement_prepares_executes_and_touches_its_rows(model: Any) -> N
 
 def test_catalogue_statement_names_all_have_mysql_text() -> None:
     from capmark.workloads.registry import WORKLOADS
-    names = {k for w in WORKLOADS.values() for k in w.client_statements}
+    # workloads with tables of their own (tpcc) are PostgreSQL's only, and refused on MySQL (tests/test_tpcc.py)
+    names = {k for w in WORKLOADS.values() if w.own_data is None for k in w.client_statements}
     assert names <= set(STATEMENTS)
     assert all("$" not in text for text in STATEMENTS.values())
 

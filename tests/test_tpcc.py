@@ -195,6 +195,8 @@ def test_lock_contention_at_many_jobs_per_warehouse_is_diagnosed(loaded, embedde
     assert [t["name"] for t in calibrated.answer.calibration["types"]] == list(spec.TYPES)
     whatif = api.whatif(folder, changes={"cpus": 4}).tests[0]
     assert whatif.answer is not None and whatif.answer.converged, whatif.reason
+    sized = api.size(folder, sla_text="p95<50ms").tests[0]
+    assert sized.answer is not None and sized.answer.max_jobs >= 1, sized.reason
 
 
 def test_tpcc_is_refused_on_mysql_in_one_sentence():
