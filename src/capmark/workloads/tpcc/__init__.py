@@ -41,7 +41,10 @@ def _own_data(control: Any, dsn: str, params: dict[str, ParamValue], say: Callab
     if variant == "cached":  # start warm; an IO-bound variant's tables would only pass through the cache
         POSTGRESQL.warm_cache(control, [t for t in TABLES if t not in WARM_ALWAYS], say)
     notes.append(f"{variant} variant: {warehouses} warehouse{'s' if warehouses != 1 else ''} take "
-                 f"{data_bytes / 2**20:,.0f} MB with indexes, shared_buffers is {cache_bytes / 2**20:,.0f} MB")
+                 f"{data_bytes / 2**20:,.0f} MB with indexes, shared_buffers is {cache_bytes / 2**20:,.0f} MB"
+                 + ("" if variant == "cached" else "; the skewed access keeps the hot rows cached until the data is "
+                    "several times the cache: each step's buffer hit % and physical reads say how much reached "
+                    "storage"))
     say(f"tpcc: {notes[-1]}.")
     return notes
 
