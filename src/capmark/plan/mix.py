@@ -4,7 +4,8 @@ The calibrated model knows the mean unit: its CPU, device time and WAL flush req
 tp-light's reads commit without a WAL flush while its updates wait for one; stress-mixed's query is a lookup
 and its insert, update and delete each commit. The statistics views count WAL flushes per run, not per type,
 so the flushes are given to the types whose measured latency can hold them, longest first: a type whose
-unit took L at calibration holds at most L / T whole flushes of T each. Flushes that no type can hold are
+unit took L at calibration holds at most L / T whole flushes of T each, and no more than it commits (tpcc's
+delivery takes 9 flushes' time but commits once: the rest is its work). Flushes that no type can hold are
 flushes no unit waited for (the WAL writer's, or a commit's that another's flush had covered): stress-mixed's
 updates took 14 us against a 25 us flush and did not slow down when the inserts' flushes did. What the
 flushes leave of each type's latency sets its share of the other work, relative to the mean unit's.
@@ -16,12 +17,15 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from capmark.measure import kpm
 from capmark.plan.dbmodel import QUANTILES, TypeDemand
 from capmark.results import StepResult
 
 # A type holds a flush when its latency is at least this fraction of one flush's: the flush time is a mean over
 # all flushes of the step (pg_stat_io), and a commit's own flush can be a little shorter than that mean
 FLUSH_FIT = 0.9
+# Where the steps do not count commits, a type holds as many flushes as its latency can
+MANY_FLUSHES = 1_000_000
 
 
 def _per_type(steps: Sequence[StepResult]) -> dict[str, dict[str, Any]]:
@@ -47,6 +51,13 @@ def _per_type(steps: Sequence[StepResult]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _most_flushes(steps: Sequence[StepResult]) -> int:
+    """The most flushes one unit of a type can wait for: one per commit, and units commit as often as the steps'
+    commits per unit say (a long transaction that commits once waits for one flush, however long it takes)."""
+    rates = [c / s.units for s in steps if s.units and (c := kpm.workload_commits(s)) is not None]
+    return max(1, round(statistics.fmean(rates))) if rates else MANY_FLUSHES
+
+
 def type_demands(steps: Sequence[StepResult], flush_requests: float, flush_s: float) -> list[TypeDemand]:
     """The classes of the calibration steps' mix (empty for a single type). `flush_requests` is the mean unit's
     flush requests before batching, `flush_s` the time of one flush alone."""
@@ -55,9 +66,10 @@ def type_demands(steps: Sequence[StepResult], flush_requests: float, flush_s: fl
         return []
     flushes = dict.fromkeys(types, 0.0)
     left = flush_requests
+    most = _most_flushes(steps)
     if flush_requests > 0 and flush_s > 0:
         for name in sorted(types, key=lambda n: types[n]["mean"], reverse=True):
-            fits = float(int(types[name]["mean"] / (FLUSH_FIT * flush_s)))
+            fits = float(min(most, int(types[name]["mean"] / (FLUSH_FIT * flush_s))))
             flushes[name] = max(0.0, min(fits, left / types[name]["share"]))
             left -= flushes[name] * types[name]["share"]
     rest = {name: max(0.0, t["mean"] - flushes[name] * flush_s) for name, t in types.items()}
