@@ -48,7 +48,8 @@ def test_to_json(test: TestResult) -> dict[str, Any]:
     return {"demands": demands_of(test).to_json() if test.steps else None,
             "ordinal": test.ordinal, "workload": test.workload, "family": test.family, "unit": test.unit,
             "throughput_unit": test.throughput_label, "mode": test.mode, "params": test.params,
-            "status": test.status, "reason": test.reason, "quiesce_s": test.quiesce_s, "columns": columns(test),
+            "status": test.status, "reason": test.reason, "quiesce_s": test.quiesce_s, "notes": test.notes,
+            "columns": columns(test),
             "steps": steps, "stepping": stepping_doc(test), "repeatability": repeatability_doc(test)}
 
 
