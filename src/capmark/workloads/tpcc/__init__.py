@@ -13,6 +13,7 @@ from capmark.engines.rows import one_row
 from capmark.workloads.base import DataSize, ParamSpec, ParamValue, UserModel, Workload, kpms
 from capmark.workloads.tpcc import checks, client, load, server, spec
 from capmark.workloads.tpcc.schema import TABLES
+from capmark.workloads.tpcc.statements import STATEMENTS
 
 MAX_WAREHOUSES = 1_000  # about 110 GB: beyond it a load from one machine takes hours
 DEFAULT_WAREHOUSES = 1  # about 130 MB and 10 s to load on a 2-core machine: the quick path
@@ -40,7 +41,7 @@ def _own_data(control: Any, dsn: str, params: dict[str, ParamValue], say: Callab
     variant = "cached" if data_bytes <= cache_bytes else "IO-bound"
     if variant == "cached":  # start warm; an IO-bound variant's tables would only pass through the cache
         POSTGRESQL.warm_cache(control, [t for t in TABLES if t not in WARM_ALWAYS], say)
-    notes.append(f"{variant} variant: {warehouses} warehouse{'s' if warehouses != 1 else ''} take "
+    notes.append(f"{variant} variant: {warehouses} warehouse{'s take' if warehouses != 1 else ' takes'} "
                  f"{data_bytes / 2**20:,.0f} MB with indexes, shared_buffers is {cache_bytes / 2**20:,.0f} MB"
                  + ("" if variant == "cached" else "; the skewed access keeps the hot rows cached until the data is "
                     "several times the cache: each step's buffer hit % and physical reads say how much reached "
@@ -82,7 +83,7 @@ TPCC = Workload(
                 "and stock level 4 % each, on 9 tables of about 110 MB per warehouse; NOPM and TPM.",
     unit="transaction", throughput_label="tps", txn_types=spec.TYPES, procedure=server.PROCEDURE,
     procedure_sql=server.SLICE_SQL, helpers_sql=server.HELPERS_SQL,
-    client_statements=client.STATEMENTS_TO_PREPARE, client_unit=client.unit,
+    client_statements=STATEMENTS, client_unit=client.unit,
     params=(ParamSpec("warehouses", DEFAULT_WAREHOUSES, "warehouses (about 110 MB each); jobs are dealt to them "
                       "round-robin", minimum=1, maximum=MAX_WAREHOUSES),
             ParamSpec("keying", "off", "on: the specification's keying and think times (client-side; each job is "

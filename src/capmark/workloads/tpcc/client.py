@@ -9,7 +9,6 @@ from typing import Any
 
 from capmark.workloads.base import DataSize
 from capmark.workloads.tpcc import spec
-from capmark.workloads.tpcc.statements import STATEMENTS
 
 
 def _ints(values: list[int]) -> str:
@@ -136,5 +135,3 @@ def unit(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
     """One transaction picked by the standard mix."""
     return run_type(session, rng, params, spec.pick_type(rng))
 
-
-STATEMENTS_TO_PREPARE = STATEMENTS
