@@ -39,23 +39,17 @@ class Headline:
     peak_nopm: float | None = None  # new orders per minute at the peak step, for workloads that count them (tpcc)
 
 
-def _valid_peak(test: TestResult) -> tuple[float | None, int | None]:
-    best: tuple[float | None, int | None] = (None, None)
+def _valid_peak(test: TestResult) -> tuple[float | None, int | None, float | None]:
+    """The highest throughput of a valid step, its jobs, and its NOPM where the workload counts new orders."""
+    best: tuple[float | None, int | None, float | None] = (None, None, None)
     for step in test.steps:
         if problems(step) or not step.units:
             continue
-        x = kpm.of(step, test.per_unit)[0].get("throughput")
+        values = kpm.of(step, test.per_unit)[0]
+        x = values.get("throughput")
         if x is not None and (best[0] is None or x > best[0]):
-            best = (x, step.jobs)
+            best = (x, step.jobs, values.get("nopm"))
     return best
-
-
-def _nopm_at(test: TestResult, jobs: int | None) -> float | None:
-    """NOPM of the valid step with the peak throughput, where the workload counts new orders."""
-    for step in test.steps:
-        if step.jobs == jobs and not problems(step) and step.units:
-            return kpm.of(step, test.per_unit)[0].get("nopm")
-    return None
 
 
 def _measured_at(test: TestResult, jobs: int) -> tuple[float | None, float | None, int | None]:
@@ -70,7 +64,7 @@ def _measured_at(test: TestResult, jobs: int) -> tuple[float | None, float | Non
 
 def headline(test: TestResult, calibration: Calibration | None, diagnosis: TestDiagnosis | None,
              problem: str = "") -> Headline:
-    peak, peak_jobs = _valid_peak(test)
+    peak, peak_jobs, peak_nopm = _valid_peak(test)
     cores = calibration.calibration.get("cores") if calibration else None
     curve = calibration.prediction if calibration else {}
     knee = curve.get("knee_jobs")
@@ -94,4 +88,4 @@ def headline(test: TestResult, calibration: Calibration | None, diagnosis: TestD
                     diagnosis=diagnosis.headline if diagnosis else "not diagnosed (no measured step)",
                     valid_steps=sum(1 for s in test.steps if s.units and not problems(s)), steps=len(test.steps),
                     peak_at_highest_step=peak_jobs is not None and peak_jobs == max(s.jobs for s in test.steps),
-                    problem=problem, peak_nopm=_nopm_at(test, peak_jobs))
+                    problem=problem, peak_nopm=peak_nopm)

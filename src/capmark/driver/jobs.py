@@ -91,7 +91,7 @@ class Job(threading.Thread):
         self.session = self.engine.session(conn, workload.client_statements) if mode == "client" else None
         # keying and think times: each job is one user at a terminal, whose next transaction (type, and when it
         # is due) carries over from the warm-up into the window
-        self.users = workload.users(params) if workload.users is not None and mode == "client" else None
+        self.users = workload.user_model(params, mode)
         self._pending: tuple[int, float] | None = None
         self.rng = random.Random(index * 7919 + int(time.time()))
         slice_params = {**size.as_params(), "job": index, **params}

@@ -95,7 +95,7 @@ def _stall_shares(before: dict, after: dict, elapsed_s: float) -> dict[str, floa
 
 def _think_s(workload: Workload, params: dict[str, ParamValue], plan: StepPlan) -> float:
     """The mean time a job spends between units: --think, or the keying and think times of the workload's users."""
-    users = workload.users(params) if workload.users is not None and plan.mode == "client" else None
+    users = workload.user_model(params, plan.mode)
     return users.mean_pause_s if users is not None else plan.think_s
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from capmark.engines import registry
 from capmark.engines.base import DbCounters
 from capmark.results import StepResult, TestResult
+from capmark.workloads.tpcc import spec as tpcc_spec
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,7 @@ def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
 
 
 # The transaction types whose counts make NOPM: committed new orders, and those rolled back as the spec asks
-NEW_ORDER_TYPE, ROLLED_BACK_TYPE = "new_order", "new_order_rollback"
+NEW_ORDER_TYPE, ROLLED_BACK_TYPE = tpcc_spec.TYPES[tpcc_spec.NEW_ORDER], tpcc_spec.TYPES[tpcc_spec.ROLLBACK]
 
 
 def _order_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],

@@ -138,6 +138,10 @@ class Workload:
             self.check(values)
         return values
 
+    def user_model(self, params: dict[str, ParamValue], mode: str) -> UserModel | None:
+        """The users' keying and think times when the parameters ask for them (a client-side driver only)."""
+        return self.users(params) if self.users is not None and mode == "client" else None
+
     @property
     def client_side(self) -> bool:
         return self.client_unit is not None

@@ -72,7 +72,7 @@ def check_mode(workloads: list[Workload], mode: str) -> None:
 def check_users(workload: Workload, params: dict[str, ParamValue], mode: str, think_s: float, rate: float) -> None:
     """Keying and think times make each job a user at a terminal, which only a client-side driver can be, and
     they pace it themselves."""
-    if workload.users is None or workload.users(params) is None:
+    if workload.user_model(params, "client") is None:
         return
     if mode != "client":
         raise CapmarkError(f"{workload.name} with keying and think times runs client-side (each job is one user); "

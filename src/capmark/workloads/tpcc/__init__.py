@@ -60,8 +60,8 @@ def _users(params: dict[str, ParamValue]) -> UserModel | None:
     weights = {k: pct / 100 for k, pct in spec.MIX_PCT.items()}
     names = list(spec.MIX_PCT)
 
-    def think(rng: random.Random, kind: int) -> float:
-        return spec.think_time(rng, names[kind if kind < len(names) else spec.NEW_ORDER])
+    def think(rng: random.Random, kind: int) -> float:  # kind: the type chosen, one of the mix's
+        return spec.think_time(rng, names[kind])
 
     return UserModel(choose=spec.pick_type, keying_s=tuple(spec.KEYING_S[k] for k in names), think=think,
                      run=client.run_type,
