@@ -4,6 +4,8 @@ also the machine's PostgreSQL on 127.0.0.1:5432 when it answers."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import mysqlserver
@@ -33,12 +35,18 @@ def _target_names() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def embedded_dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
-    data_dir = Path(os.environ.get("CAPMARK_TEST_DATA_DIR") or tmp_path_factory.mktemp("pg") / "data")
+def embedded_dsn() -> str:
+    """The session's embedded server, in a folder outside pytest's temporary tree: the server's own system user
+    (tests run as root) may not enter that tree, and capmark opens no folder it did not create."""
+    base = None if os.environ.get("CAPMARK_TEST_DATA_DIR") else Path(tempfile.mkdtemp(prefix="capmark-test-pg-"))
+    if base is not None:
+        base.chmod(0o755)
+    data_dir = base / "data" if base is not None else Path(os.environ["CAPMARK_TEST_DATA_DIR"])
     url = embedded.start(data_dir)
     yield url
-    if not os.environ.get("CAPMARK_TEST_DATA_DIR"):
+    if base is not None:
         embedded.stop(data_dir)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", params=_target_names())

@@ -26,7 +26,7 @@ import psycopg.conninfo
 import pytest
 
 from capmark import api, cli
-from capmark.config import RunSpec
+from capmark.config import MAX_INPUT_FILE_BYTES, RunSpec
 
 pytestmark = pytest.mark.db
 
@@ -76,10 +76,18 @@ FILES: dict[str, bytes] = {
     "repeat-float.toml": b'[[test]]\nworkload = "tp-light"\nrepeat = 2.5\n',
     "latin1.toml": '[[test]]\nworkload = "tp-light"  # caf\u00e9\n'.encode("latin-1"),
     "ok.sql": b"SELECT 1;\n",
+    "ok-token": b"t0ken\n",
+    "empty-token": b"\n",
+    "two-word-token": b"t0ken t1ken\n",
+    "huge-token": b"t" * (1 << 20),
     "bad-meta.sql": b"SELECT 1;\n\\sett x 1\n",
     "bad-expr.sql": b"\\set x 1 +* 2\n",
     "unclosed-if.sql": b"\\if 1\nSELECT 1;\n",
     "shell.sql": b"\\shell echo hi\n",
+    "shell-suite.toml": b'[[test]]\nscript = "shell.sql"\nallow_shell = true\n',
+    "no-script-suite.toml": SUITE_OK.encode(),
+    "big.sql": b"SELECT 1;\n" * (MAX_INPUT_FILE_BYTES // 10 + 1),
+    "big.toml": SUITE_OK.encode() + b"#" * MAX_INPUT_FILE_BYTES + b"\n",
     "pipeline.sql": b"\\startpipeline\nSELECT 1;\n\\endpipeline\n",
     "latin1.sql": "SELECT 'caf\u00e9';\n".encode("latin-1"),
     "script-and-workload.toml": b'[[test]]\nworkload = "tp-light"\nscript = "ok.sql"\n',
@@ -214,7 +222,7 @@ CASES = [
     run_case("--script", "{FILE:shell.sql}", word="--allow-shell"),
     run_case("--script", "{FILE:pipeline.sql}", "--query-mode", "simple", word="pipeline"),
     run_case("--script", "{FILE:latin1.sql}", word="not UTF-8"),
-    run_case("--script", "{FILE:ok.sql}@-1", word="does not exist"),
+    run_case("--script", "{FILE:ok.sql}@-1", word="weight"),
     run_case("--script", "{FILE:ok.sql}@2000000", word="weight"),
     run_case("--script", "{FILE:ok.sql}@0", word="weight 0"),
     run_case("--script", "{FILE:ok.sql}", "-D", "novalue", word="NAME=VALUE"),
@@ -419,6 +427,99 @@ CASES = [
     other("list", "--format", "yaml", word="--format"),
     other("db", "start", "--data-dir", "{FILE:latin1.toml}", word="is a file"),
     other("db", "url", "--data-dir", "{DIR}/no-server", word="not running"),
+    # --- run references, output formats and solvers of the analysis commands
+    *[stored(command, "--format", "yaml", word="--format") for command in
+      ("report", "demands", "diagnose", "calibrate", "whatif", "size", "anticipate")],
+    other("db", "status", "--format", "yaml", word="--format"),
+    *[stored(command, "no-such-run", word="No capmark run") for command in ("calibrate", "size", "anticipate")],
+    stored("whatif", "no-such-run", "--cpus", "4", word="No capmark run"),
+    *[stored(command, "--results-dir", "{DIR}/no-such-folder", word="no run under") for command in
+      ("report", "demands", "diagnose", "calibrate", "size", "anticipate")],
+    stored("whatif", "--cpus", "4", "--results-dir", "{DIR}/no-such-folder", word="no run under"),
+    *[stored(command, "--solver", "magic", word="--solver") for command in ("calibrate", "whatif", "size")],
+    stored("compare", "no-such-run", "{RUN}", word="No capmark run"),
+    stored("compare", "{RUN}", "no-such-run", word="No capmark run"),
+    stored("compare", "{RUN}", "{RUN}", "--results-dir", "{DIR}/no-such-folder", word="No capmark run"),
+    stored("compare", "{RUN}", "{RUN}", "--format", "pdf", word="--format"),
+    run_case("srv-query1", "--host-metrics", "magic", word="--host-metrics"),
+    # --- scripts and suite files: shell commands, script size and kind, weights, script-only options
+    run_case("--suite", "{FILE:shell-suite.toml}", word="--allow-shell"),
+    run_case("--suite", "{FILE:no-script-suite.toml}", "--allow-shell", word="--allow-shell"),
+    run_case("--script", "{DIR}/fifo.sql", word="not a regular file"),
+    run_case("--script", "/dev/zero", word="not a regular file"),
+    run_case("--script", "{DIR}", word="not a regular file"),
+    run_case("--script", "{FILE:big.sql}", word="1 MiB"),
+    run_case("--suite", "{DIR}/fifo.sql", word="not a regular file"),
+    run_case("--suite", "/dev/zero", word="not a regular file"),
+    run_case("--suite", "{FILE:big.toml}", word="1 MiB"),
+    stored("whatif", "--scenarios", "/dev/zero", word="not a regular file"),
+    run_case("--script", "{FILE:ok.sql}@abc", word="weight"),
+    run_case("--script", "{FILE:ok.sql}@", word="weight"),
+    run_case("srv-query1", "-D", "a=1", word="--define"),
+    run_case("srv-query1", "--seed", "1", word="--seed"),
+    run_case("srv-query1", "--query-mode", "prepared", word="--query-mode"),
+    run_case("srv-query1", "--max-tries", "3", word="--max-tries"),
+    run_case("srv-query1", "--allow-shell", word="--allow-shell"),
+    run_case("--suite", "{FILE:no-script-suite.toml}", "--seed", "1", word="--seed"),
+    run_case("--suite", "{FILE:no-script-suite.toml}", "-D", "a=1", word="--define"),
+    # --- URLs and secrets: PostgreSQL and MySQL URLs, node_exporter URLs
+    run_case("srv-query1", "--dsn", "mysql://root@127.0.0.1:99999/db", word="not a number from 1 to 65535"),
+    run_case("srv-query1", "--dsn", "mariadb://root@127.0.0.1:0/db", word="not a number from 1 to 65535"),
+    run_case("srv-query1", "--dsn", "postgresql://postgres@127.0.0.1:99999/db", word="not a number from 1 to 65535"),
+    run_case("srv-query1", "--dsn", "postgresql://h1:5432,h2:70000/db", word="not a number from 1 to 65535"),
+    run_case("srv-query1", "--dsn", "host=127.0.0.1 port=0 dbname=db", word="not a number from 1 to 65535"),
+    run_case("srv-query1", "--dsn", "postgresql://postgres@127.0.0.1/db?port=123456", word="from 1 to 65535"),
+    run_case("srv-query1", "--dsn", "mysql://root:pa%zz@127.0.0.1/db", word="write a '%' itself as %25"),
+    run_case("srv-query1", "--dsn", "postgresql://bob:pa%zz@127.0.0.1/db", word="write a '%' itself as %25"),
+    run_case("srv-query1", "--dsn", "mysql://root@127.0.0.1/my%zzdb", word="The database name"),
+    run_case("srv-query1", "--dsn", "mysql://root@h1,h2/db", word="one host"),
+    run_case("srv-query1", "--dsn", "mysql://root@[::1/db", word="closing ']'"),
+    run_case("srv-query1", "--node-exporter", "http://127.0.0.1:0/metrics", word="not a number from 1 to 65535"),
+    run_case("srv-query1", "--node-exporter", "http://ops:pw@127.0.0.1:99999/metrics", word="from 1 to 65535"),
+    run_case("srv-query1", "--node-exporter", "ftp://127.0.0.1/metrics", word="not the address of a node_exporter"),
+    run_case("srv-query1", "--node-exporter", "127.0.0.1:9100", word="not the address of a node_exporter"),
+    run_case("srv-query1", "--node-exporter", "http://ops:pa%zz@127.0.0.1:9100/metrics", word="%25"),
+    run_case("srv-query1", "--host-metrics", "none", "--node-exporter", "http://127.0.0.1:9100/metrics",
+             word="drop one"),
+    *[run_case("srv-query1", "--node-exporter", "http://127.0.0.1:9100/metrics", "--node-exporter-token-file", path,
+               word=word) for path, word in [("{DIR}/no-token", "does not exist"), ("{DIR}", "not a regular file"),
+                                             ("{FILE:empty-token}", "holds no token"),
+                                             ("{FILE:two-word-token}", "spaces or control characters"),
+                                             ("{FILE:huge-token}", "larger than"), ("{FILE:latin1.sql}", "not UTF-8")]],
+    run_case("srv-query1", "--node-exporter-token-file", "{FILE:ok-token}", word="add --node-exporter"),
+    run_case("srv-query1", "--node-exporter", "http://ops:pw@127.0.0.1:9100/metrics", "--node-exporter-token-file",
+             "{FILE:ok-token}", word="not both"),
+    # --- data directories
+    run_case("srv-query1", "--data-dir", "", word="--data-dir is empty"),
+    other("db", "start", "--data-dir", "", word="--data-dir is empty"),
+    other("db", "status", "--data-dir", "", word="--data-dir is empty"),
+    run_case("srv-query1", "--data-dir", "{DIR}", word="is not empty"),
+    other("db", "start", "--data-dir", "{DIR}", word="is not empty"),
+    other("db", "stop", "--data-dir", "{DIR}", word="is not empty"),
+    other("db", "status", "--data-dir", "{DIR}", word="is not empty"),
+    other("db", "stop", "--data-dir", "{FILE:latin1.toml}", word="is a file"),
+    other("db", "status", "--data-dir", "{FILE:latin1.toml}", word="is a file"),
+    run_case("srv-query1", "--data-dir", '{DIR}/say "cheese"', word="a double quote"),
+    other("db", "start", "--data-dir", "{DIR}/cost$HOME", word="a dollar sign"),
+    # --- numeric options of every command, compare
+    run_case("srv-query1", "--mode", "client", "--driver-procs", "0", word="--driver-procs"),
+    run_case("srv-query1", "--mode", "client", "--driver-procs", "-2", word="--driver-procs"),
+    run_case("srv-query1", "--mode", "client", "--driver-procs", "many", word="--driver-procs"),
+    *[stored(*command, "--cores", value, word="--cores") for command in (["calibrate"], ["whatif", "--cpus", "4"],
+                                                                          ["size"])
+      for value in ("0", "-1", "eight")],
+    *[stored(*command, "--from-steps", value, word=word) for command in (["whatif", "--cpus", "4"], ["size"])
+      for value, word in (("1,,2", "job list"), ("0", "at least 1 job"), ("64", "valid step"))],
+    *[stored("compare", "{RUN}", "{RUN}", "--fail-on-regression", value, word="finite percentage")
+      for value in ("inf", "nan", "-1", "1e400")],
+    stored("compare", "{RUN}", "{RUN}", "--fail-on-regression", "lots", word="--fail-on-regression"),
+    stored("compare", "{RUN}", "{RUN}", "--output", "{DIR}/x.html", word="--format html"),
+    stored("compare", "{RUN}", "{RUN}", "--format", "html", "--output", "{FILE:latin1.toml}/x.html",
+           word="is not a folder"),
+    stored("compare", "{RUN}", "{RUN}", "--format", "html", "--output", "{DIR}", word="is a folder"),
+    stored("compare", "{RUN}", "{RUN}", "--format", "html", "--output", "{DIR}/no-such-folder/x.html",
+           word="does not exist"),
+    # --- Ray cluster addresses
 ]
 
 
@@ -477,6 +578,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("inputs")
     for name, data in FILES.items():
         (folder / name).write_bytes(data)
+    os.mkfifo(folder / "fifo.sql")  # a script or suite that is a FIFO: refused, never opened and waited on
     return folder
 
 
@@ -516,7 +618,8 @@ def test_bad_input(kind, args, word, files, tmp_path, capsys, monkeypatch, reque
     if kind == "stored":
         results, run_id = request.getfixturevalue("stored_run")
         values["RUN"] = run_id
-        args = [*args, "--results-dir", str(results)]
+        if "--results-dir" not in args:
+            args = [*args, "--results-dir", str(results)]
         watched = results
     elif kind == "run":
         admin, target = request.getfixturevalue("admin_dsn"), request.getfixturevalue("throwaway_db")
@@ -641,3 +744,76 @@ def test_knee_phrase():
     rule = "response time >= 2 x its one-job value"
     assert knee_phrase({"knee_jobs": None, "knee_rule": rule}) == f"knee ({rule}) not reached"
     assert knee_phrase({"knee_jobs": 8, "knee_rule": rule}) == f"knee ({rule}) at 8 jobs"
+
+
+# Parameters that take no value of their own, so no malformed value exists for them: a flag is either given or not.
+# Misplaced flags (a flag that needs another option) are cases of their own where they exist.
+def _command_parameters() -> dict[str, dict[str, tuple[str, ...]]]:
+    """Every command's options and arguments, read from the real command line: {command: {name: aliases}}, where a
+    flag's entry is empty (it has no value to get wrong)."""
+    import typer.main
+
+    found: dict[str, dict[str, tuple[str, ...]]] = {}
+
+    def walk(command, path: list[str]) -> None:
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        params: dict[str, tuple[str, ...]] = {}
+        for p in command.params:
+            if p.param_type_name == "option":
+                params[p.opts[0]] = () if p.is_flag else tuple(p.opts + p.secondary_opts)
+            else:
+                params[p.name.upper()] = ("<positional>",)
+        found[" ".join(path)] = params
+
+    walk(typer.main.get_command(cli.app), [])
+    return found
+
+
+def _case_command(case) -> tuple[str, list[str]]:
+    kind, args, _ = case.values
+    if kind == "run":
+        return "run", list(args)
+    words = list(args)
+    if words and words[0] == "db":
+        return " ".join(words[:2]), words[2:]
+    return words[0], words[1:]
+
+
+def _covered(params: dict[str, tuple[str, ...]], args: list[str]) -> set[str]:
+    """The parameters a case's arguments give a value to: options by any of their names (--opt VALUE or --opt=VALUE),
+    arguments by position."""
+    by_alias = {alias: name for name, aliases in params.items() for alias in aliases if alias != "<positional>"}
+    flags = {name for name, aliases in params.items() if not aliases}
+    positional = [name for name, aliases in params.items() if aliases == ("<positional>",)]
+    covered: set[str] = set()
+    words = iter(args)
+    for word in words:
+        option = word.split("=", 1)[0]
+        if option in by_alias:
+            covered.add(by_alias[option])
+            if "=" not in word:
+                next(words, None)
+        elif option in flags or word.startswith("-"):
+            continue
+        elif positional:
+            covered.add(positional[0])
+            if len(positional) > 1:  # the last argument of a command takes all the remaining words
+                positional.pop(0)
+    return covered
+
+
+def test_every_option_of_every_command_has_a_malformed_value_case():
+    """A new option (or command) without a bad-input case fails here: each one needs at least one malformed value
+    in CASES that the command answers with one sentence."""
+    commands = _command_parameters()
+    covered: dict[str, set[str]] = {name: set() for name in commands}
+    for case in CASES:
+        command, args = _case_command(case)
+        if command in commands:
+            covered[command] |= _covered(commands[command], args)
+    missing = sorted(f"{command} {name}" for command, params in commands.items()
+                     for name, aliases in params.items() if aliases and name not in covered[command])
+    assert not missing, f"options and arguments with no malformed-value case: {', '.join(missing)}"

@@ -5,9 +5,11 @@ that really differs and survives Ctrl-C, and only one capmark run measures on it
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,13 +28,17 @@ RESTART_WINDOW_TIMEOUT_S = 60  # the child's stop must begin well within this on
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Its own server: these tests restart it, which would disconnect the session server's other users."""
-    folder = tmp_path_factory.mktemp("lifecycle") / "pg"
+def data_dir() -> Path:
+    """Its own server: these tests restart it, which would disconnect the session server's other users. Its folder
+    is outside pytest's temporary tree, which the server's own system user (tests run as root) may not enter."""
+    base = Path(tempfile.mkdtemp(prefix="capmark-lifecycle-"))
+    base.chmod(0o755)
+    folder = base / "pg"
     embedded.start(folder)
     yield folder
     if embedded.status(folder).running:
         embedded._pg_ctl(["-w", "-m", "fast", "stop"], folder)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def _postmaster_pid(folder: Path) -> int:

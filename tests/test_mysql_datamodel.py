@@ -204,6 +204,20 @@ def test_interrupted_setup_is_rebuilt(model: Any) -> None:
     assert dm.plan(model, SIZES) == []
 
 
+def test_a_dropped_or_emptied_table_is_rebuilt_alone_and_said(model: Any) -> None:
+    rows(model, "insert into capmark.dl_row (k1, k2, payload) values (7, 7, 'kept')")  # a table left as it is
+    rows(model, "drop table capmark.item")
+    rows(model, "truncate table capmark.account")
+    said: list[str] = []
+    assert dm.setup(model, SIZES, say=said.append) > 0
+    assert len(said) == 1 and "capmark.item is missing" in said[0] and "capmark.account is empty" in said[0], said
+    assert scalar(model, "select count(*) from capmark.dl_row where payload = 'kept'") == 1
+    rows(model, "delete from capmark.dl_row")
+    assert counts(model) == expected_counts(SIZES)
+    assert dm.plan(model, SIZES) == [] and dm.damage(model, SIZES) == {}
+    assert dm.setup(model, SIZES, say=said.append) == 0.0
+
+
 def test_warm_cache_reads_tables_and_indexes(model: Any) -> None:
     said: list[str] = []
     dm.warm_cache(model, ["item", "booking", "callrec", "dl_row"], say=said.append)

@@ -88,6 +88,81 @@ def test_a_user_without_the_process_privilege_is_told_the_grant(limited_user: st
     assert "'pw'" not in out.stderr and ":pw@" not in out.stderr
 
 
+# --- MySQL URLs: parsed by the rules and the code of PostgreSQL ones ----------------------------------------------
+
+def test_a_mysql_url_is_split_at_the_last_at_and_decoded() -> None:
+    from capmark.engines.mysql.connection import parse
+
+    target = parse("mariadb://b%40b:p@ss/w:rd@db.example:3307/my%20db%2Fx?socket=%2Frun%2Fmy.sock")
+    assert (target.user, target.password, target.host, target.port, target.database, target.unix_socket) == (
+        "b@b", "p@ss/w:rd", "db.example", 3307, "my db/x", "/run/my.sock")
+    assert target.redacted() == "mariadb://b%40b:***@db.example:3307/my%20db%2Fx?socket=%2Frun%2Fmy.sock"
+    assert "p@ss" not in repr(target)
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "65536", "port", "-1", "3306:1"])
+def test_a_port_outside_1_to_65535_is_named_as_such(port: str) -> None:
+    from capmark.engines.mysql.connection import parse
+
+    with pytest.raises(CapmarkError) as err:
+        parse(f"mysql://root:pw@db.example:{port}/app")
+    assert str(err.value) == (f"The port '{port}' in mysql://root:***@db.example:{port}/app is not a number from 1 to "
+                              "65535; write e.g. mysql://user:password@host:3306/dbname.")
+
+
+def test_masking_keeps_the_servers_message_and_masks_the_url() -> None:
+    """The password 'localhost' also occurs in the server's message: the message stays as the server wrote it."""
+    from capmark.engines.mysql.connection import explain_connect_error, parse
+
+    target = parse("mysql://root:localhost@127.0.0.1:3306/")
+    err = explain_connect_error(Exception(1045, "Access denied for user 'root'@'localhost' (using password: YES)"),
+                                target)
+    assert str(err) == ("The server at mysql://root:***@127.0.0.1:3306/ rejected the login (Access denied for user "
+                        "'root'@'localhost' (using password: YES)); correct the user or password in --dsn / "
+                        "CAPMARK_DSN.")
+
+
+def test_a_wrong_password_found_in_the_message_leaves_the_message_whole(mysql_dsn: str, tmp_path: Path) -> None:
+    parts = urlsplit(mysql_dsn)
+    user = parts.username or "root"
+    out = _cli("run", "srv-query1", "--dsn", _with_user(mysql_dsn, user, "YES"), "--jobs", "1", "--duration", "1",
+               "--results-dir", str(tmp_path / "r"), cwd=tmp_path)
+    _refused(out, tmp_path / "r", "rejected the login", f"Access denied for user '{user}'@'", "(using password: YES)",
+             f"mysql://{user}:***@")
+    assert ":YES@" not in out.stderr
+
+
+@pytest.fixture()
+def awkward_login(mysql_dsn: str) -> Any:
+    """A user whose password holds '@', '/' and ':', with its own database whose name holds a space; dropped
+    afterwards."""
+    from capmark.engines.mysql.connection import connect
+
+    conn = connect(mysql_dsn)
+    for statement in ("DROP USER IF EXISTS 'capmark_url'@'%'", "CREATE USER 'capmark_url'@'%' IDENTIFIED BY 'p@ss/w:rd'",
+                      "CREATE DATABASE IF NOT EXISTS `capmark url test`",
+                      "GRANT ALL ON `capmark url test`.* TO 'capmark_url'@'%'"):
+        conn.query(statement.encode())
+    try:
+        yield _with_user(mysql_dsn, "capmark_url", "p@ss/w:rd") + "capmark%20url%20test"
+    finally:
+        conn.query(b"DROP USER IF EXISTS 'capmark_url'@'%'")
+        conn.query(b"DROP DATABASE IF EXISTS `capmark url test`")
+        conn.close()
+
+
+def test_an_unencoded_password_and_an_encoded_database_name_connect(awkward_login: str) -> None:
+    from capmark.engines.mysql.connection import connect
+
+    conn = connect(awkward_login)
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT DATABASE(), CURRENT_USER()")
+        assert cursor.fetchone() == ("capmark url test", "capmark_url@%")
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize(("version", "supported"), [
     ("10.5.23-MariaDB", False), ("10.6.0-MariaDB-log", True), ("10.11.19-MariaDB-0+deb12u1", True),
     ("5.7.44", False), ("8.0.36", True), ("9.1.0", True)])

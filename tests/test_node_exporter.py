@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import http.server
 import os
+import secrets
 import socket
 import subprocess
 import sys
 import threading
-import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from node_exporter_process import EXPORTER, HTPASSWD, Recorder, free_port, install, running_exporter
 
 from capmark import api
 from capmark.collect import hosts, node_exporter, procfs
@@ -24,9 +26,6 @@ from capmark.errors import CapmarkError
 from capmark.measure.demands import HOST_CPU_KEY, HOST_CPU_LABEL_NODE_EXPORTER, demands_of_test, host_busy_s
 from capmark.measure.validity import problems
 
-EXPORTER = "/usr/bin/prometheus-node-exporter"
-INSTALL = "apt-get update && apt-get install -y prometheus-node-exporter"
-READY_TIMEOUT_S = 15.0
 LOAD_SECONDS = 3.0  # long enough that the few ms between the two sources' readings are noise
 LOAD_BYTES = 48 << 20  # written and fsynced in the window: far above the machine's background writes
 BUSY_TOLERANCE_POINTS = 2.0
@@ -35,53 +34,17 @@ WRITTEN_TOLERANCE = 0.05
 NON_MONOTONIC_SLACK_TICKS = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _install_exporter() -> str | None:
-    """None once the exporter is installed, else why not."""
-    if os.path.exists(EXPORTER):
-        return None
-    done = subprocess.run(["sh", "-c", INSTALL], capture_output=True, text=True, timeout=600)
-    if done.returncode != 0 or not os.path.exists(EXPORTER):
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"prometheus-node-exporter is not installed and '{INSTALL}' failed: {tail[0]}"
-    return None
-
-
 @pytest.fixture(scope="session")
 def exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """A node_exporter on a free port of 127.0.0.1: its address and pid."""
-    problem = _install_exporter()
+    problem = install(EXPORTER)
     if problem:
         pytest.skip(problem)
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("node-exporter") / "log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--collector.cpu.info"],
-                                stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/metrics"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"node_exporter did not start: {log_path.read_text()[-2000:]}")
-                time.sleep(0.1)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with running_exporter(tmp_path_factory.mktemp("node-exporter")) as started:
+            yield started
+    except RuntimeError as err:
+        pytest.fail(str(err))
 
 
 @pytest.fixture()
@@ -193,8 +156,8 @@ def test_each_reading_method_agrees_with_counters(exporter: tuple[str, int], loc
 # --- what the user is told when the address is wrong ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["localhost:9100", "ftp://db.example/metrics", "http://", "http://db:port/metrics",
-                                 "db.example"])
+@pytest.mark.parametrize("url", ["localhost:9100", "ftp://db.example/metrics", "http://", "db.example",
+                                 "http://:9100/metrics"])
 def test_bad_address_says_how_to_write_it(url: str) -> None:
     with pytest.raises(CapmarkError) as err:
         node_exporter.node_exporter_source(url, None)
@@ -202,8 +165,23 @@ def test_bad_address_says_how_to_write_it(url: str) -> None:
                               "http://HOST:9100/metrics.")
 
 
+def test_a_bad_address_is_shown_without_its_password() -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source("ftp://ops:s3cr@t@db.example/metrics?token=t0k", None)
+    assert str(err.value) == ("'ftp://ops:***@db.example/metrics?token=***' is not the address of a node_exporter; "
+                              "give it as http://HOST:9100/metrics.")
+
+
+@pytest.mark.parametrize("port", ["0", "99999", "port", "-1"])
+def test_a_port_outside_1_to_65535_is_named(port: str) -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(f"http://ops:pw@db:{port}/metrics", None)
+    assert str(err.value) == (f"The port '{port}' in http://ops:***@db:{port}/metrics is not a number from 1 to "
+                              "65535; write e.g. http://HOST:9100/metrics.")
+
+
 def test_nothing_listening_is_unreachable() -> None:
-    port = _free_port()
+    port = free_port()
     with pytest.raises(CapmarkError) as err:
         node_exporter.node_exporter_source(f"http://127.0.0.1:{port}", None)
     assert str(err.value) == (f"No node_exporter answered at http://127.0.0.1:{port}/metrics (connection refused); "
@@ -223,7 +201,7 @@ def test_silent_server_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_reading_later_names_the_address_given() -> None:
     """A reading that fails mid-run names the exporter as the user gave it, not the filtered address."""
-    url = f"http://127.0.0.1:{_free_port()}/metrics"
+    url = f"http://127.0.0.1:{free_port()}/metrics"
     host = node_exporter.NodeExporterHost(url, procfs.HostFacts("node-exporter"), False, frozenset({"cpu", "stat"}))
     with pytest.raises(CapmarkError) as err:
         host.counters([])
@@ -296,6 +274,111 @@ def test_wrong_path_names_the_right_one(other_server: str) -> None:
         node_exporter.node_exporter_source(f"{other_server}/prometheus", None)
     assert str(err.value).startswith(f"The node_exporter address {other_server}/prometheus answered HTTP 404 ")
     assert str(err.value).endswith("node_exporter serves its counters at /metrics, e.g. http://HOST:9100/metrics.")
+
+
+# --- authentication: the URL's user and password (basic), a bearer token -------------------------------------
+
+NE_USER = "capmark"
+# ':', '@' and '/' unencoded in the address: the user's part ends at its last '@', the password at nothing but it
+NE_PASSWORD = "ne:p@ss/w0rd-" + secrets.token_hex(4)
+BEARER = "tok-" + secrets.token_hex(8)
+LOGIN_HINT = ("give its user and password in the address (http://USER:PASSWORD@HOST:9100/metrics) or its bearer "
+              "token (--node-exporter-token-file FILE or CAPMARK_NODE_EXPORTER_TOKEN).")
+
+
+def _with_credentials(url: str, user: str, password: str) -> str:
+    return url.replace("http://", f"http://{user}:{password}@", 1)
+
+
+@pytest.fixture(scope="module")
+def auth_exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A node_exporter that serves only NE_USER with NE_PASSWORD (its own web configuration, a bcrypt hash)."""
+    problem = install(EXPORTER, HTPASSWD)
+    if problem:
+        pytest.skip(problem)
+    try:
+        with running_exporter(tmp_path_factory.mktemp("auth-exporter"), {NE_USER: NE_PASSWORD}) as (url, _pid):
+            yield url
+    except RuntimeError as err:
+        pytest.fail(str(err))
+
+
+@pytest.fixture()
+def bearer_proxy(exporter: tuple[str, int]) -> Iterator[Recorder]:
+    proxy = Recorder(exporter[0], BEARER)
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.parametrize("password", [NE_PASSWORD, urllib.parse.quote(NE_PASSWORD, safe="")],
+                         ids=["as-written", "percent-encoded"])
+def test_basic_authentication_from_the_address(auth_exporter: str, password: str) -> None:
+    """The user and password in the address log in to an exporter that demands them, at the first reading and at
+    every later one; the source keeps no password in its text."""
+    host = node_exporter.node_exporter_source(_with_credentials(auth_exporter, NE_USER, password), None)
+    assert host.facts.cores == os.cpu_count()
+    assert host.stat() is not None and host.meminfo()["MemTotal"] > 0
+    assert NE_PASSWORD not in repr(host) and "p@ss" not in repr(host)
+
+
+def test_an_exporter_that_wants_a_login_says_how_to_give_it(auth_exporter: str) -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(auth_exporter, None)
+    assert str(err.value) == (f"The node_exporter at {auth_exporter} answered HTTP 401 (Unauthorized): it asks for a "
+                              f"login; {LOGIN_HINT}")
+
+
+def test_a_wrong_password_is_refused_without_showing_it(auth_exporter: str) -> None:
+    with pytest.raises(CapmarkError) as err:
+        node_exporter.node_exporter_source(_with_credentials(auth_exporter, NE_USER, "wrong-pw-77"), None)
+    shown = auth_exporter.replace("http://", f"http://{NE_USER}:***@")
+    assert str(err.value) == (f"The node_exporter at {shown} answered HTTP 401 (Unauthorized): it rejected the "
+                              f"login given; {LOGIN_HINT}")
+
+
+def test_a_bearer_token_is_sent_with_every_reading(bearer_proxy: Recorder) -> None:
+    host = node_exporter.node_exporter_source(bearer_proxy.url, None, token=BEARER)
+    host.counters([])
+    assert len(bearer_proxy.seen) >= 2 and set(bearer_proxy.seen) == {f"Bearer {BEARER}"}
+    assert BEARER not in repr(host)
+
+
+def test_without_the_token_the_proxy_refuses(bearer_proxy: Recorder) -> None:
+    with pytest.raises(CapmarkError, match="it asks for a login; "):
+        node_exporter.node_exporter_source(bearer_proxy.url, None)
+
+
+def test_a_token_and_a_password_are_not_both_sent(bearer_proxy: Recorder) -> None:
+    with pytest.raises(CapmarkError, match="either a user and password in the address or a bearer token, not both"):
+        node_exporter.node_exporter_source(_with_credentials(bearer_proxy.url, "u", "pw"), None, token=BEARER)
+    assert bearer_proxy.seen == []
+
+
+def test_credentials_do_not_follow_a_redirect(exporter: tuple[str, int]) -> None:
+    """An exporter address that redirects elsewhere: the other server gets neither the token nor the password."""
+    elsewhere = Recorder(exporter[0])
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            self.send_response(302)
+            self.send_header("Location", elsewhere.url.replace("127.0.0.1", "localhost") + "?" +
+                             urllib.parse.urlsplit(self.path).query)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        node_exporter.node_exporter_source(url, None, token=BEARER)
+        node_exporter.node_exporter_source(_with_credentials(url, "u", "pw"), None)
+    finally:
+        server.shutdown()
+        server.server_close()
+        elsewhere.close()
+    assert len(elsewhere.seen) == 2 and elsewhere.seen == [None, None]
 
 
 # --- the data device from the exporter's file systems (pages as node_exporter writes them) -------------------

@@ -182,7 +182,7 @@ def test_a_pipeline_runs_its_commands_in_order(conn):
     ("\\startpipeline\nselect 1;\n\\endpipeline\n", {"query_mode": "simple"}, "line 1, column 1: a pipeline needs"),
     ("select 1 \\; select 2;\n", {"query_mode": "prepared"}, "line 1, column 1: a compound SQL command"),
     ("select 1;\n\\shell echo hi\n", {}, "line 2, column 1: \\shell runs a shell command, which capmark runs only "
-     "when allowed; add --allow-shell"),
+     "when the command line allows it; add --allow-shell"),
     ("select 1;\n", {"query_mode": "fast"}, "unknown query mode 'fast'"),
 ])
 def test_what_cannot_run_is_refused_before_the_run(conn, text, options, phrase):
@@ -198,3 +198,22 @@ def test_shell_commands_run_when_allowed(conn):
     failing = ScriptRunner(parse_script("\\shell false\n", "sh.sql"), conn, allow_shell=True)
     with pytest.raises(ScriptRuntimeError, match="sh.sql line 1: \\\\shell command failed"):
         failing.run()
+
+
+def test_shell_words_are_the_commands_arguments_with_no_shell_between(conn, tmp_path):
+    """A variable is one argument whatever it holds (a ';' does not start a second command, spaces do not split
+    it), ::x is the text :x, and a command that does not exist fails its script in one sentence."""
+    pwned = tmp_path / "PWNED"
+    value = f"x; touch {pwned}"
+    script = parse_script("\\setshell n expr length :v\n\\setshell m expr length ::ab\n", "w.sql")
+    runner = ScriptRunner(script, conn, allow_shell=True, variables={"v": value})
+    assert runner.run().ok
+    assert (runner.vars["n"], runner.vars["m"]) == (len(value), len(":ab"))
+    assert not pwned.exists()
+    missing = ScriptRunner(parse_script("\\shell no-such-command-capmark :v\n", "m.sql"), conn, allow_shell=True,
+                           variables={"v": "1"})
+    with pytest.raises(ScriptRuntimeError) as err:
+        missing.run()
+    message = str(err.value)
+    assert message.startswith("m.sql line 1: ") and "no-such-command-capmark" in message and "not found" in message
+    assert message.endswith(".") and ". " not in message

@@ -270,7 +270,9 @@ conn.execute("select pg_sleep(120)")
 
 
 def test_ctrl_c_while_the_embedded_server_initialises_exits_130_with_one_line(tmp_path):
-    data_dir = tmp_path / "pg"
+    base = Path(tempfile.mkdtemp(prefix="capmark-init-"))  # outside pytest's tree, closed to the server's user
+    base.chmod(0o755)
+    data_dir = base / "pg"
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "1000"}
     proc = subprocess.Popen([sys.executable, "-m", "capmark.cli", "db", "start", "--data-dir", str(data_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -285,3 +287,4 @@ def test_ctrl_c_while_the_embedded_server_initialises_exits_130_with_one_line(tm
         proc.communicate()
         if (data_dir / "postmaster.pid").exists():
             embedded.stop(data_dir)
+        shutil.rmtree(base, ignore_errors=True)

@@ -103,3 +103,33 @@ def test_a_script_that_fails_at_run_time_fails_its_step_with_file_and_line(embed
     test = _run(embedded_dsn, tmp_path, [str(script)], jobs=1, duration=1.0)
     assert test.status == "failed" and not test.steps
     assert f"{script} line 3" in test.reason and "undefined_var" in test.reason, test.reason
+
+
+COUNT_ARGS = "#!/bin/sh\necho $#\n"  # prints how many arguments it was given
+
+
+def test_shell_commands_run_without_a_shell_so_a_value_from_the_database_stays_one_argument(embedded_dsn, tmp_path):
+    """A \\gset value holding '; touch FILE' reaches \\shell as text, never as a second command, and a value holding
+    spaces is one argument of the command \\setshell runs, whose output still sets the variable."""
+    pwned = tmp_path / "PWNED"
+    count_args = tmp_path / "count-args"
+    count_args.write_text(COUNT_ARGS)
+    count_args.chmod(0o755)
+    script = tmp_path / "shell.sql"
+    script.write_text(f"SELECT 'x; touch ' || '{pwned}' AS v, 'a b  c' AS spaced \\gset\n"
+                      "\\shell echo :v\n"
+                      f"\\setshell n {count_args} :spaced\n"
+                      "INSERT INTO capmark.test_shell_argv VALUES (:n);\n")
+    with psycopg.connect(embedded_dsn, autocommit=True) as conn:
+        conn.execute("create table if not exists capmark.test_shell_argv (n int)")
+        conn.execute("truncate capmark.test_shell_argv")
+    try:
+        test = _run(embedded_dsn, tmp_path, [str(script)], jobs=1, duration=1.0, allow_shell=True)
+        with psycopg.connect(embedded_dsn, autocommit=True) as conn:
+            counts = conn.execute("select n, count(*) from capmark.test_shell_argv group by n").fetchall()
+    finally:
+        with psycopg.connect(embedded_dsn, autocommit=True) as conn:
+            conn.execute("drop table if exists capmark.test_shell_argv")
+    assert test.steps and test.steps[0].status == "ok", test.reason
+    assert not pwned.exists()
+    assert [n for n, _ in counts] == [1] and counts[0][1] > 0, counts

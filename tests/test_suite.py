@@ -74,3 +74,37 @@ def test_suite_file_repeats_and_steps_automatically(tmp_path):
     assert auto.steps == 5 + 2  # the doubling steps and at most one halfway point per bend
     plans = api.plan_tests(RunSpec(workloads=["srv-query1"], jobs_auto=True, repeat=3), cores=2)
     assert plans[0].auto_max == 8 and plans[0].repeat == 3  # 4 x the cores without --max-jobs
+
+
+SHELL_SUITE = '[[test]]\nscript = "shell.sql"\nallow_shell = true\nduration = "1s"\n'
+
+
+def _shell_suite(tmp_path: Path, text: str = SHELL_SUITE) -> Path:
+    (tmp_path / "shell.sql").write_text("\\shell true\nSELECT 1;\n")
+    return write(tmp_path, text)
+
+
+def test_a_suite_file_cannot_allow_shell_commands_without_the_command_line(tmp_path):
+    path = _shell_suite(tmp_path)
+    with pytest.raises(CapmarkError) as err:
+        from_file(path, [1], 0.0, 1.0, "server")
+    assert "--allow-shell" in str(err.value) and "shell.sql line 1" in str(err.value), str(err.value)
+    with pytest.raises(CapmarkError, match="--allow-shell"):
+        api.plan_tests(RunSpec(suite_file=path))
+    (plan,) = from_file(path, [1], 0.0, 1.0, "server", allow_shell=True)
+    assert plan.workload.recipe.options.allow_shell
+    (plan,) = api.plan_tests(RunSpec(suite_file=path, allow_shell=True), cores=1)
+    assert plan.workload.recipe.options.allow_shell
+
+
+def test_a_suite_test_may_keep_its_scripts_from_shell_commands(tmp_path):
+    path = _shell_suite(tmp_path, SHELL_SUITE.replace("true", "false"))
+    with pytest.raises(CapmarkError, match="allow_shell = false"):
+        from_file(path, [1], 0.0, 1.0, "server", allow_shell=True)
+    path = _shell_suite(tmp_path, SHELL_SUITE.replace("allow_shell = true\n", ""))
+    assert from_file(path, [1], 0.0, 1.0, "server", allow_shell=True)[0].workload.recipe.options.allow_shell
+
+
+def test_allow_shell_with_a_suite_that_has_no_script_is_refused(tmp_path):
+    with pytest.raises(CapmarkError, match="--allow-shell"):
+        from_file(write(tmp_path, SUITE), [1], 0.0, 1.0, "server", allow_shell=True)

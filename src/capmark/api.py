@@ -26,7 +26,7 @@ from capmark.analysis.planning import (
     sizing_document,
     whatif_document,
 )
-from capmark.config import DEFAULT_RESULTS_DIR, RunSpec
+from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, check_data_dir_is_capmarks
 from capmark.engines import embedded
 from capmark.engines import registry as engines
 from capmark.errors import CapmarkError
@@ -211,14 +211,21 @@ def export(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> R
 # --- the embedded server -----------------------------------------------------------------------------
 
 def db_start(data_dir: Path | None = None, say: Callable[[str], None] = print) -> str:
+    """Start (or reuse) the embedded server in a folder capmark may take (config.check_data_dir); its URL."""
     return embedded.start(data_dir, say=say)
 
 
 def db_stop(data_dir: Path | None = None) -> bool:
+    """Stop the embedded server; a folder that is not the embedded server's is refused before anything is stopped."""
+    if data_dir is not None:
+        check_data_dir_is_capmarks(data_dir)
     return embedded.stop(data_dir)
 
 
 def db_status(data_dir: Path | None = None) -> embedded.EmbeddedStatus:
+    """Whether the embedded server is initialised and running; a file or another program's folder is refused."""
+    if data_dir is not None:
+        check_data_dir_is_capmarks(data_dir)
     return embedded.status(data_dir)
 
 

@@ -26,6 +26,8 @@ from capmark.config import (
     MAX_SCALE,
     RunSpec,
     check_data_dir,
+    check_output_file,
+    parse_data_dir,
     parse_duration,
     parse_jobs,
     parse_params,
@@ -75,7 +77,7 @@ def _show_tests(doc: Any, fmt: Format, print_test: Callable[[Any, Console], None
         print_test(test_doc, console)
 
 
-DataDir = Annotated[Path | None, typer.Option("--data-dir", envvar="CAPMARK_DATA_DIR",
+DataDir = Annotated[Path | None, typer.Option("--data-dir", envvar="CAPMARK_DATA_DIR", parser=parse_data_dir,
                                               help="Data directory of the embedded server (default: user cache).")]
 ResultsDir = Annotated[Path, typer.Option("--results-dir", help="Folder holding one sub-folder per run.")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table for people, json for scripts.")]
@@ -177,8 +179,12 @@ def run(
                                               "sql (the host's /proc through the database connection), "
                                               "node-exporter, none.")] = "auto",
     node_exporter: Annotated[str | None, typer.Option("--node-exporter", help="A Prometheus node_exporter on "
-                                                      "the database host, e.g. http://dbhost:9100/metrics."
-                                                      )] = None,
+                                                      "the database host, e.g. http://dbhost:9100/metrics; "
+                                                      "http://USER:PASSWORD@dbhost:9100/metrics logs in with basic "
+                                                      "authentication.")] = None,
+    node_exporter_token_file: Annotated[str | None, typer.Option(
+        "--node-exporter-token-file", help="A file holding the node_exporter's bearer token (default: the "
+        "environment variable CAPMARK_NODE_EXPORTER_TOKEN).")] = None,
     driver_procs: Annotated[int | None, typer.Option("--driver-procs", help="Client side: worker processes that run "
                                                      "the jobs (default: one per core of this machine, at most "
                                                      "one per job; on a cluster, one per CPU it offers).")] = None,
@@ -193,10 +199,12 @@ def run(
     seed: Annotated[int | None, typer.Option("--seed", help="The scripts' random seed (pgbench --random-seed): "
                                              "the same seed draws the same values (default: chosen and "
                                              "recorded).")] = None,
-    query_mode: Annotated[str, typer.Option("--query-mode", help="How the scripts' statements are sent: simple, "
-                                            "extended or prepared (default, as pgbench -M).")] = "prepared",
-    max_tries: Annotated[int, typer.Option("--max-tries", help="Tries of a script transaction that hits a "
-                                           "serialization failure or deadlock (pgbench --max-tries).")] = 1,
+    query_mode: Annotated[str | None, typer.Option("--query-mode", help="How the scripts' statements are sent: "
+                                                   "simple, extended or prepared (default, as pgbench -M)."
+                                                   )] = None,
+    max_tries: Annotated[int | None, typer.Option("--max-tries", help="Tries of a script transaction that hits a "
+                                                  "serialization failure or deadlock (pgbench --max-tries; "
+                                                  "default 1).")] = None,
     allow_shell: Annotated[bool, typer.Option("--allow-shell", help="Let scripts run \\shell and \\setshell "
                                               "commands.")] = False,
     fmt: FormatOpt = Format.table,
@@ -210,7 +218,8 @@ def run(
                    think_s=parse_duration(think, "think time") if think is not None else 0.0,
                    rate=parse_rate(rate), nested_statements=nested_statements,
                    soak_s=parse_duration(soak, "soak") if soak is not None else None, all_statements=all_statements,
-                   host_metrics=host_metrics, node_exporter=node_exporter, driver_procs=driver_procs,
+                   host_metrics=host_metrics, node_exporter=node_exporter,
+                   node_exporter_token_file=node_exporter_token_file, driver_procs=driver_procs,
                    cluster=cluster, scripts=list(script or []), defines=list(define or []), seed=seed,
                    query_mode=query_mode, max_tries=max_tries, allow_shell=allow_shell, repeat=repeat,
                    jobs_auto=auto, max_jobs=max_jobs)
@@ -468,10 +477,12 @@ def compare(
     from capmark.report.planning import progress_on_stderr
 
     if fail_on_regression is not None and not (math.isfinite(fail_on_regression) and fail_on_regression >= 0):
-        raise CapmarkError(f"--fail-on-regression must be a percentage of at least 0; got {fail_on_regression:g}, "
-                           "e.g. --fail-on-regression 5.")
+        raise CapmarkError(f"--fail-on-regression must be a finite percentage of 0 or more; got {fail_on_regression:g}"
+                           ", e.g. --fail-on-regression 5.")
     if output is not None and fmt != CompareFormat.html:
         raise CapmarkError("--output names the HTML file; add --format html (console and json print to stdout).")
+    if output is not None:
+        check_output_file(output, "--output")
     with progress_on_stderr() as progress:
         doc = api.compare(baseline, candidates, results_dir, progress)
     if fmt == CompareFormat.json:

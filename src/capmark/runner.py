@@ -19,7 +19,7 @@ from typing import Any
 from capmark import suite
 from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
-from capmark.config import AUTO_JOBS, MAX_JOBS, RunSpec, default_jobs, env_dsn, redact_dsn
+from capmark.config import AUTO_JOBS, MAX_JOBS, RunSpec, default_jobs, env_dsn, redact_dsn, redact_url
 from capmark.driver import cluster
 from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
@@ -108,7 +108,7 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
         return plans
     if spec.suite_file:
         return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
-                               spec.rate, repeat=spec.repeat, auto_max=auto_max)
+                               spec.rate, repeat=spec.repeat, auto_max=auto_max, allow_shell=spec.allow_shell)
     plans = []
     if spec.workloads or not spec.scripts:
         plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s,
@@ -117,8 +117,7 @@ def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
     if spec.scripts:
         if spec.seed is None:  # chosen once and kept with the run, so that it can be repeated
             spec.seed = int.from_bytes(os.urandom(8)) >> 1
-        options = {"seed": spec.seed, "query_mode": spec.query_mode, "max_tries": spec.max_tries,
-                   "allow_shell": spec.allow_shell}
+        options = {**spec.script_options(), "seed": spec.seed}
         plans.append(suite.script_plan(spec.scripts, spec.defines, options, jobs, spec.warmup_s, spec.duration_s,
                                        spec.think_s, spec.rate, repeat=spec.repeat, auto_max=auto_max))
     return _on_engine(plans, spec.dsn or env_dsn())
@@ -182,7 +181,7 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         engine.prepare_control(control)
         info = engine.describe(control, dsn, embedded=is_embedded)
         host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, engine.connect, spec.node_exporter,
-                            hosts.ThreadedServer.of(engine, info))
+                            hosts.ThreadedServer.of(engine, info), spec.node_exporter_token())
         _describe_host(info, host)
         if (not spec.jobs and not spec.max_jobs and host.facts.cores
                 and host.facts.cores != (os.cpu_count() or 1)):
@@ -228,6 +227,7 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
             observer.say(f"Measuring {len(plans)} test(s) in {steps} step(s): about {expected / 60:.1f} minutes.")
         spec_stored = {**asdict(spec), "mode": spec.mode if engine.server_side else "client",  # as the tests ran
                        "dsn": redact_dsn(dsn) if spec.dsn or env_dsn() else None,
+                       "node_exporter": redact_url(spec.node_exporter) if spec.node_exporter else None,
                        "jobs": sorted({j for p in plans for j in p.jobs}),
                        "data_dir": str(spec.data_dir) if spec.data_dir else None,
                        "results_dir": str(spec.results_dir),

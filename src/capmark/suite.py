@@ -28,6 +28,8 @@ from typing import Any
 
 from capmark.config import (
     AUTO_JOBS,
+    DEFAULT_MAX_TRIES,
+    DEFAULT_QUERY_MODE,
     MODES,
     check_pacing,
     check_repeat,
@@ -43,6 +45,7 @@ from capmark.measure.stepping import chain, interleave, worst_case_steps
 from capmark.workloads import registry, scripts
 from capmark.workloads.base import ParamValue, Workload
 from capmark.workloads.pgscript import parse_define
+from capmark.workloads.pgscript.errors import ShellNotAllowed
 
 STEP_OVERHEAD_S = 1.5  # connect, snapshots and pauses per step, measured on a 2-core machine
 
@@ -117,7 +120,10 @@ def script_plan(given: list[str], defines: list[str] | dict[str, Any], options: 
 
 
 def from_file(path: Path, default_jobs: list[int] | str, warmup_s: float, duration_s: float, mode: str,
-              think_s: float = 0.0, rate: float = 0.0, repeat: int = 1, auto_max: int = 1) -> list[TestPlan]:
+              think_s: float = 0.0, rate: float = 0.0, repeat: int = 1, auto_max: int = 1,
+              allow_shell: bool = False) -> list[TestPlan]:
+    """The suite file's tests; allow_shell is the command line's --allow-shell, the only permission for a script
+    test's shell commands (a test's allow_shell key can restate it or withhold it, never give it)."""
     data = read_toml(path, "suite file")
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
@@ -137,17 +143,20 @@ def from_file(path: Path, default_jobs: list[int] | str, warmup_s: float, durati
     base.update(_settings(defaults, path, "[defaults]"))
     plans = []
     for i, entry in enumerate(tests, start=1):
-        plans += _test_plans(entry, base, path, i)
+        plans += _test_plans(entry, base, path, i, allow_shell)
+    if allow_shell and not any(isinstance(p.workload.recipe, scripts.ScriptRecipe) for p in plans):
+        raise CapmarkError(f"--allow-shell lets pgbench scripts run shell commands, and the suite file {path} has no "
+                           "script test; drop --allow-shell.")
     return plans
 
 
-def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int) -> list[TestPlan]:
+def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int, allow_shell: bool) -> list[TestPlan]:
     """The plans of one [[test]] table (a suite name there gives one plan per member)."""
     if not isinstance(entry, dict):
         raise CapmarkError(f"Test {i} of {path} is not a table; write each test as a [[test]] section.")
     workload = entry.get("workload")
     if workload is None and ("script" in entry or "scripts" in entry):
-        return [_script_test(entry, base, path, i)]
+        return [_script_test(entry, base, path, i, allow_shell)]
     if workload is None:
         raise CapmarkError(f"Test {i} of {path} has no workload; add workload = \"name\" or script = \"file.sql\".")
     if not isinstance(workload, str):
@@ -172,7 +181,16 @@ def _test_plans(entry: Any, base: dict[str, Any], path: Path, i: int) -> list[Te
 SCRIPT_KEYS = {"script", "scripts", "defines", "seed", "query_mode", "max_tries", "allow_shell"}
 
 
-def _script_test(entry: dict[str, Any], base: dict[str, Any], path: Path, i: int) -> TestPlan:
+def _shell_allowed(entry: dict[str, Any], where: str, command_line: bool) -> bool:
+    """Shell commands run only with the command line's --allow-shell; a test's allow_shell = false withholds it,
+    allow_shell = true only restates it."""
+    in_file = entry.get("allow_shell")
+    if in_file is not None and not isinstance(in_file, bool):
+        raise CapmarkError(f"allow_shell of {where} is {in_file!r}; write true or false.")
+    return command_line and in_file is not False
+
+
+def _script_test(entry: dict[str, Any], base: dict[str, Any], path: Path, i: int, allow_shell: bool) -> TestPlan:
     """A [[test]] with script = "file.sql@5" or scripts = [...]; paths are relative to the suite file."""
     where = f"test {i} of {path}"
     given = entry.get("scripts", entry.get("script"))
@@ -186,18 +204,23 @@ def _script_test(entry: dict[str, Any], base: dict[str, Any], path: Path, i: int
     if not isinstance(defines, dict) or not all(isinstance(v, str | int | float) and not isinstance(v, bool)
                                                 for v in defines.values()):
         raise CapmarkError(f"The defines of {where} are {defines!r}; write defines = {{ name = \"value\" }}.")
-    options = {"seed": entry.get("seed", 0), "query_mode": entry.get("query_mode", "prepared"),
-               "max_tries": entry.get("max_tries", 1), "allow_shell": entry.get("allow_shell", False)}
+    options = {"seed": entry.get("seed", 0), "query_mode": entry.get("query_mode", DEFAULT_QUERY_MODE),
+               "max_tries": entry.get("max_tries", DEFAULT_MAX_TRIES),
+               "allow_shell": _shell_allowed(entry, where, allow_shell)}
     check_script_options(options["seed"], options["max_tries"], options["query_mode"])
-    if not isinstance(options["allow_shell"], bool):
-        raise CapmarkError(f"allow_shell of {where} is {options['allow_shell']!r}; write true or false.")
     merged = {**base, **_settings({k: v for k, v in entry.items() if k not in SCRIPT_KEYS}, path, f"test {i}")}
     if merged.get("mode", "client") == "server" and "mode" in entry:
         raise CapmarkError(f"{where} runs pgbench scripts, which run client-side; drop mode = \"server\".")
     check_times(merged["warmup"], merged["duration"], merged["think"], where)
-    return script_plan(items, {k: str(v) for k, v in defines.items()}, options, merged["jobs"], merged["warmup"],
-                       merged["duration"], merged["think"], merged["rate"], base=path.parent,
-                       repeat=merged["repeat"], auto_max=merged["auto_max"])
+    try:
+        return script_plan(items, {k: str(v) for k, v in defines.items()}, options, merged["jobs"],
+                           merged["warmup"], merged["duration"], merged["think"], merged["rate"], base=path.parent,
+                           repeat=merged["repeat"], auto_max=merged["auto_max"])
+    except ShellNotAllowed as refused:
+        if not allow_shell:
+            raise
+        raise CapmarkError(f"{where} sets allow_shell = false, but {refused.source} line {refused.line} runs a shell "
+                           "command; drop allow_shell = false, or the shell command.") from None
 
 
 def _params(table: Any, path: Path, i: int) -> dict[str, str]:

@@ -432,7 +432,8 @@ def dsn_is_local(host: str) -> bool:
 
 
 def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str | None, connect: object,
-           node_exporter: str | None = None, threaded: ThreadedServer | None = None) -> HostSource:
+           node_exporter: str | None = None, threaded: ThreadedServer | None = None,
+           node_exporter_token: str | None = None) -> HostSource:
     """The source for --host-metrics: the one asked for (or one clear sentence why it cannot serve), or with
     auto the best available: this machine's /proc when the server runs here, a node_exporter when one is named,
     the database host's /proc through SQL when the role may read it, else none with the reason. A threaded
@@ -456,7 +457,7 @@ def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str
     if node_exporter:
         from capmark.collect.node_exporter import node_exporter_source
 
-        return node_exporter_source(node_exporter, data_directory)
+        return node_exporter_source(node_exporter, data_directory, node_exporter_token)
     if threaded is not None:
         return NoHost(f"the database host's counters are not visible: {threaded.why_not_local}; run capmark on the "
                       "database host or name its node_exporter with --node-exporter URL")

@@ -8,6 +8,7 @@ the other two. node_exporter has no CPU by process: the instance's and other pro
 
 from __future__ import annotations
 
+import base64
 import http.client
 import socket
 import threading
@@ -23,6 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from capmark.collect import procfs
 from capmark.collect.hosts import HostWideOnly
+from capmark.config import (
+    MASK,
+    NODE_EXPORTER_EXAMPLE,
+    NODE_EXPORTER_TOKEN_ENV,
+    check_single_login,
+    parse_node_exporter_url,
+    redact_url,
+)
 from capmark.errors import CapmarkError
 
 NAME = "node-exporter"
@@ -32,7 +41,11 @@ FETCH_TIMEOUT_S = 5.0
 # server, a log endpoint) from filling memory.
 MAX_RESPONSE_BYTES = 64 << 20
 METRICS_PATH = "/metrics"  # node_exporter's page; its "/" is an HTML landing page
-EXAMPLE_URL = "http://HOST:9100/metrics"  # 9100 is node_exporter's default port
+EXAMPLE_URL = NODE_EXPORTER_EXAMPLE
+# Unauthorized, Forbidden: the exporter (or a proxy in front of it) wants credentials, or other ones
+LOGIN_REFUSED = (401, 403)
+LOGIN_HINT = ("give its user and password in the address (http://USER:PASSWORD@HOST:9100/metrics) or its bearer token "
+              f"(--node-exporter-token-file FILE or {NODE_EXPORTER_TOKEN_ENV}).")
 # The collectors (node_exporter's names) the 1 Hz reading needs, asked for with its URL filter ?collect[]=...;
 # the others (network, file systems, thermal...) would more than double the text parsed every second for nothing.
 SAMPLE_COLLECTORS = ("cpu", "stat", "diskstats", "meminfo", "pressure")
@@ -107,21 +120,31 @@ def parse(text: str) -> Scrape:
     return Scrape(series)
 
 
-def metrics_url(url: str) -> str:
-    """The exporter's /metrics address from what the user gave; CapmarkError if it is no http(s) address."""
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname or not _port_ok(parts):
-        raise CapmarkError(f"'{url}' is not the address of a node_exporter; give it as {EXAMPLE_URL}.")
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to read the exporter: its address without credentials, that address as messages show it, and
+    the Authorization header (basic from the address's user and password, or a bearer token)."""
+
+    url: str
+    shown: str
+    authorization: str | None = field(default=None, repr=False)
+
+
+def endpoint(url: str, token: str | None = None) -> Endpoint:
+    """The exporter's /metrics address from what the user gave, its credentials taken out of it; CapmarkError if
+    it is no http(s) address."""
+    address = parse_node_exporter_url(url)
+    check_single_login(address, token)
+    parts = urllib.parse.urlsplit(f"{address.scheme}://{address.location}")
     if parts.path in ("", "/"):
         parts = parts._replace(path=METRICS_PATH)
-    return urllib.parse.urlunsplit(parts)
-
-
-def _port_ok(parts: urllib.parse.SplitResult) -> bool:
-    try:
-        return parts.port is None or parts.port > 0
-    except ValueError:  # not a number, or beyond 65535
-        return False
+    bare = urllib.parse.urlunsplit(parts)
+    if address.user is not None:
+        pair = f"{address.user}:{address.password or ''}".encode()
+        user = urllib.parse.quote(address.user, safe="")
+        shown = redact_url(f"{address.scheme}://{user}:{MASK}@{bare.split('://', 1)[1]}")
+        return Endpoint(bare, shown, f"Basic {base64.b64encode(pair).decode()}")
+    return Endpoint(bare, redact_url(bare), f"Bearer {token}" if token else None)
 
 
 def with_collectors(url: str, collectors: tuple[str, ...] | None) -> str:
@@ -132,12 +155,19 @@ def with_collectors(url: str, collectors: tuple[str, ...] | None) -> str:
     return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
-def fetch_text(url: str, shown: str) -> str:
+def fetch_text(url: str, shown: str, authorization: str | None = None) -> str:
     """The page at url; CapmarkError saying what is wrong when there is none (naming the address as shown)."""
+    request = urllib.request.Request(url)
+    if authorization:
+        request.add_unredirected_header("Authorization", authorization)  # never sent on to where a redirect points
     try:
-        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:
             body = response.read(MAX_RESPONSE_BYTES)
     except urllib.error.HTTPError as err:
+        if err.code in LOGIN_REFUSED:
+            why = "it rejected the login given" if authorization else "it asks for a login"
+            raise CapmarkError(f"The node_exporter at {shown} answered HTTP {err.code} ({err.reason}): {why}; "
+                               f"{LOGIN_HINT}") from None
         raise CapmarkError(f"The node_exporter address {shown} answered HTTP {err.code} ({err.reason}); "
                            f"node_exporter serves its counters at {METRICS_PATH}, e.g. {EXAMPLE_URL}.") from None
     except urllib.error.URLError as err:
@@ -270,6 +300,8 @@ class NodeExporterHost(HostWideOnly):
     name: str = NAME
     stalls: StallHistory = field(default_factory=StallHistory)
     cost: FetchCost = field(default_factory=FetchCost)
+    shown: str = ""  # the address in messages, credentials masked (the url itself when empty)
+    authorization: str | None = field(default=None, repr=False)
 
     def scrape(self, collectors: tuple[str, ...] | None) -> Scrape:
         """One page with only those collectors (those the exporter runs), timed."""
@@ -278,13 +310,13 @@ class NodeExporterHost(HostWideOnly):
         if wanted == ():
             return Scrape({})  # the exporter runs none of them: nothing to ask for
         started = time.perf_counter()
-        text = fetch_text(with_collectors(self.url, wanted), self.url)
+        text = fetch_text(with_collectors(self.url, wanted), self.shown or self.url, self.authorization)
         fetched, cpu = time.perf_counter(), time.thread_time()
         try:
             page = parse(text)
         except ValueError:
-            raise CapmarkError(f"{self.url} does not answer in the Prometheus text format; give the address of the "
-                               f"node_exporter's counters, e.g. {EXAMPLE_URL}.") from None
+            raise CapmarkError(f"{self.shown or self.url} does not answer in the Prometheus text format; give the "
+                               f"address of the node_exporter's counters, e.g. {EXAMPLE_URL}.") from None
         self.cost.fetches += 1
         self.cost.fetch_s += fetched - started
         self.cost.parse_s += time.thread_time() - cpu
@@ -356,19 +388,21 @@ def _disk_name(device: str, scrape: Scrape) -> str:
     return device.removeprefix("/dev/")
 
 
-def node_exporter_source(url: str, data_directory: str | None) -> NodeExporterHost:
-    """The exporter at url, checked to be a node_exporter; CapmarkError in one sentence when it is not."""
-    address = metrics_url(url)
-    probe = NodeExporterHost(address, procfs.HostFacts(NAME), driver_on_host=False, enabled=None)
+def node_exporter_source(url: str, data_directory: str | None, token: str | None = None) -> NodeExporterHost:
+    """The exporter at url, checked to be a node_exporter; CapmarkError in one sentence when it is not. The user and
+    password in url log in with basic authentication; a token is sent as a bearer token instead."""
+    where = endpoint(url, token)
+    probe = NodeExporterHost(where.url, procfs.HostFacts(NAME), driver_on_host=False, enabled=None, shown=where.shown,
+                             authorization=where.authorization)
     page = probe.scrape(None)  # every collector once: the facts, and which collectors may be asked for
     stat = stat_from(page)
     if stat is None:
-        raise CapmarkError(f"{address} answers but reports no node_cpu_seconds_total, so it is not a node_exporter "
+        raise CapmarkError(f"{where.shown} answers but reports no node_cpu_seconds_total, so it is not a node_exporter "
                            "(or its cpu collector is off); give the address of the node_exporter on the database "
                            f"host, e.g. {EXAMPLE_URL}.")
     enabled = frozenset(page.by_label("node_scrape_collector_success", "collector")) or None
-    host = NodeExporterHost(address, host_facts(page, stat), driver_on_host(page), enabled, data_directory,
-                            cost=probe.cost)
+    host = NodeExporterHost(where.url, host_facts(page, stat), driver_on_host(page), enabled, data_directory,
+                            cost=probe.cost, shown=where.shown, authorization=where.authorization)
     host.stalls.pressure(time.monotonic(), stalls_from(page))  # the first reading's base
     return host
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from capmark.config import MAX_SEED, MAX_TRIES, QUERY_MODES
+from capmark.config import MAX_SEED, MAX_TRIES, QUERY_MODES, read_input_file
 from capmark.errors import CapmarkError
 from capmark.workloads.base import COMMON_KPMS, DataSize, ParamSpec, Workload
 from capmark.workloads.pgscript import Script, ScriptRunner, parse_script, pgbench_seeds
@@ -50,17 +50,45 @@ class ScriptOptions:
     allow_shell: bool = False
 
 
-def parse_source(given: str, base: Path | None = None) -> tuple[Path, int]:
-    """FILE or FILE@WEIGHT as pgbench takes them (a file name may itself hold '@': the last one splits)."""
-    path, at, weight = given.rpartition("@")
-    if not at or not weight.isascii() or not weight.isdigit():
-        path, weight = given, "1"
-    value = int(weight)
-    if not 0 <= value <= MAX_WEIGHT:
-        raise CapmarkError(f"The weight of script {path} must be a whole number from 0 to {MAX_WEIGHT:,}; got "
-                           f"{weight}, e.g. --script {path}@5.")
+def _located(path: str, base: Path | None) -> Path:
     p = Path(path).expanduser()
-    return (base / p if base is not None and not p.is_absolute() else p), value
+    return base / p if base is not None and not p.is_absolute() else p
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a folder on the way that cannot be searched: reading the file will say so
+        return False
+
+
+def parse_source(given: str, base: Path | None = None) -> tuple[Path, int]:
+    """FILE or FILE@WEIGHT as pgbench takes them. A file name may itself hold '@': the whole text is the file when
+    it exists, unless it is an existing file followed by a valid weight. A wrong weight after an existing file is
+    called a wrong weight, not a missing file."""
+    path, at, weight = given.rpartition("@")
+    numeric = bool(at) and weight.isascii() and weight.isdigit()
+    whole, before = _located(given, base), _located(path, base)
+    if not at or (_exists(whole) and not (numeric and _exists(before))):
+        return whole, 1
+    if not numeric and not _exists(before):
+        return whole, 1  # neither exists: reading it says that the file given does not exist
+    if not numeric or len(weight) > len(str(MAX_WEIGHT)) or int(weight) > MAX_WEIGHT:
+        raise CapmarkError(f"The weight of script {path} must be a whole number from 0 to {MAX_WEIGHT:,}; got "
+                           f"'{weight}', e.g. --script {path}@5.")
+    return before, int(weight)
+
+
+def read_source(path: Path) -> str:
+    """A script's text: a regular UTF-8 file within the size limit, else one sentence saying why not."""
+    try:
+        return read_input_file(path, "pgbench script").decode("utf-8")
+    except FileNotFoundError:
+        raise CapmarkError(f"The pgbench script {path} does not exist; check the path given to --script.") from None
+    except OSError as err:
+        raise CapmarkError(f"The pgbench script {path} cannot be read ({err.strerror or err}).") from None
+    except UnicodeDecodeError:
+        raise CapmarkError(f"The pgbench script {path} is not UTF-8 text.") from None
 
 
 def load_sources(given: list[str], base: Path | None = None) -> tuple[ScriptSource, ...]:
@@ -69,14 +97,7 @@ def load_sources(given: list[str], base: Path | None = None) -> tuple[ScriptSour
     names: set[str] = set()
     for item in given:
         path, weight = parse_source(item, base)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CapmarkError(f"The pgbench script {path} does not exist; check the path given to --script.") from None
-        except OSError as err:
-            raise CapmarkError(f"The pgbench script {path} cannot be read ({err.strerror or err}).") from None
-        except UnicodeDecodeError:
-            raise CapmarkError(f"The pgbench script {path} is not UTF-8 text.") from None
+        text = read_source(path)
         parse_script(text, str(path))  # a ScriptError (one sentence with line and column) stops the run here
         name = path.stem or "script"
         unique, n = name, 2

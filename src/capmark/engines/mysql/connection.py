@@ -2,55 +2,60 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
+from capmark.config import parse_url, redact_text, redact_url
 from capmark.errors import CapmarkError
 
 SCHEMES = ("mysql", "mariadb")
 DEFAULT_PORT = 3306
 DATABASE = "capmark"  # the engine's equivalent of PostgreSQL's schema capmark: nothing is created outside it
 CONNECT_TIMEOUT_S = 10
+EXAMPLE = "mysql://user:password@host:3306/dbname"
+OPTIONS = ("socket",)  # what a mysql:// URL may carry after '?'
 
 
 @dataclass(frozen=True)
 class MysqlDsn:
     """The parts of a mysql:// or mariadb:// URL that a connection needs; the password never leaves here in text."""
 
+    url: str = field(repr=False)  # as the user gave it: shown only through redacted()
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     database: str  # the database the URL names: only where capmark connects first; its objects go in `capmark`
     unix_socket: str = ""
 
     def redacted(self) -> str:
-        where = f"{self.host}:{self.port}" if not self.unix_socket else f"localhost?socket={self.unix_socket}"
-        return f"mysql://{self.user}{':***' if self.password else ''}@{where}/{self.database}"
+        """The URL as the user wrote it, its password and secret parameters masked."""
+        return redact_url(self.url)
 
     @property
     def local(self) -> bool:
         return bool(self.unix_socket) or self.host in ("localhost", "127.0.0.1", "::1")
 
 
-def parse(dsn: str) -> MysqlDsn:
-    """mysql://user:password@host:port/database (or mariadb://); ?socket=/path for a Unix socket."""
-    parts = urlsplit(dsn)
-    if parts.scheme.lower() not in SCHEMES:
-        raise CapmarkError(f"'{parts.scheme}://' is not a MySQL URL; write mysql://user:password@host:3306/database.")
-    try:
-        port = parts.port or DEFAULT_PORT
-    except ValueError:
-        raise CapmarkError("The port in the MySQL URL is not a number; write mysql://user@host:3306/database.") from None
-    query = parse_qs(parts.query)
-    unknown = sorted(set(query) - {"socket"})
+def parse(dsn: str, what: str = "") -> MysqlDsn:
+    """mysql://user:password@host:port/database (or mariadb://); ?socket=/path for a Unix socket. Read by the rules
+    and the code of every URL capmark takes (config.parse_url): the user part ends at the last '@', every part is
+    %-decoded, the port is from 1 to 65535."""
+    parts = parse_url(dsn, EXAMPLE, what)
+    if parts.scheme not in SCHEMES:
+        raise CapmarkError(f"'{parts.scheme}://' is not a MySQL URL; write {EXAMPLE}.")
+    if len(parts.hosts) > 1:
+        raise CapmarkError(f"The MySQL URL {parts.shown} names {len(parts.hosts)} hosts, and capmark connects to one "
+                           f"host; write {EXAMPLE}.")
+    options = dict(parts.params)
+    unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise CapmarkError(f"The MySQL URL has options capmark does not know ({', '.join(unknown)}); only socket= "
-                           "is understood.")
-    return MysqlDsn(host=parts.hostname or "localhost", port=port, user=unquote(parts.username or "root"),
-                    password=unquote(parts.password or ""), database=parts.path.lstrip("/") or DATABASE,
-                    unix_socket=(query.get("socket") or [""])[0])
+        raise CapmarkError(f"The MySQL URL has options capmark does not know ({', '.join(unknown)}); only "
+                           f"{', '.join(OPTIONS)}= is understood.")
+    host, port = parts.hosts[0] if parts.hosts else ("", None)
+    return MysqlDsn(url=dsn, host=host or "localhost", port=port or DEFAULT_PORT, user=parts.user or "root",
+                    password=parts.password or "", database=parts.database or DATABASE,
+                    unix_socket=options.get("socket", ""))
 
 
 # MySQL/MariaDB client error numbers capmark explains (mysqld_error.h, errmsg.h)
@@ -68,8 +73,8 @@ CR_SERVER_LOST = 2013
 def explain_connect_error(err: Exception, target: MysqlDsn) -> CapmarkError:
     """One sentence with the fix for a failed connection; never echoes the password."""
     code = err.args[0] if err.args and isinstance(err.args[0], int) else None
-    text = str(err.args[1]) if len(err.args) > 1 else str(err)
-    text = text.replace(target.password, "***") if target.password else text
+    # the server's message, with any URL in it masked: the password's text may occur in it as something else
+    text = redact_text(str(err.args[1]) if len(err.args) > 1 else str(err))
     safe = target.redacted()
     if code == ER_ACCESS_DENIED:
         return CapmarkError(f"The server at {safe} rejected the login ({text}); correct the user or password in "

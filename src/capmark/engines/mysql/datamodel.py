@@ -193,6 +193,40 @@ def _meta(conn: Any) -> dict[str, int] | None:
     return dict(zip(("model_version", *SIZE_KEYS), (int(v) for v in rows[0]), strict=True))
 
 
+def _key_probes(s: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """table -> (column, its expected maximum): the largest key of a filled table no workload inserts into or deletes
+    from, read from the end of its primary key (one index probe). dl_row, stress_item and pgbench_history, which the
+    workloads grow or shrink, are only checked to exist."""
+    return {"item": ("id", s["items"]), "account": ("id", s["accounts"]),
+            "booking": ("account_id", s["booking_accounts"]), "callrec": ("customer_id", s["call_customers"]),
+            "wal_ring": ("job", RING_JOBS - 1), "sto_block": ("id", s["sto_rows"]),
+            "pgbench_branches": ("bid", PGBENCH_BRANCHES * s["pgbench_scale"]),
+            "pgbench_tellers": ("tid", PGBENCH_TELLERS * s["pgbench_scale"]),
+            "pgbench_accounts": ("aid", PGBENCH_ACCOUNTS * s["pgbench_scale"])}
+
+
+def damage(conn: Any, sizes: dict[str, int]) -> dict[str, str]:
+    """What the bookkeeping row promises but database capmark lacks: table -> what is wrong with it, in words (empty
+    when everything is in place)."""
+    s = _sizes(sizes)
+    present = {str(row[0]) for row in q.rows(
+        conn, "select table_name from information_schema.tables where table_schema = %s "
+              "and table_type = 'BASE TABLE'", (DATABASE,))}
+    probes = _key_probes(s)
+    out: dict[str, str] = {}
+    for t in tables(s):
+        if t.name not in present:
+            out[t.name] = f"{DATABASE}.{t.name} is missing"
+        elif t.name in probes:
+            column, expected = probes[t.name]
+            found = q.scalar(conn, f"select max({column}) from {_q(t.name)}")
+            if found is None:
+                out[t.name] = f"{DATABASE}.{t.name} is empty"
+            elif int(found) != expected:
+                out[t.name] = f"{DATABASE}.{t.name} holds {column} up to {int(found):,} instead of {expected:,}"
+    return out
+
+
 def plan(conn: Any, sizes: dict[str, int]) -> list[str]:
     """What setup would create, as sentences; empty when the model is in place at these sizes and MODEL_VERSION."""
     s = _sizes(sizes)
@@ -287,13 +321,14 @@ def refuse_if_others_depend(conn: Any, names: list[str]) -> None:
 
 
 def setup(conn: Any, sizes: dict[str, int], say: Say = print) -> float:
-    """Create or rebuild the data model; returns the seconds it took (0 when the model was already in place).
+    """Create or rebuild the data model, or only the tables of a model in place that were dropped or emptied since;
+    returns the seconds it took (0 when everything was in place).
 
     The connection must be in autocommit mode (DDL commits anyway). One capmark run builds at a time: the others
     wait on the named lock, then find the model in place."""
     s = _sizes(sizes)
     check_privileges(conn)
-    if not plan(conn, s):
+    if not plan(conn, s) and not damage(conn, s):
         return 0.0
     if not q.scalar(conn, "select get_lock(%s, 0)", (SETUP_LOCK,)):
         say("Another capmark run is building the data model; waiting for it.")
@@ -301,12 +336,9 @@ def setup(conn: Any, sizes: dict[str, int], say: Say = print) -> float:
             raise CapmarkError(f"Another capmark run held the data model's setup lock for {SETUP_LOCK_WAIT_S} s; "
                                "wait for it to finish, then run again.")
     try:
-        todo = plan(conn, s)  # the run we waited for may have built it
-        if not todo:
+        model = _to_build(conn, s, say)  # the run we waited for may have built it
+        if not model:
             return 0.0
-        model = tables(s)
-        refuse_if_others_depend(conn, ["meta", NUMBERS, *(t.name for t in model)])
-        say(f"capmark will create in database {DATABASE}: " + "; ".join(todo) + ".")
         started = time.monotonic()
         _build(conn, s, model)
         return time.monotonic() - started
@@ -314,7 +346,27 @@ def setup(conn: Any, sizes: dict[str, int], say: Say = print) -> float:
         q.run(conn, "do release_lock(%s)", (SETUP_LOCK,))
 
 
+def _to_build(conn: Any, s: dict[str, int], say: Say) -> list[Table]:
+    """The tables setup must (re)build, said first: all of them for a missing model or one of other sizes, else
+    those dropped or emptied since it was built (the rest is kept as it is); none when all is in place."""
+    todo = plan(conn, s)
+    model = tables(s)
+    if todo:
+        refuse_if_others_depend(conn, ["meta", NUMBERS, *(t.name for t in model)])
+        say(f"capmark will create in database {DATABASE}: " + "; ".join(todo) + ".")
+        return model
+    damaged = damage(conn, s)
+    model = [t for t in model if t.name in damaged]
+    if model:
+        refuse_if_others_depend(conn, ["meta", NUMBERS, *(t.name for t in model)])
+        say(f"capmark's data model is incomplete ({'; '.join(damaged.values())}): capmark rebuilds "
+            f"{', '.join(f'{DATABASE}.{t.name}' for t in model)}.")
+    return model
+
+
 def _build(conn: Any, s: dict[str, int], model: list[Table]) -> None:
+    """(Re)build these tables with the bookkeeping row removed first and written last: DDL commits statement by
+    statement, so a build cut short (Ctrl-C, a lost connection) leaves the model marked unbuilt."""
     try:
         if not q.scalar(conn, "select count(*) from information_schema.schemata where schema_name = %s", (DATABASE,)):
             q.run(conn, f"create database if not exists `{DATABASE}` character set utf8mb4")

@@ -9,7 +9,8 @@ pgbench's four tables, made and filled as `pgbench -i` makes them, for pgbench's
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import psycopg
 
@@ -122,6 +123,48 @@ def _tables(size: DataSize) -> dict[str, tuple[str, str | None, list[str]]]:
     }
 
 
+# table -> (column, its expected maximum at a size): the largest key of a filled table that no workload inserts into
+# or deletes from, read from the end of its primary key (one index probe, whatever the table's size). A table that
+# was emptied or cut short shows here; tables the workloads grow or shrink (dl_row, stress_item, pgbench_history) are
+# only checked to exist (the stress tests put stress_item back as set up before each test).
+def _key_probes(size: DataSize) -> dict[str, tuple[str, int]]:
+    return {"item": ("id", size.items), "account": ("id", size.accounts),
+            "booking": ("account_id", size.booking_accounts), "callrec": ("customer_id", size.call_customers),
+            "wal_ring": ("job", RING_JOBS - 1), "sto_block": ("id", size.sto_rows),
+            "pgbench_branches": ("bid", PGBENCH_BRANCHES * size.pgbench_scale),
+            "pgbench_tellers": ("tid", PGBENCH_TELLERS * size.pgbench_scale),
+            "pgbench_accounts": ("aid", PGBENCH_ACCOUNTS * size.pgbench_scale)}
+
+
+# sequence -> the table whose statements create it (rebuilding the table makes it anew)
+SEQUENCE_OF_TABLE = {"dl_row_seq": "dl_row", "stress_seq": "stress_item"}
+
+
+def damage(conn: psycopg.Connection, size: DataSize) -> dict[str, str]:
+    """What the bookkeeping row promises but the schema lacks: table -> what is wrong with it, in words (empty when
+    everything is in place). Cheap: a catalogue lookup per object and one index probe per filled table."""
+    out: dict[str, str] = {}
+    probes = _key_probes(size)
+    for table in _tables(size):
+        if not _exists(conn, table):
+            out[table] = f"capmark.{table} is missing"
+        elif table in probes:
+            column, expected = probes[table]
+            found = one_row(conn.execute(f"select max({column}) from capmark.{table}"))[0]
+            if found is None:
+                out[table] = f"capmark.{table} is empty"
+            elif found != expected:
+                out[table] = f"capmark.{table} holds {column} up to {found:,} instead of {expected:,}"
+    for sequence, table in SEQUENCE_OF_TABLE.items():
+        if table not in out and not _exists(conn, sequence):
+            out[table] = f"capmark.{sequence} is missing"
+    return out
+
+
+def _exists(conn: psycopg.Connection, name: str) -> bool:
+    return bool(one_row(conn.execute("select to_regclass(%s) is not null", (f"capmark.{name}",)))[0])
+
+
 def plan(conn: psycopg.Connection, size: DataSize) -> list[str]:
     """What setup would create, as sentences; empty when the model is already in place at this size."""
     if _meta(conn) == (MODEL_VERSION, size.items, size.pgbench_scale):
@@ -146,38 +189,72 @@ def _meta(conn: psycopg.Connection) -> tuple[int, int, int] | None:
 
 
 def setup(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None] = print) -> float:
-    """Create or rebuild the data model in one transaction; returns the seconds it took (0 when reused)."""
+    """Create or rebuild the data model in one transaction, or only the tables of a model in place that went missing
+    since; returns the seconds it took (0 when everything was in place)."""
     check_privileges(conn)
     todo = plan(conn, size)
     if not todo:
-        return 0.0
+        return _repair(conn, size, say)
     tables = _tables(size)
     refuse_if_others_depend(conn, ["meta", *tables], list(SEQUENCES))
     say("capmark will create in schema capmark: " + "; ".join(todo) + ".")
     started = time.monotonic()
+    with _as_owner(conn), conn.transaction():
+        _ensure_schema(conn)
+        _drop(conn, "table", "meta")
+        conn.execute("create table capmark.meta (model_version int, items int, pgbench_scale int)")
+        _build(conn, tables, list(SEQUENCES))
+        conn.execute("insert into capmark.meta values (%s, %s, %s)", (MODEL_VERSION, size.items, size.pgbench_scale))
+    _analyze(conn, tables)
+    return time.monotonic() - started
+
+
+def _repair(conn: psycopg.Connection, size: DataSize, say: Callable[[str], None]) -> float:
+    """Rebuild, alone and in one transaction, the tables of a model in place that were dropped or emptied since (a
+    user's DROP or TRUNCATE: the bookkeeping row still promises them), saying so; the rest is kept as it is."""
+    damaged = damage(conn, size)
+    if not damaged:
+        return 0.0
+    tables = {name: spec for name, spec in _tables(size).items() if name in damaged}
+    sequences = [seq for seq, table in SEQUENCE_OF_TABLE.items() if table in tables]
+    refuse_if_others_depend(conn, list(tables), sequences)
+    say(f"capmark's data model is incomplete ({'; '.join(damaged.values())}): capmark rebuilds "
+        f"{', '.join(f'capmark.{t}' for t in tables)}.")
+    started = time.monotonic()
+    with _as_owner(conn), conn.transaction():
+        _build(conn, tables, sequences)
+    _analyze(conn, tables)
+    return time.monotonic() - started
+
+
+def _build(conn: psycopg.Connection, tables: dict[str, tuple[str, str | None, list[str]]],
+           sequences: list[str]) -> None:
+    """Drop and make anew these tables (with their indexes) and sequences, inside the caller's transaction."""
+    for sequence in sequences:
+        _drop(conn, "sequence", sequence)
+    for table, (ddl, fill, after) in tables.items():
+        _drop(conn, "table", table)
+        conn.execute(ddl)
+        if fill:
+            conn.execute(fill)
+        for statement in after:
+            conn.execute(statement)
+
+
+def _analyze(conn: psycopg.Connection, tables: Iterable[str]) -> None:
+    for table in tables:
+        conn.execute(f"vacuum analyze capmark.{table}")
+
+
+@contextmanager
+def _as_owner(conn: psycopg.Connection) -> Iterator[None]:
+    """A role that may not drop capmark's tables (another role built them) gets one sentence saying whom to ask."""
     try:
-        with conn.transaction():
-            _ensure_schema(conn)
-            _drop(conn, "table", "meta")
-            conn.execute("create table capmark.meta (model_version int, items int, pgbench_scale int)")
-            for sequence in SEQUENCES:
-                _drop(conn, "sequence", sequence)
-            for table, (ddl, fill, indexes) in tables.items():
-                _drop(conn, "table", table)
-                conn.execute(ddl)
-                if fill:
-                    conn.execute(fill)
-                for idx in indexes:
-                    conn.execute(idx)
-            conn.execute("insert into capmark.meta values (%s, %s, %s)",
-                         (MODEL_VERSION, size.items, size.pgbench_scale))
+        yield
     except psycopg.errors.InsufficientPrivilege as err:
         user = one_row(conn.execute("select current_user"))[0]
         raise CapmarkError(f"The role '{user}' may not rebuild capmark's data model ({_first_line(err)}); connect "
                            "as the owner of the tables in schema capmark, or ask their owner to drop them.") from None
-    for table in tables:
-        conn.execute(f"vacuum analyze capmark.{table}")
-    return time.monotonic() - started
 
 
 def _ensure_schema(conn: psycopg.Connection) -> None:

@@ -15,6 +15,10 @@ class ScriptError(CapmarkError):
         self.column = column
 
 
+class ShellNotAllowed(ScriptError):
+    """A script with \\shell or \\setshell, refused before it runs because shell commands are not allowed."""
+
+
 class ScriptRuntimeError(ScriptError):
     """A command failed while the script ran (an expression, a variable, a server error pgbench would not retry).
 

@@ -13,7 +13,9 @@ when it started and the random generator reset to where it was (so a retry draws
 pgbench does); after the last try the variables are restored again but the generator keeps its state. Any
 other error (SQL, expression, undefined variable, an open transaction at the end of the script) rolls back
 and raises ScriptRuntimeError, where pgbench would abort the client. Unlike pgbench, an undefined variable in
-SQL is an error in every mode (pgbench sends NULL in extended and prepared mode), and COPY is not supported.
+SQL is an error in every mode (pgbench sends NULL in extended and prepared mode), COPY is not supported, and
+\\shell / \\setshell run their command without a shell (pgbench hands the line to /bin/sh): its words are the
+arguments, so that a variable, also one set from the database by \\gset, is always one argument and never a command.
 
 Per-command cost is two float additions: the seconds and the count of each command index, for `-r`-style
 per-command latency, with the retries and failures per command beside them.
@@ -33,7 +35,14 @@ from typing import Any, TypeVar
 from psycopg import pq
 
 from capmark.config import QUERY_MODES
-from capmark.workloads.pgscript.errors import ExprError, ScriptError, ScriptRuntimeError, sentence, where
+from capmark.workloads.pgscript.errors import (
+    ExprError,
+    ScriptError,
+    ScriptRuntimeError,
+    ShellNotAllowed,
+    sentence,
+    where,
+)
 from capmark.workloads.pgscript.parse import (
     Command,
     ElseCommand,
@@ -52,7 +61,7 @@ from capmark.workloads.pgscript.values import EvalContext, TextValue, compile_ex
 
 RETRYABLE = {"40001": "serialization", "40P01": "deadlock"}  # the SQLSTATEs pgbench retries
 SHELL_OUTPUT_CHARS = 63  # pgbench reads one line of at most this many characters from \setshell
-SHELL_COMMAND_CHARS = 255  # and refuses a longer \shell command line
+SHELL_COMMAND_CHARS = 255  # and refuses a longer \shell command line (its words joined by spaces)
 PIPELINE_IDLE_READS = 3  # empty reads in a row after which a pipeline's missing results will not come
 
 _OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK, pq.ExecStatus.EMPTY_QUERY)
@@ -140,9 +149,9 @@ class _State:
     pending: deque[int] = field(default_factory=deque)
 
 
-def _static_error(script: Script, cmd: Command, message: str) -> ScriptError:
-    return ScriptError(f"{where(script.name, cmd.line, cmd.column)}: {sentence(message)}", source=script.name,
-                       line=cmd.line, column=cmd.column)
+def _static_error(script: Script, cmd: Command, message: str, kind: type[ScriptError] = ScriptError) -> ScriptError:
+    return kind(f"{where(script.name, cmd.line, cmd.column)}: {sentence(message)}", source=script.name,
+                line=cmd.line, column=cmd.column)
 
 
 class ScriptRunner:
@@ -180,7 +189,8 @@ class ScriptRunner:
         shell = next((c for c in script.commands if isinstance(c, ShellCommand)), None)
         if shell is not None and not allow_shell:
             raise _static_error(script, shell, f"{shell.text.split()[0]} runs a shell command, which capmark "
-                                               "runs only when allowed; add --allow-shell to run this script")
+                                               "runs only when the command line allows it; add --allow-shell to run "
+                                               "this script", ShellNotAllowed)
         if query_mode == "simple" and script.uses_pipeline:
             pipe = next(c for c in script.commands if isinstance(c, PipelineCommand))
             raise _static_error(script, pipe, "a pipeline needs query mode extended or prepared, not simple")
@@ -539,29 +549,47 @@ class ScriptRunner:
 
     # -- shell --
 
+    def _shell_argv(self, cmd: ShellCommand) -> list[str]:
+        """The command's words as its arguments: a word ':name' is the variable's value, whole, as one argument
+        whatever it holds (no shell ever reads it); '::word' is the text ':word'; any other word is as written."""
+        argv = []
+        for arg in cmd.args:
+            if arg.startswith("::"):
+                argv.append(arg[1:])
+            elif arg.startswith(":"):
+                if arg[1:] not in self.vars:
+                    raise self._fail(cmd, f'{cmd.text.split()[0]}: undefined variable "{arg[1:]}"')
+                argv.append(to_text(self.vars[arg[1:]]))
+            else:
+                argv.append(arg)
+        if len(" ".join(argv)) > SHELL_COMMAND_CHARS:
+            raise self._fail(cmd, f"{cmd.text.split()[0]}: the command is longer than {SHELL_COMMAND_CHARS} "
+                                  "characters, pgbench's limit")
+        return argv
+
+    def _start(self, cmd: ShellCommand, argv: list[str], output: bool) -> subprocess.Popen[bytes]:
+        """The command started with its arguments as they are (no shell: a ';', '$' or space in a value is text),
+        its input closed; its output piped back when \\setshell reads it."""
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL,  # noqa: S603 - allowed by the caller
+                                    stdout=subprocess.PIPE if output else None)
+        except FileNotFoundError:
+            raise self._fail(cmd, f"{cmd.text.split()[0]}: the command {argv[0]} was not found; give its full path "
+                                  "or a command on the PATH") from None
+        except OSError as exc:
+            raise self._fail(cmd, f"{cmd.text.split()[0]}: the command {argv[0]} cannot be run "
+                                  f"({exc.strerror or exc})") from None
+
     def _shell_step(self, cmd: ShellCommand) -> Callable[[], int]:
         nxt = cmd.index + 1
 
         def step() -> int:
-            words = []
-            for arg in cmd.args:
-                if arg.startswith("::"):
-                    words.append(arg[1:])
-                elif arg.startswith(":"):
-                    if arg[1:] not in self.vars:
-                        raise self._fail(cmd, f'{cmd.text.split()[0]}: undefined variable "{arg[1:]}"')
-                    words.append(to_text(self.vars[arg[1:]]))
-                else:
-                    words.append(arg)
-            line = " ".join(words)
-            if len(line) > SHELL_COMMAND_CHARS:
-                raise self._fail(cmd, "the shell command is too long")
+            argv = self._shell_argv(cmd)
             if cmd.target is None:
-                if subprocess.run(line, shell=True, check=False).returncode != 0:  # noqa: S602 - allowed by caller
-                    raise self._fail(cmd, f"\\shell command failed: {line}")
+                if self._start(cmd, argv, output=False).wait() != 0:
+                    raise self._fail(cmd, f"\\shell command failed: {' '.join(argv)}")
                 return nxt
-            out = subprocess.run(line, shell=True, check=False, capture_output=True, text=True)  # noqa: S602
-            first = (out.stdout.splitlines() or [""])[0][:SHELL_OUTPUT_CHARS]
+            first = self._first_line(cmd, argv)
             m = re.fullmatch(r"\s*([+-]?\d+)\s*", first)
             if m is None:
                 raise self._fail(cmd, f'\\setshell: the command must print an integer (not "{first}")')
@@ -569,3 +597,12 @@ class ScriptRunner:
             return nxt
         return step
 
+    def _first_line(self, cmd: ShellCommand, argv: list[str]) -> str:
+        """The start of what \\setshell's command prints, as pgbench reads it: at most SHELL_OUTPUT_CHARS of the
+        first line; the rest is never read (the command then ends on a closed pipe, as under pgbench)."""
+        proc = self._start(cmd, argv, output=True)
+        assert proc.stdout is not None
+        with proc.stdout:
+            head = proc.stdout.readline(SHELL_OUTPUT_CHARS + 1)
+        proc.wait()  # its exit status is not checked, as pgbench does not: the output is what counts
+        return head.decode(errors="replace").rstrip("\n")[:SHELL_OUTPUT_CHARS]

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from capmark.config import read_input_file
 from capmark.workloads.pgscript.errors import ScriptError, sentence, where
 from capmark.workloads.pgscript.expr import ExprSyntaxError, Node, parse_expression
 
@@ -142,7 +143,7 @@ def read_script(path: str | Path) -> Script:
     """Parse a script file; the error names the file as given."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_input_file(p, "pgbench script").decode("utf-8")
     except OSError as exc:
         raise ScriptError(f"cannot read the pgbench script {p}: {exc.strerror or exc}.", source=str(p)) from None
     except UnicodeDecodeError:

@@ -48,6 +48,35 @@ def loaded_warehouses(conn: psycopg.Connection) -> int | None:
     return int(row[0]) if row else None
 
 
+# table -> the key column whose largest value is the warehouse count (the item table's: the item count), read from
+# the end of the table's primary key; no transaction adds or removes items, stock, customers, warehouses or
+# districts, and orders and their lines only grow. New orders (deliveries remove them) and history (no key) are
+# only checked to exist.
+def _key_probes(warehouses: int) -> dict[str, tuple[str, int]]:
+    return {"tpcc_item": ("i_id", spec.ITEMS), "tpcc_warehouse": ("w_id", warehouses),
+            "tpcc_district": ("d_w_id", warehouses), "tpcc_customer": ("c_w_id", warehouses),
+            "tpcc_stock": ("s_w_id", warehouses), "tpcc_order": ("o_w_id", warehouses),
+            "tpcc_order_line": ("ol_w_id", warehouses)}
+
+
+def damage(conn: psycopg.Connection, warehouses: int) -> list[str]:
+    """What a complete load of `warehouses` lacks now (tables dropped or emptied since), in words; empty when
+    every table is in place. Cheap: a catalogue lookup and one index probe per table."""
+    out = []
+    probes = _key_probes(warehouses)
+    for table in schema.TABLES:
+        if not one_row(conn.execute("select to_regclass(%s) is not null", (f"capmark.{table}",)))[0]:
+            out.append(f"capmark.{table} is missing")
+        elif table in probes:
+            column, expected = probes[table]
+            found = one_row(conn.execute(f"select max({column}) from capmark.{table}"))[0]
+            if found is None:
+                out.append(f"capmark.{table} is empty")
+            elif found != expected:
+                out.append(f"capmark.{table} holds {column} up to {found:,} instead of {expected:,}")
+    return out
+
+
 def _copy(conn: psycopg.Connection, table: str, lines: Iterable[str]) -> int:
     n = 0
     with conn.cursor().copy(f"copy capmark.{table} from stdin") as copy:
@@ -101,14 +130,20 @@ def _ignore_interrupts() -> None:
 
 def load(control: psycopg.Connection, dsn: str, warehouses: int, say: Callable[[str], None],
          workers: int | None = None) -> LoadReport | None:
-    """Load the tables for `warehouses` unless a complete load of that size is in place (then None)."""
+    """Load the tables for `warehouses` unless a complete load of that size is in place (then None). A load whose
+    tables were dropped or emptied since is loaded anew as a whole (its tables hold each other's keys), saying why."""
+    why = ""
     if loaded_warehouses(control) == warehouses:
-        return None
+        damaged = damage(control, warehouses)
+        if not damaged:
+            return None
+        why = f"The TPC-C-like data is incomplete ({'; '.join(damaged)}), so capmark loads it anew. "
     tables = list(schema.TABLES)
     refuse_if_others_depend(control, [*tables, "tpcc_meta"], [])
-    say(f"capmark will create in schema capmark: the nine TPC-C-like tables ({', '.join(tables)}) and "
-        f"capmark.tpcc_meta, for {warehouses} warehouse{'s' if warehouses != 1 else ''} (about "
-        f"{warehouses * spec.APPROX_MB_PER_WAREHOUSE + ITEM_TABLE_MB} MB).")
+    what = (f"the nine TPC-C-like tables ({', '.join(tables)}) and capmark.tpcc_meta, for {warehouses} "
+            f"warehouse{'s' if warehouses != 1 else ''} (about {warehouses * spec.APPROX_MB_PER_WAREHOUSE + ITEM_TABLE_MB} "
+            "MB)")
+    say(f"{why}capmark will create in schema capmark: {what}.")
     started = time.monotonic()
     with control.transaction():
         for table in [*tables, "tpcc_meta"]:
