@@ -498,7 +498,7 @@ def check_driver_procs(procs: int | None) -> None:
 
 # Ray's own address forms: a Ray client address, a head node's address seen from a node, or the cluster this
 # host has joined.
-_CLUSTER_ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+_CLUSTER_ADDRESS = re.compile(r"^(ray://)?[A-Za-z0-9.\-\[\]:]+:[^:\]]*$")
 
 
 def check_cluster(address: str | None, mode: str, suite: bool) -> None:
@@ -507,6 +507,9 @@ def check_cluster(address: str | None, mode: str, suite: bool) -> None:
     if not isinstance(address, str) or not (address == "auto" or _CLUSTER_ADDRESS.match(address)):
         raise CapmarkError(f"--cluster '{address}' is not a Ray cluster address; write ray://HEAD:10001, or auto "
                            "on a host that has joined the cluster.")
+    if address != "auto":  # the port is checked here, before Ray (or a TCP connect) sees it
+        check_port(address.rpartition(":")[2], f"--cluster '{address}'",
+                   "ray://HEAD:10001" if address.startswith("ray://") else "HEAD:6379")
     if mode != "client" and not suite:
         raise CapmarkError("--cluster places client-side jobs on the cluster's nodes, and server-side jobs only wait "
                            "for the server; add --mode client.")
@@ -684,11 +687,30 @@ def check_dsn(dsn: str) -> None:
             check_port(port, f"--dsn {redact_dsn(dsn)}", PG_EXAMPLE)
 
 
+MYSQL_SCHEMES = ("mysql", "mariadb")
+MYSQL_EXAMPLE = "mysql://user:password@host:3306/dbname"
+MYSQL_URL_OPTIONS = ("socket",)  # what a mysql:// URL may carry after '?'
+
+
+def mysql_url_parts(dsn: str, what: str = "") -> UrlParts:
+    """A mysql:// or mariadb:// URL read by the rules of every URL capmark takes (parse_url), with what a MySQL
+    connection allows: one host and the socket option; the engine's connection builds on these parts."""
+    parts = parse_url(dsn, MYSQL_EXAMPLE, what)
+    if parts.scheme not in MYSQL_SCHEMES:
+        raise CapmarkError(f"'{parts.scheme}://' is not a MySQL URL; write {MYSQL_EXAMPLE}.")
+    if len(parts.hosts) > 1:
+        raise CapmarkError(f"The MySQL URL {parts.shown} names {len(parts.hosts)} hosts, and capmark connects to one "
+                           f"host; write {MYSQL_EXAMPLE}.")
+    unknown = sorted(set(dict(parts.params)) - set(MYSQL_URL_OPTIONS))
+    if unknown:
+        raise CapmarkError(f"The MySQL URL has options capmark does not know ({', '.join(unknown)}); only "
+                           f"{', '.join(MYSQL_URL_OPTIONS)}= is understood.")
+    return parts
+
+
 def _check_mysql_url(dsn: str) -> None:
     """A MySQL/MariaDB URL, read as the connection will read it."""
-    from capmark.engines.mysql.connection import parse
-
-    parse(dsn, what="--dsn")
+    mysql_url_parts(dsn, what="--dsn")
 
 
 # --- the embedded server's data directory ---------------------------------------------------------------------

@@ -27,8 +27,8 @@ from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines import embedded
 from capmark.engines import registry as engines
 from capmark.engines.base import Capability, Engine, TargetInfo
-from capmark.errors import CapmarkError, RunFailed, RunInterrupted
-from capmark.measure import kpm, stepping
+from capmark.errors import CapmarkError, LockBlocked, RunFailed, RunInterrupted
+from capmark.measure import kpm, stepping, validity
 from capmark.results import RunResult, StepResult, TestResult
 from capmark.store import DB_NAME, RunStore, load_run, new_run_id
 from capmark.suite import TestPlan
@@ -287,10 +287,17 @@ def _measure(ctx: StepContext, store: RunStore, run_result: RunResult, plans: li
             _run_test(ctx, store, run_result, ordinal, plan, size, spec, observer)
     except KeyboardInterrupt:
         where = run_result.tests[-1].reason if run_result.tests else "interrupted"
+        if not any(test.steps for test in run_result.tests):  # a run folder with no step would look like a run
+            store.discard()
+            raise RunInterrupted(f"{where[0].upper()}{where[1:]}, before anything was measured; nothing was "
+                                 "stored.") from None
         problem = _finish(store, run_result, "interrupted", where, on_stored)
         raise RunInterrupted(f"{where[0].upper()}{where[1:]}; the completed steps are stored in {store.folder}"
                              f"{'; ' + problem if problem else ''}.") from None
     except _TestAborted as aborted:
+        if isinstance(aborted.__cause__, LockBlocked) and not any(test.steps for test in run_result.tests):
+            store.discard()  # nothing measured: an environment problem in one sentence (exit 2), like a setup's
+            raise LockBlocked(f"{str(aborted)[0].upper()}{str(aborted)[1:]}; nothing was measured.") from None
         problem = _finish(store, run_result, "failed", str(aborted), on_stored)
         raise RunFailed(f"The run failed: {aborted}. The completed steps are stored in {store.folder}"
                         f"{'; ' + problem if problem else ''}.") from aborted.__cause__
@@ -360,7 +367,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                                  all_statements=spec.all_statements)
             try:
                 step = run_step(ctx, workload, params, size, step_plan,
-                                functools.partial(observer.step_progress, test, jobs))
+                                functools.partial(observer.step_progress, test, jobs), observer.say)
             except StepFailed as err:
                 engine.execute(ctx.control, "select 1")  # the server or the connection gone: the run cannot go on
                 test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) failed: {err}"
@@ -383,6 +390,12 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             if step.status != "ok" and test.status == "running":
                 test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) failed: {'; '.join(step.notes)}"
             observer.step_done(test, step)
+            if (step.instruments.get("overrun") or {}).get("cancelled") and test.status == "running":
+                # its jobs were cancelled past the plan (e.g. a lock another session holds): so would the next steps'
+                why = validity.problems(step) or [step.instruments["overrun"]["sentence"]]
+                test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) was cut short: {why[0]}"
+                observer.say(f"{workload.name}: {test.reason}; skipping the rest of this test.")
+                break
         if workload.verify is not None and test.steps:
             where = f"while checking the database after {workload.name}"
             failures = workload.verify(ctx.control, params)
@@ -445,6 +458,8 @@ def _what_happened(err: Exception, dsn: str, where: str, started_at: str | None,
     """What stopped the run, in the user's words: the results disk, the server, a connection, or a bug."""
     if isinstance(err, sqlite3.Error):
         return f"the results file {folder / DB_NAME} could not be written {where} ({err})"
+    if isinstance(err, LockBlocked):
+        return f"{where}, {err}".rstrip(".")
     if isinstance(err, engines.for_dsn(dsn).error | CapmarkError):  # CapmarkError: a job connection was refused
         return _what_the_server_did(err, dsn, where, started_at)
     return f"unexpected {type(err).__name__} {where}: {_first_line(err)}"

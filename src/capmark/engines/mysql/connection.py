@@ -5,15 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from capmark.config import parse_url, redact_text, redact_url
+from capmark.config import MYSQL_SCHEMES, mysql_url_parts, redact_text, redact_url
 from capmark.errors import CapmarkError
 
-SCHEMES = ("mysql", "mariadb")
+SCHEMES = MYSQL_SCHEMES
 DEFAULT_PORT = 3306
 DATABASE = "capmark"  # the engine's equivalent of PostgreSQL's schema capmark: nothing is created outside it
 CONNECT_TIMEOUT_S = 10
-EXAMPLE = "mysql://user:password@host:3306/dbname"
-OPTIONS = ("socket",)  # what a mysql:// URL may carry after '?'
 
 
 @dataclass(frozen=True)
@@ -39,23 +37,13 @@ class MysqlDsn:
 
 def parse(dsn: str, what: str = "") -> MysqlDsn:
     """mysql://user:password@host:port/database (or mariadb://); ?socket=/path for a Unix socket. Read by the rules
-    and the code of every URL capmark takes (config.parse_url): the user part ends at the last '@', every part is
-    %-decoded, the port is from 1 to 65535."""
-    parts = parse_url(dsn, EXAMPLE, what)
-    if parts.scheme not in SCHEMES:
-        raise CapmarkError(f"'{parts.scheme}://' is not a MySQL URL; write {EXAMPLE}.")
-    if len(parts.hosts) > 1:
-        raise CapmarkError(f"The MySQL URL {parts.shown} names {len(parts.hosts)} hosts, and capmark connects to one "
-                           f"host; write {EXAMPLE}.")
-    options = dict(parts.params)
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise CapmarkError(f"The MySQL URL has options capmark does not know ({', '.join(unknown)}); only "
-                           f"{', '.join(OPTIONS)}= is understood.")
+    and the code of every URL capmark takes (config.mysql_url_parts): the user part ends at the last '@', every
+    part is %-decoded, the port is from 1 to 65535."""
+    parts = mysql_url_parts(dsn, what)
     host, port = parts.hosts[0] if parts.hosts else ("", None)
     return MysqlDsn(url=dsn, host=host or "localhost", port=port or DEFAULT_PORT, user=parts.user or "root",
                     password=parts.password or "", database=parts.database or DATABASE,
-                    unix_socket=options.get("socket", ""))
+                    unix_socket=dict(parts.params).get("socket", ""))
 
 
 # MySQL/MariaDB client error numbers capmark explains (mysqld_error.h, errmsg.h)
