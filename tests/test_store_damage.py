@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import ctypes
 import datetime as dt
+import gzip
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
+from capmark import cli, store
 from capmark.store import DB_NAME, SCHEMA
 
 pytestmark = pytest.mark.db
@@ -215,3 +219,130 @@ def test_a_silent_run_on_another_host_is_abandoned_only_after_a_whole_step(store
     _edit_run(folder, "update run set heartbeat_at = ?", long_ago.isoformat())
     run = _report_run(folder)
     assert run["status"] == "abandoned" and "another-host" in run["reason"]
+
+
+# --- every command that reads a stored run, on the stored fixture (no database), in-process ------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
+FIXTURE_ID = "20261122-000000-f1x7"
+OTHER_ID = "20261122-000001-f1x8"
+# every command that reads a stored run (`report --format json` is the run's export); `list` and `solve` read none
+READERS = [["report"], ["report", "--format", "json"], ["demands"], ["diagnose"], ["calibrate"],
+           ["whatif", "--cpus", "4"], ["size", "--sla", "p95<5ms"], ["anticipate"], ["compare", OTHER_ID]]
+
+
+def _unpack(results: Path, run_id: str) -> Path:
+    folder = results / run_id
+    folder.mkdir(parents=True)
+    (folder / DB_NAME).write_bytes(gzip.decompress(FIXTURE.read_bytes()))
+    if run_id != FIXTURE_ID:
+        db = sqlite3.connect(folder / DB_NAME)
+        for table in ("run", "test", "step", "derived"):
+            db.execute(f"update {table} set run_id = ?", (run_id,))
+        db.commit()
+        db.close()
+    return folder
+
+
+def invoke(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    """capmark.cli.main as the console script runs it (after tests/test_bad_inputs.py); exit code, stdout, stderr."""
+    monkeypatch.setattr(sys, "argv", ["capmark", *args])
+    capsys.readouterr()
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_sentence(code: int, out: str, err: str, *words: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, (code, out, err)
+    assert len(lines) == 1, err
+    line = lines[0].strip()
+    assert line.startswith("capmark: ") and line.endswith("."), line
+    assert "Traceback" not in err and "unexpected" not in line, line
+    assert not re.search(r"[a-z)]\. [A-Z]", line), f"more than one sentence: {line}"
+    for word in words:
+        assert word.lower() in line.lower(), f"{word!r} not in: {line}"
+    assert out == "", out
+    return line
+
+
+def _a_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "something").write_text("not a database")
+
+
+def _column(table: str, column: str, value: str) -> Callable[[Path], None]:
+    def edit(path: Path) -> None:
+        db = sqlite3.connect(path)
+        db.execute(f"update {table} set {column} = ?", (value,))
+        db.commit()
+        db.close()
+    return edit
+
+
+# damage -> the words its sentence must hold (besides the file's path)
+DAMAGE = [pytest.param(_a_folder, ("is a folder", "not a capmark results file"), id="folder"),
+          pytest.param(_column("run", "spec", "5"), ("spec", "a number", "table of settings", "other than capmark"),
+                       id="spec-number"),
+          pytest.param(_column("run", "spec", "[1, 2]"), ("spec", "a list", "table of settings"), id="spec-list"),
+          pytest.param(_column("run", "environment", '"linux"'), ("environment", "a string"), id="environment-string"),
+          pytest.param(_column("test", "header", "[]"), ("test", "a list"), id="test-list"),
+          pytest.param(_column("step", "kpm", '"fast"'), ("kpm", "a string", "other than capmark"), id="kpm-string"),
+          pytest.param(_column("step", "raw", "7"), ("step", "a number"), id="step-number"),
+          pytest.param(_column("step", "raw", '{"jobs": 1}'), ("step", "lacks"), id="step-incomplete")]
+READER_IDS = ["report", "export", "demands", "diagnose", "calibrate", "whatif", "size", "anticipate", "compare"]
+
+
+@pytest.mark.parametrize("args", READERS, ids=READER_IDS)
+@pytest.mark.parametrize(("damage", "words"), DAMAGE)
+def test_every_reader_names_the_damage_in_one_sentence(damage, words, args, tmp_path, capsys, monkeypatch):
+    results = tmp_path / "results"
+    folder = _unpack(results, FIXTURE_ID)
+    _unpack(results, OTHER_ID)
+    damage(folder / DB_NAME)
+    code, out, err = invoke([*args, FIXTURE_ID, "--results-dir", str(results)], capsys, monkeypatch)
+    line = assert_one_sentence(code, out, err, *words)
+    assert str(folder / DB_NAME) in line and "damaged" not in line
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    """A results file that another process is writing: it holds SQLite's exclusive lock until it is ended."""
+    results = tmp_path / "results"
+    folder = _unpack(results, FIXTURE_ID)
+    _unpack(results, OTHER_ID)
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time\n"
+                               "db = sqlite3.connect(sys.argv[1]); db.execute('begin exclusive')\n"
+                               "db.execute('update run set heartbeat_at = heartbeat_at')\n"
+                               "print('locked', flush=True); time.sleep(120)", str(folder / DB_NAME)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield results, folder, holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("args", READERS, ids=READER_IDS)
+def test_a_file_another_process_is_writing_is_busy_not_damaged(args, writer, capsys, monkeypatch):
+    results, folder, pid = writer
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.2)  # SQLite's wait for the lock; the writer holds it for minutes
+    code, out, err = invoke([*args, FIXTURE_ID, "--results-dir", str(results)], capsys, monkeypatch)
+    line = assert_one_sentence(code, out, err, "another process", f"pid {pid}", "try again")
+    assert str(folder / DB_NAME) in line and "damaged" not in line
+
+
+def test_the_latest_run_being_written_is_busy_not_damaged(writer, capsys, monkeypatch):
+    results, folder, pid = writer
+    (results / OTHER_ID / DB_NAME).unlink()  # only the busy run left
+    (results / OTHER_ID).rmdir()
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.2)
+    code, out, err = invoke(["report", "--results-dir", str(results)], capsys, monkeypatch)
+    assert_one_sentence(code, out, err, str(folder / DB_NAME), "another process", f"pid {pid}")

@@ -17,6 +17,9 @@ import secrets
 import shutil
 import socket
 import sqlite3
+import types
+import typing
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +147,12 @@ class RunStore:
 
     def save_derived(self, run_id: str, test_ordinal: int, kind: str, doc: Any) -> None:
         """Derived analyses (e.g. service demands) beside the raw material they were computed from."""
-        self.db.execute("insert or replace into derived values (?,?,?,?)", (run_id, test_ordinal, kind, _dumps(doc)))
-        self.db.commit()
+        try:
+            self.db.execute("insert or replace into derived values (?,?,?,?)",
+                            (run_id, test_ordinal, kind, _dumps(doc)))
+            self.db.commit()
+        except sqlite3.Error as err:
+            raise _damaged(self.folder / DB_NAME, err) from None
 
     def has_run(self) -> bool:
         if self._db is None:
@@ -180,10 +187,73 @@ def _check_format(db: sqlite3.Connection, path: Path) -> None:
                            f"to format {FORMAT_VERSION}); upgrade capmark (pip install -U capmark) to read it.")
 
 
+# How long a reader waits for a writer's lock (SQLite's busy timeout) before it says the file is busy.
+BUSY_TIMEOUT_S = 5.0
+CHANGED = "the file was changed by something other than capmark; restore it from a copy, or remove the run folder"
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection; the path as a file: URI, so that a folder name with '?' or '#' stays a name."""
+    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+
+
+def _check_file(path: Path) -> None:
+    """A results file must be a regular file: SQLite reports a folder as a disk I/O error and blocks on a pipe."""
+    if path.is_dir():
+        raise CapmarkError(f"{path} is a folder, not a capmark results file; move it out of {path.parent} (or remove "
+                           "that folder) and name a run folder that capmark wrote.")
+    if not path.is_file():
+        raise CapmarkError(f"{path} is not a regular file, so not a capmark results file; remove it, or name a run "
+                           "folder that capmark wrote.")
+
+
+def is_busy(err: sqlite3.Error) -> bool:
+    """SQLite's answer when another connection holds the lock it needs (SQLITE_BUSY / SQLITE_LOCKED)."""
+    return "database is locked" in str(err) or "database table is locked" in str(err)
+
+
+def _holders(path: Path) -> list[str]:
+    """The other processes that have the file open ("capmark, pid 123"), as far as this user may see them. Only the
+    program's name, never its command line: that may hold a password."""
+    try:
+        target = path.resolve()
+        me = psutil.Process().pid
+        found = []
+        for proc in psutil.process_iter(["pid", "name"]):
+            if proc.pid == me:
+                continue
+            try:
+                if not any(Path(f.path) == target for f in proc.open_files()):
+                    continue
+                args = proc.cmdline()[:3]
+                name = "capmark" if any(Path(a).name in ("capmark", "capmark.cli") or a == "capmark.cli"
+                                        for a in args) else proc.info["name"] or "a program"
+            except (psutil.Error, OSError):
+                continue
+            found.append(f"{name}, pid {proc.pid}")
+        return found
+    except (psutil.Error, OSError):
+        return []
+
+
+def _busy(path: Path) -> CapmarkError:
+    holders = _holders(path)
+    who = f" ({'; '.join(holders[:3])})" if holders else ""
+    return CapmarkError(f"{path} is being written by another process{who}, which holds its lock; try again when it "
+                        "has finished.")
+
+
 def _damaged(path: Path, err: sqlite3.Error) -> CapmarkError:
+    if is_busy(err):
+        return _busy(path)
     if "no such table" in str(err) or "no such column" in str(err):
         return CapmarkError(f"{path} is not a capmark results file ({err}); name a run folder that capmark wrote, "
                             "or remove this one.")
+    if "readonly" in str(err):
+        return CapmarkError(f"{path} cannot be written ({err}); make it writable, or leave out --save.")
+    if "unable to open" in str(err):
+        return CapmarkError(f"{path} cannot be opened ({err}); check that this user may read it and the folder "
+                            f"{path.parent}.")
     return CapmarkError(f"{path} is damaged ({err}); restore it from a copy, or remove the folder "
                         f"{path.parent} if the run is not needed.")
 
@@ -192,23 +262,143 @@ def load_run(folder: Path) -> RunResult:
     path = folder / DB_NAME
     if not path.exists():
         raise CapmarkError(f"{folder} holds no capmark run (no {DB_NAME}); name a run folder or run id.")
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    _check_file(path)
+    try:
+        db = _read_only(path)
+    except sqlite3.Error as err:
+        raise _damaged(path, err) from None
     try:
         _check_format(db, path)
         run, pid_started = _read_run(db, path, folder)
     except sqlite3.Error as err:
         raise _damaged(path, err) from None
-    except (json.JSONDecodeError, TypeError, KeyError) as err:
-        raise CapmarkError(f"{path} holds records capmark cannot read ({type(err).__name__}: {err}); restore it "
-                           "from a copy, or remove the run folder.") from None
     finally:
         db.close()
     _mark_dead(run, pid_started)
     return run
 
 
+# --- records as stored: each JSON value must have the shape its field declares --------------------------------
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind in words."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
+
+
+class _Unreadable(Exception):
+    """A stored record that is not what capmark wrote, in words ("the run's spec is a number where ...")."""
+
+
+def _misfit(what: str, found: str, belongs: str) -> _Unreadable:
+    return _Unreadable(f"{what} is {found} where {belongs} belongs")
+
+
+def _json_column(value: Any, what: str, shape: type, belongs: str) -> Any:
+    """A JSON column's value, checked against the shape it must have. A column SQLite holds as a number or NULL
+    (not JSON text) is taken as that value."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise _Unreadable(f"{what} is not JSON ({err.msg} at character {err.pos})") from None
+    if not _is(value, shape):
+        raise _misfit(what, _kind(value), belongs)
+    return value
+
+
+def _is(value: Any, shape: Any) -> bool:
+    """Whether a JSON value fits a type hint (dataclass fields' hints: containers one level deep)."""
+    if shape is Any:
+        return True
+    origin, args = typing.get_origin(shape), typing.get_args(shape)
+    if origin in (types.UnionType, typing.Union):
+        return any(_is(value, a) for a in args)
+    if shape is type(None) or shape is None:
+        return value is None
+    if origin is dict or shape is dict:
+        return isinstance(value, dict) and (not args or all(_is(v, args[1]) for v in value.values()))
+    if origin is list or shape is list:
+        return isinstance(value, list) and (not args or all(_is(v, args[0]) for v in value))
+    if shape is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if shape is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(shape, type) and is_dataclass(shape):
+        return isinstance(value, dict)  # its own from_dict reads it
+    return isinstance(value, shape) if isinstance(shape, type) else True
+
+
+_BELONGS = {dict: "a table", list: "a list", str: "text", int: "a whole number", float: "a number", bool: "a flag"}
+
+
+def _belongs(shape: Any) -> str:
+    origin, args = typing.get_origin(shape), typing.get_args(shape)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_belongs(a) for a in args if a is not type(None))
+    if isinstance(shape, type) and is_dataclass(shape):
+        return "a table"
+    return _BELONGS.get(origin or shape, "another value")
+
+
+def _element_misfit(value: Any, shape: Any) -> tuple[str, Any, Any]:
+    """Where in a container that does not fit its hint the first element that does not fit is: (' entry "x"', the
+    element, its hint), or ('', the value, the hint) for the container itself."""
+    origin, args = typing.get_origin(shape), typing.get_args(shape)
+    if origin is dict and isinstance(value, dict) and args:
+        key, item = next((k, v) for k, v in value.items() if not _is(v, args[1]))
+        return f" entry '{key}'", item, args[1]
+    if origin is list and isinstance(value, list) and args:
+        index, item = next((i, v) for i, v in enumerate(value) if not _is(v, args[0]))
+        return f" item {index + 1}", item, args[0]
+    return "", value, shape
+
+
+def _record(cls: type, value: dict[str, Any], what: str) -> dict[str, Any]:
+    """A stored record (a test's header, a step; `what` names it) checked field by field against the dataclass it
+    becomes."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    for key, item in value.items():
+        if key not in known:
+            raise _Unreadable(f"{what} holds a field '{key}' that capmark does not write")
+        if not _is(item, hints[key]):
+            where, found, shape = _element_misfit(item, hints[key])
+            raise _misfit(f"the field '{key}'{where} of {what}", _kind(found), _belongs(shape))
+    missing = [name for name, f in known.items() if name not in value and f.default is MISSING
+               and f.default_factory is MISSING and name != "steps"]
+    if missing:
+        raise _Unreadable(f"{what} lacks its field '{missing[0]}'")
+    return value
+
+
+RUN_SCALARS: dict[str, Any] = {"run_id": str, "created_at": str | None, "status": str, "setup_s": float | None,
+                               "reason": str | None, "pid": int | None, "pid_started": float | None,
+                               "host": str | None, "heartbeat_at": str | None}
+
+
 def _read_run(db: sqlite3.Connection, path: Path, folder: Path) -> tuple[RunResult, float | None]:
     """The run, its tests and steps; and the start time of the process that measured it."""
+    try:
+        return _read_records(db, path, folder)
+    except _Unreadable as err:
+        raise CapmarkError(f"{path}: {err}; {CHANGED} {folder} if the run is not needed.") from None
+
+
+def _read_records(db: sqlite3.Connection, path: Path, folder: Path) -> tuple[RunResult, float | None]:
     present = {r[1] for r in db.execute("pragma table_info(run)")}
     if not present:
         raise sqlite3.OperationalError("no such table: run")
@@ -217,18 +407,41 @@ def _read_run(db: sqlite3.Connection, path: Path, folder: Path) -> tuple[RunResu
     if row is None:
         raise CapmarkError(f"{path} holds no run record; the run was stopped before it began.")
     rec = {**dict.fromkeys(RUN_COLUMNS), **dict(zip(columns, row, strict=True))}
-    run = RunResult(run_id=rec["run_id"], created_at=rec["created_at"], status=rec["status"],
-                    spec=json.loads(rec["spec"]), environment=json.loads(rec["environment"]),
-                    target=json.loads(rec["target"]), folder=str(folder),
-                    setup_notes=json.loads(rec["setup_notes"] or "[]"), setup_s=rec["setup_s"] or 0.0,
-                    reason=rec["reason"] or "", pid=rec["pid"], host=rec["host"] or "",
+    for name, shape in RUN_SCALARS.items():
+        if name in columns and not _is(rec[name], shape):
+            raise _misfit(f"the run's {name}", _kind(rec[name]), _belongs(shape))
+    run = RunResult(run_id=rec["run_id"], created_at=rec["created_at"] or "", status=rec["status"],
+                    spec=_json_column(rec["spec"], "the run's spec", dict, "a table of settings"),
+                    environment=_json_column(rec["environment"], "the run's environment", dict,
+                                             "a table of facts about the platform"),
+                    target=_json_column(rec["target"], "the run's target", dict, "a table"), folder=str(folder),
+                    setup_notes=_json_column(rec["setup_notes"] or "[]", "the run's setup notes", list[str],
+                                             "a list of notes"),
+                    setup_s=rec["setup_s"] or 0.0, reason=rec["reason"] or "", pid=rec["pid"], host=rec["host"] or "",
                     heartbeat_at=rec["heartbeat_at"] or "")
     for ordinal, header in db.execute("select ordinal, header from test order by ordinal"):
-        test = TestResult.from_dict(json.loads(header))
-        for kpm, raw in db.execute("select kpm, raw from step where test_ordinal = ? order by ordinal", (ordinal,)):
-            test.steps.append(StepResult.from_dict({**json.loads(raw), "kpm": json.loads(kpm)}))
+        what = f"the record of test {ordinal}"
+        test = _from_record(TestResult, _record(TestResult, _json_column(header, what, dict, "a table"), what), what)
+        for step_no, kpm, raw in db.execute("select ordinal, kpm, raw from step where test_ordinal = ? "
+                                            "order by ordinal", (ordinal,)):
+            where = f"step {step_no} of test {ordinal} ({test.workload})"
+            values = _json_column(kpm, f"the kpm (key figures) of {where}", dict, "a table of figures")
+            what = f"the record of {where}"
+            record = _record(StepResult, {**_json_column(raw, what, dict, "a table"), "kpm": values}, what)
+            test.steps.append(_from_record(StepResult, record, what))
         run.tests.append(test)
     return run, rec["pid_started"]
+
+
+R = typing.TypeVar("R", TestResult, StepResult)
+
+
+def _from_record(cls: type[R], record: dict[str, Any], what: str) -> R:
+    """The dataclass from a checked record; what its own reader still refuses (a histogram's bins) is named."""
+    try:
+        return cls.from_dict(record)  # type: ignore[return-value]
+    except (TypeError, ValueError, KeyError, AttributeError) as err:
+        raise _Unreadable(f"{what} is not what capmark writes ({type(err).__name__}: {err})") from None
 
 
 def _mark_dead(run: RunResult, started: float | None) -> None:
@@ -270,7 +483,10 @@ def _silent_for(run: RunResult) -> float:
 
 
 def _longest_step_s(spec: dict[str, Any]) -> float:
-    return float(spec.get("warmup_s") or 0) + float(spec.get("soak_s") or spec.get("duration_s") or 0)
+    try:
+        return float(spec.get("warmup_s") or 0) + float(spec.get("soak_s") or spec.get("duration_s") or 0)
+    except (TypeError, ValueError):  # a spec changed by hand: the margin alone
+        return 0.0
 
 
 def load_derived(folder: Path, kind: str) -> dict[int, Any]:
@@ -278,14 +494,25 @@ def load_derived(folder: Path, kind: str) -> dict[int, Any]:
     path = folder / DB_NAME
     if not path.exists():
         return {}
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = db.execute("select test_ordinal, doc from derived where kind = ?", (kind,)).fetchall()
-    except sqlite3.Error:
+    if not path.is_file():
         return {}
-    finally:
-        db.close()
-    return {ordinal: json.loads(doc) for ordinal, doc in rows}
+    try:
+        db = _read_only(path)
+        try:
+            rows = db.execute("select test_ordinal, doc from derived where kind = ?", (kind,)).fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        if is_busy(err):
+            raise _busy(path) from None
+        return {}
+    out = {}
+    for ordinal, doc in rows:
+        try:
+            out[ordinal] = _json_column(doc, f"the saved {kind} of test {ordinal}", dict, "a table")
+        except _Unreadable as err:
+            raise CapmarkError(f"{path}: {err}; {CHANGED} {folder} if the run is not needed.") from None
+    return out
 
 
 def resolve_run(ref: str | None, results_dir: Path) -> Path:
@@ -308,8 +535,10 @@ def resolve_run(ref: str | None, results_dir: Path) -> Path:
 def _may_hold_a_run(path: Path) -> bool:
     """False for a results file with no run record (a run stopped before it began); a damaged file counts as a
     run, so that the user hears about the damage rather than silently getting an older run."""
+    if not path.is_file():
+        return True  # a folder or a pipe by that name: said by load_run, never opened here
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = _read_only(path)
         try:
             return db.execute("select count(*) from run").fetchone()[0] > 0
         finally:
