@@ -513,6 +513,22 @@ CASES = [
     *[stored("compare", "{RUN}", "{RUN}", "--fail-on-regression", value, word="finite percentage")
       for value in ("inf", "nan", "-1", "1e400")],
     stored("compare", "{RUN}", "{RUN}", "--fail-on-regression", "lots", word="--fail-on-regression"),
+    # huge values: each message says the limit, never that a whole number is not one
+    stored("whatif", "--cpus", "9" * 20, word="at most 4,096"),
+    stored("whatif", "--disks", "9" * 20, word="at most 1,024"),
+    stored("whatif", "--jobs", "9" * 20, word="at most 100,000"),
+    stored("whatif", "--at", "9" * 20, "--cpus", "4", word="between 1 and 100,000 jobs"),
+    stored("whatif", "--think", "9" * 20, word="at most 24 hours"),
+    stored("calibrate", "--up-to", "9" * 20, word="between 1 and 100,000 jobs"),
+    # not numbers at all: what the option takes
+    *[stored(command, option, value, *extra, word=f"{option} takes a {kind}")
+      for command, option, kind, extra in (("calibrate", "--up-to", "whole number", ()),
+                                           ("whatif", "--cores", "whole number", ("--cpus", "4")),
+                                           ("whatif", "--cpus", "whole number", ()),
+                                           ("anticipate", "--at", "whole number", ()))
+      for value in ("inf", "1e400")],
+    run_case("srv-query1", "--scale", "nan", word="--scale takes a whole number"),
+    stored("whatif", "--cpu-speed", "fast", word="--cpu-speed takes a finite number"),
     stored("compare", "{RUN}", "{RUN}", "--output", "{DIR}/x.html", word="--format html"),
     stored("compare", "{RUN}", "{RUN}", "--format", "html", "--output", "{FILE:latin1.toml}/x.html",
            word="is not a folder"),

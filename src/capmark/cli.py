@@ -485,6 +485,8 @@ def compare(
         check_output_file(output, "--output")
     with progress_on_stderr() as progress:
         doc = api.compare(baseline, candidates, results_dir, progress)
+    if fail_on_regression is not None and doc.incomplete():  # refused before anything is printed or written
+        raise CapmarkError(doc.incomplete_sentence())
     if fmt == CompareFormat.json:
         print(json_text(doc.to_json()))
     elif fmt == CompareFormat.html:
@@ -555,6 +557,11 @@ def usage_sentence(err: UsageProblem) -> str:
     """A parser error (bad option value, unknown option, missing argument) as one line naming the help to read."""
     message = " ".join(err.format_message().split()).rstrip(".")
     message = re.sub(r"Got unexpected extra arguments?(\(s\))?", "Too many arguments", message)
+    # the parser's own words for a value that is not a number at all (inf, nan, 1e400 or text for a count)
+    message = re.sub(r"Invalid value for '([^']+)': Input should be a valid integer.*",
+                     r"\1 takes a whole number, such as 4; the value given is not one", message)
+    message = re.sub(r"Invalid value for '([^']+)': Input should be a valid number.*",
+                     r"\1 takes a finite number, such as 1.5; the value given is not one", message)
     ctx = getattr(err, "ctx", None)
     names: list[str] = []
     while ctx is not None and ctx.parent is not None:

@@ -185,6 +185,7 @@ def scenarios_of(changes: dict[str, Any] | None, scenario_file: Path | None) -> 
 def whatif_document(run: RunResult, tests: list[TestResult], scenarios: list[Scenario], *,
                     from_jobs: list[int] | None = None, at_jobs: int | None = None, progress: Progress | None = None,
                     cores: int | None = None, solver: str = "mva") -> WhatIfDocument:
+    check_jobs_bound(at_jobs, "--at")  # the user's input: refused once, not as every test's answer
     host = host_of(run, tests, cores)
 
     def answer(t: TestResult) -> WhatIf:

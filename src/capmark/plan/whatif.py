@@ -30,6 +30,7 @@ from capmark.plan.dbmodel import (
 )
 
 _GROWTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*(?:[xX*]\s*(\d+))?\s*$")
+MAX_THINK_S = 86_400.0  # a day per unit: beyond it a job offers no load a model can tell from none
 MAX_GROWTH_PCT = 10_000  # per period: beyond a hundredfold load the model is saturated anyway
 CHANGE_KEYS = ("growth", "jobs", "think", "cpus", "cpu_speed", "disk_speed", "disks", "rate")
 
@@ -101,10 +102,10 @@ def _positive(value: Any, what: str, integer: bool = False, at_most: float = mat
             raise ValueError
     except (TypeError, ValueError, OverflowError):
         raise CapmarkError(f"The {what} must be {expected}; got {value!r}.") from None
+    if number > at_most:  # before the whole-number check: a float cannot hold a huge whole number exactly
+        raise CapmarkError(f"The {what} must be at most {at_most:,g}; got {value}.")
     if number <= 0 or (integer and float(value) != number):
         raise CapmarkError(f"The {what} must be a positive {'whole ' if integer else ''}number; got {value}.")
-    if number > at_most:
-        raise CapmarkError(f"The {what} must be at most {at_most:,g}; got {value}.")
     return number
 
 
@@ -118,6 +119,9 @@ def scenario(name: str, growth: float | None = None, **changes: Any) -> Scenario
             s.jobs = _positive(value, "number of jobs", integer=True, at_most=MAX_JOBS_SOLVED)
         elif key == "think":
             s.think_s = parse_duration(value, "think time")
+            if s.think_s > MAX_THINK_S:
+                raise CapmarkError(f"The think time must be at most {MAX_THINK_S / 3600:g} hours per unit (beyond, "
+                                   f"the load is nil); got {value}.")
         elif key == "rate":
             s.rate = _positive(value, "arrival rate")
         elif key == "cpus":

@@ -7,6 +7,7 @@ The functions here only lay out; none of them calibrates, diagnoses or reads the
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,13 @@ def render(docs: ReportDocuments) -> str:
 
 
 def write_report(docs: ReportDocuments) -> Path:
+    """The page, whole or not at all: written beside it and renamed, so that a signal or a full disk while writing
+    leaves the previous page (or none), never half of one."""
     path = Path(docs.run.folder) / "report.html"
-    path.write_text(render(docs), encoding="utf-8")
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(render(docs), encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
