@@ -3,15 +3,25 @@ with synchronous_commit on and off must differ; identical runs must not)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
+import gzip
 import json
 import math
+import os
+import socket
+import sqlite3
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+import psutil
 import psycopg
 import pytest
 from scipy import stats
+from test_store_damage import assert_one_sentence, invoke
 
 from capmark import api, runner
 from capmark.analysis import significance as sig
@@ -21,6 +31,7 @@ from capmark.config import RunSpec
 from capmark.driver import quiesce
 from capmark.histogram import LatencyHistogram
 from capmark.results import RunResult, StepResult, TestResult
+from capmark.store import DB_NAME
 
 # Two samples whose variances differ tenfold: Student's pooled test and Welch's give clearly different p-values.
 BASE = [100.0, 101.5, 99.2, 100.8, 98.9]
@@ -394,3 +405,121 @@ def test_output_without_html_is_refused(tmp_path, monkeypatch, capsys):
                        monkeypatch, capsys)
     assert code == 2 and "--format html" in text
 
+
+
+# --- runs that did not complete, on the stored fixture (no database) -----------------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
+BASE_ID, CAND_ID = "20261122-000000-f1x7", "20261122-000001-f1x8"
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Path:
+    """The stored fixture twice, as a baseline and a candidate run (same figures: nothing changed)."""
+    results = tmp_path / "results"
+    for run_id in (BASE_ID, CAND_ID):
+        (results / run_id).mkdir(parents=True)
+        (results / run_id / DB_NAME).write_bytes(gzip.decompress(FIXTURE.read_bytes()))
+        _edit(results, run_id, "update run set run_id = ?", run_id)
+    return results
+
+
+def _edit(results: Path, run_id: str, sql: str, *params: object) -> None:
+    db = sqlite3.connect(results / run_id / DB_NAME)
+    db.execute(sql, params)
+    db.commit()
+    db.close()
+
+
+def _edit_test(results: Path, run_id: str, ordinal: int, status: str, reason: str) -> None:
+    """A test's status as the run stores it: in its column and in its record."""
+    _edit(results, run_id, "update test set status = ?, header = json_set(header, '$.status', ?, '$.reason', ?) "
+          "where ordinal = ?", status, status, reason, ordinal)
+
+
+def _compare_json(results: Path, monkeypatch, capsys) -> dict:
+    code, out, err = invoke(["compare", BASE_ID, CAND_ID, "--format", "json", "--results-dir", str(results)],
+                            capsys, monkeypatch)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_the_header_and_each_test_say_how_the_runs_ended(pair, monkeypatch, capsys, tmp_path):
+    _edit(pair, CAND_ID, "update run set status = 'failed', reason = 'the database server restarted'")
+    _edit_test(pair, CAND_ID, 2, "failed", "the connection was terminated")
+    doc = _compare_json(pair, monkeypatch, capsys)
+    assert (doc["baseline_status"], doc["baseline_reason"]) == ("complete", "")
+    cand = doc["candidates"][0]
+    assert (cand["status"], cand["reason"]) == ("failed", "the database server restarted")
+    tests = {t["workload"]: t for t in cand["tests"]}
+    assert (tests["tp-light"]["baseline_status"], tests["tp-light"]["candidate_status"]) == ("ok", "failed")
+    assert tests["tp-light"]["candidate_reason"] == "the connection was terminated"
+    assert tests["srv-query1"]["candidate_status"] == "ok"
+
+    code, out, err = invoke(["compare", BASE_ID, CAND_ID, "--results-dir", str(pair)], capsys, monkeypatch)
+    assert code == 0, err
+    assert f"candidate {CAND_ID} failed: the database server restarted" in " ".join(out.split())
+    assert "tp-light in the candidate failed: the connection was terminated" in " ".join(out.split())
+    page = tmp_path / "cmp.html"
+    code, _, err = invoke(["compare", BASE_ID, CAND_ID, "--format", "html", "--output", str(page), "--results-dir",
+                           str(pair)], capsys, monkeypatch)
+    assert code == 0, err
+    text = " ".join(page.read_text().split())
+    assert "failed: the database server restarted" in text and "the connection was terminated" in text
+
+
+def test_a_step_that_did_not_finish_gets_no_verdict_and_says_why(pair, monkeypatch, capsys):
+    _edit(pair, CAND_ID, "update step set status = 'interrupted', raw = json_set(raw, '$.status', 'interrupted', "
+          "'$.notes', json_array('interrupted by SIGTERM')) where test_ordinal = 2 and ordinal = 2")
+    _edit(pair, CAND_ID, "update run set status = 'interrupted', reason = 'interrupted'")
+    _edit_test(pair, CAND_ID, 2, "interrupted", "interrupted")
+    doc = _compare_json(pair, monkeypatch, capsys)
+    light = next(t for t in doc["candidates"][0]["tests"] if t["workload"] == "tp-light")
+    assert [s["jobs"] for s in light["steps"]] == [1]  # 2 jobs: no figure, no verdict
+    assert light["baseline_only_jobs"] == [] and light["candidate_only_jobs"] == []  # not "without a partner"
+    (skipped,) = light["not_compared"]
+    assert skipped["jobs"] == 2 and "candidate" in skipped["reason"] and "interrupted" in skipped["reason"]
+    code, out, err = invoke(["compare", BASE_ID, CAND_ID, "--results-dir", str(pair)], capsys, monkeypatch)
+    assert code == 0, err
+    assert ("2 jobs not compared: the candidate's step was interrupted (interrupted by SIGTERM)"
+            in " ".join(out.split()))
+
+
+def _gone_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+INCOMPLETE = [
+    pytest.param(CAND_ID, lambda: ("update run set status = 'running', pid = ?, pid_started = ?, host = ?",
+                                   os.getpid(), psutil.Process().create_time(), socket.gethostname()),
+                 "is still running", id="running"),
+    pytest.param(CAND_ID, lambda: ("update run set status = 'running', pid = ?, host = ?", _gone_pid(),
+                                   socket.gethostname()), "was killed", id="killed"),
+    pytest.param(CAND_ID, lambda: ("update run set status = 'running', host = 'another-host', heartbeat_at = ?",
+                                   (dt.datetime.now(dt.UTC) - dt.timedelta(hours=3)).isoformat()),
+                 "abandoned", id="abandoned"),
+    pytest.param(CAND_ID, lambda: ("update run set status = 'failed', reason = 'the results disk filled'",),
+                 "failed: the results disk filled", id="failed"),
+    pytest.param(BASE_ID, lambda: ("update run set status = 'interrupted', reason = 'interrupted'",),
+                 "was interrupted", id="baseline-interrupted"),
+]
+
+
+@pytest.mark.parametrize(("run_id", "edit", "words"), INCOMPLETE)
+def test_fail_on_regression_needs_two_complete_runs(run_id, edit, words, pair, monkeypatch, capsys, tmp_path):
+    where = ["--fail-on-regression", "5", "--results-dir", str(pair)]
+    code, _, err = invoke(["compare", BASE_ID, CAND_ID, *where], capsys, monkeypatch)
+    assert code == 0, err  # both complete, nothing changed
+    _edit(pair, run_id, *edit())
+    page = tmp_path / "cmp.html"
+    for fmt in (["--format", "json"], ["--format", "html", "--output", str(page)], []):
+        code, out, err = invoke(["compare", BASE_ID, CAND_ID, *fmt, *where], capsys, monkeypatch)
+        line = assert_one_sentence(code, out, err, f"run {run_id}", words, "--fail-on-regression needs two complete "
+                                   "runs")
+        assert "unexpected" not in line
+    assert not page.exists()  # nothing half-built
+    code, out, err = invoke(["compare", BASE_ID, CAND_ID, "--format", "json", "--results-dir", str(pair)], capsys,
+                            monkeypatch)
+    assert code == 0 and json.loads(out)["schema"] == "capmark.compare/1"  # without the flag: compared, and said

@@ -10,6 +10,7 @@ From stored runs only: no database, no rendering.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,18 @@ class DemandChange:
 
 
 @dataclass
+class StepNotCompared:
+    """A step of one run that did not finish (failed, interrupted) or did no work: no figure, no verdict."""
+
+    jobs: int
+    repeat: int
+    run: str  # baseline | candidate
+    status: str  # the step's own: failed | interrupted | ok (then it completed no unit of work)
+    reason: str  # in words: "the candidate's step was interrupted (...)"
+    rest_compared: bool  # the job count is compared on the run's other repetitions of it
+
+
+@dataclass
 class StepComparison:
     jobs: int
     baseline_repeats: list[int]  # the repetitions used (valid ones, or all when none is valid)
@@ -158,9 +171,14 @@ class TestComparison:
     throughput_label: str
     baseline_ordinal: int
     candidate_ordinal: int
+    baseline_status: str  # the test's: ok | failed | interrupted | running | killed | abandoned
+    baseline_reason: str  # why it is not ok, in words
+    candidate_status: str
+    candidate_reason: str
     steps: list[StepComparison]
     baseline_only_jobs: list[int]
     candidate_only_jobs: list[int]
+    not_compared: list[StepNotCompared]  # steps that did not finish, in either run
     model: ModelChange
     diagnosis: DiagnosisChange
     baseline_curve: Curve
@@ -195,6 +213,8 @@ class Regression:
 class CandidateComparison:
     run: str
     created_at: str
+    status: str  # the run's: complete | running | failed | interrupted | killed | abandoned
+    reason: str  # why it is not complete, in words
     environment: list[EnvironmentDifference]
     tests: list[TestComparison]
     baseline_only_tests: list[str]
@@ -209,6 +229,8 @@ class Comparison(Document):
     SCHEMA = "capmark.compare/1"
     baseline: str
     baseline_created_at: str
+    baseline_status: str  # complete | running | failed | interrupted | killed | abandoned
+    baseline_reason: str  # why it is not complete, in words
     candidates: list[CandidateComparison]
     alpha: float = sig.ALPHA
     method: str = ("Welch's t-test on the logarithms of the repetition values where both runs repeated a job count, "
@@ -220,6 +242,49 @@ class Comparison(Document):
         return [Regression(c.run, t.workload, s.jobs, k.kpm, k.change_pct, bool(s.invalid))
                 for c in self.candidates for t in c.tests for s in t.steps for k in s.kpms
                 if k.verdict == Verdict.SLOWER and k.change_pct is not None and abs(k.change_pct) >= threshold_pct]
+
+    def incomplete(self) -> list[tuple[str, str, str]]:
+        """The runs that are not complete: (run id, status, reason), the baseline first."""
+        runs = [(self.baseline, self.baseline_status, self.baseline_reason),
+                *((c.run, c.status, c.reason) for c in self.candidates)]
+        return [r for r in runs if r[1] != COMPLETE]
+
+    def incomplete_sentence(self) -> str:
+        """Why a verdict for CI (--fail-on-regression) cannot be given, in one sentence; empty when it can."""
+        runs = self.incomplete()
+        if not runs:
+            return ""
+        said = " and ".join(f"run {run} {ended(status, reason)}" for run, status, reason in runs)
+        running = [r for r in runs if r[1] == "running"]
+        if len(running) == len(runs):
+            advice = "compare again when it has finished" if len(runs) == 1 else \
+                "compare again when they have finished"
+        elif running:
+            advice = "compare again when the running one has finished and measure the other again"
+        else:
+            advice = "measure it again" if len(runs) == 1 else "measure them again"
+        return f"{said[0].upper()}{said[1:]}; --fail-on-regression needs two complete runs; {advice}."
+
+
+COMPLETE = "complete"
+
+
+def clause(text: str) -> str:
+    """A stored reason as a clause inside one sentence: one line, its own sentences joined by semicolons."""
+    text = " ".join(text.split()).rstrip(".")
+    return re.sub(r"\.\s+(?=[A-Z])", "; ", text)
+
+
+def ended(status: str, reason: str) -> str:
+    """How a run or a test ended, after its name: "is still running", "failed: the server restarted"."""
+    why = clause(reason)
+    if status == "running":
+        return "is still running"
+    if status == "failed":
+        return f"failed: {why}" if why else "failed"
+    if status in ("killed", "abandoned", "interrupted"):
+        return f"was {status}" + (f" ({why})" if why and why != status else "")
+    return f"ended as '{status}'" + (f" ({why})" if why else "")
 
 
 # --- matching ---------------------------------------------------------------------------------------------------
@@ -251,12 +316,42 @@ def used_steps(steps: list[StepResult]) -> list[StepResult]:
     return sorted(good or steps, key=repeat_of)
 
 
+def finished(step: StepResult) -> bool:
+    """A step that ran to its end and did work; only these are compared."""
+    return step.status == "ok" and step.units > 0
+
+
 def _by_jobs(test: TestResult) -> dict[int, list[StepResult]]:
     out: dict[int, list[StepResult]] = {}
     for s in test.steps:
-        if s.status == "ok" and s.units:
+        if finished(s):
             out.setdefault(s.jobs, []).append(s)
     return out
+
+
+def _step_ended(step: StepResult) -> str:
+    notes = clause("; ".join(step.notes))
+    if step.status == "ok":
+        return "completed no unit of work"
+    how = {"failed": "failed", "interrupted": "was interrupted"}.get(step.status, f"ended as '{step.status}'")
+    return f"{how} ({notes})" if notes else how
+
+
+def not_compared(base_test: TestResult, cand_test: TestResult) -> list[StepNotCompared]:
+    """Every step of either run that did not finish, with the reason; whether its job count is still compared
+    on the run's other repetitions of it."""
+    base_jobs, cand_jobs = _by_jobs(base_test), _by_jobs(cand_test)
+    out = []
+    for name, test, own, other in (("baseline", base_test, base_jobs, cand_jobs),
+                                   ("candidate", cand_test, cand_jobs, base_jobs)):
+        repeated = len({repeat_of(s) for s in test.steps}) > 1
+        for s in test.steps:
+            if finished(s):
+                continue
+            which = f"repetition {repeat_of(s)}" if repeated else "step"
+            out.append(StepNotCompared(s.jobs, repeat_of(s), name, s.status, f"the {name}'s {which} {_step_ended(s)}",
+                                       s.jobs in own and s.jobs in other))
+    return sorted(out, key=lambda n: (n.jobs, n.run != "baseline", n.repeat))
 
 
 # --- figures ----------------------------------------------------------------------------------------------------
@@ -434,10 +529,16 @@ def compare_tests(baseline: RunResult, base_test: TestResult, candidate: RunResu
     steps = [_step_comparison(base_test, cand_test, j, base_jobs[j], cand_jobs[j])
              for j in sorted(set(base_jobs) & set(cand_jobs))]
     _adjust(steps)
+    skipped = not_compared(base_test, cand_test)
+    # a job count whose partner did not finish is said there, not as "without a partner"
+    base_unfinished = {n.jobs for n in skipped if n.run == "baseline"}
+    cand_unfinished = {n.jobs for n in skipped if n.run == "candidate"}
     return TestComparison(
         base_test.workload, base_test.mode, dict(base_test.params), base_test.unit, base_test.throughput_label,
-        base_test.ordinal, cand_test.ordinal, steps, sorted(set(base_jobs) - set(cand_jobs)),
-        sorted(set(cand_jobs) - set(base_jobs)), model_change(baseline, base_test, candidate, cand_test),
+        base_test.ordinal, cand_test.ordinal, base_test.status, base_test.reason, cand_test.status,
+        cand_test.reason, steps, sorted(set(base_jobs) - set(cand_jobs) - cand_unfinished),
+        sorted(set(cand_jobs) - set(base_jobs) - base_unfinished), skipped,
+        model_change(baseline, base_test, candidate, cand_test),
         diagnosis_change(base_test, cand_test), measured_curve(baseline, base_test),
         measured_curve(candidate, cand_test))
 
@@ -478,8 +579,8 @@ def compare_run(baseline: RunResult, candidate: RunResult, progress: Progress | 
         if progress:
             progress(f"comparing {b.workload} with run {candidate.run_id}")
         tests.append(compare_tests(baseline, b, candidate, c))
-    return CandidateComparison(candidate.run_id, candidate.created_at, environment_differences(baseline, candidate),
-                               tests, baseline_only, candidate_only)
+    return CandidateComparison(candidate.run_id, candidate.created_at, candidate.status, candidate.reason,
+                               environment_differences(baseline, candidate), tests, baseline_only, candidate_only)
 
 
 def compare_runs(baseline: RunResult, candidates: list[RunResult], progress: Progress | None = None) -> Comparison:
@@ -497,4 +598,5 @@ def compare_runs(baseline: RunResult, candidates: list[RunResult], progress: Pro
                                f"mode and parameters, with a measured step): the baseline has {mine}; the "
                                f"candidate has {theirs}.")
         out.append(doc)
-    return Comparison(baseline=baseline.run_id, baseline_created_at=baseline.created_at, candidates=out)
+    return Comparison(baseline=baseline.run_id, baseline_created_at=baseline.created_at,
+                      baseline_status=baseline.status, baseline_reason=baseline.reason, candidates=out)

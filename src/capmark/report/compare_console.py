@@ -6,7 +6,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from capmark.analysis.compare import CandidateComparison, Comparison, KpmChange, StepComparison, TestComparison
+from capmark.analysis.compare import (
+    COMPLETE,
+    CandidateComparison,
+    Comparison,
+    KpmChange,
+    StepComparison,
+    TestComparison,
+    ended,
+)
 from capmark.analysis.significance import Verdict
 from capmark.report.console import fmt, fmt_scaled
 
@@ -59,7 +67,12 @@ def kpm_table(test: TestComparison) -> Table:
 
 def _below(test: TestComparison) -> list[str]:
     """What does not fit the table: matching, untested figures, demands, model and diagnosis."""
-    lines = []
+    lines = [f"{test.workload} in the {name} {ended(status, reason)}" for name, status, reason in
+             (("baseline", test.baseline_status, test.baseline_reason),
+              ("candidate", test.candidate_status, test.candidate_reason)) if status != "ok"]
+    for n in test.not_compared:
+        which = f", repetition {n.repeat}," if n.rest_compared else ""
+        lines.append(f"{n.jobs} jobs{which} not compared: {n.reason}")
     if test.baseline_only_jobs or test.candidate_only_jobs:
         lines.append(f"steps without a partner (not compared): baseline {test.baseline_only_jobs or 'none'}, "
                      f"candidate {test.candidate_only_jobs or 'none'} jobs")
@@ -103,8 +116,22 @@ def _demand_lines(steps: list[StepComparison]) -> list[str]:
     return lines
 
 
+def run_lines(doc: Comparison, cand: CandidateComparison) -> list[str]:
+    """How the runs ended, for each that is not complete: its figures are those of the steps it finished."""
+    return [f"{name} {run} {ended(status, reason)}; compared on the steps it finished"
+            for name, run, status, reason in (("baseline", doc.baseline, doc.baseline_status, doc.baseline_reason),
+                                              ("candidate", cand.run, cand.status, cand.reason))
+            if status != COMPLETE]
+
+
 def print_candidate(doc: Comparison, cand: CandidateComparison, console: Console) -> None:
-    console.print(f"Baseline {doc.baseline} vs candidate {cand.run}", style="bold", highlight=False, markup=False)
+    if doc.baseline_status == cand.status == COMPLETE:
+        head = f"Baseline {doc.baseline} vs candidate {cand.run}, both complete"
+    else:
+        head = f"Baseline {doc.baseline} ({doc.baseline_status}) vs candidate {cand.run} ({cand.status})"
+    console.print(head, style="bold", highlight=False, markup=False)
+    for line in run_lines(doc, cand):
+        console.print(line, style="bold red", highlight=False, markup=False)
     for test in cand.tests:
         console.print(kpm_table(test))
         for line in _below(test):

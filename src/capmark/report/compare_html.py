@@ -8,10 +8,10 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from capmark.analysis.compare import CandidateComparison, Comparison, TestComparison
+from capmark.analysis.compare import CandidateComparison, Comparison, TestComparison, ended
 from capmark.errors import CapmarkError
 from capmark.report import plots
-from capmark.report.compare_console import ci_text
+from capmark.report.compare_console import ci_text, run_lines
 from capmark.report.console import fmt, fmt_scaled
 
 
@@ -20,6 +20,7 @@ def _env() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(["j2", "html"]))
     env.filters.update(fmt=fmt, fmt_scaled=fmt_scaled, pct=lambda v: f"{v:+.1f}" if v is not None else "n/a",
                        ci=ci_text, p=lambda v: f"{v:.3g}" if v is not None else "")
+    env.globals.update(ended=ended, run_lines=run_lines)
     return env
 
 
