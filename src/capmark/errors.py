@@ -22,3 +22,7 @@ class RunInterrupted(Exception):
     """The run was stopped by SIGINT/SIGTERM; completed steps are already stored."""
 
     exit_code = 130
+
+
+class LockBlocked(CapmarkError):
+    """capmark gave up waiting for a lock another session holds; the message names that session and what to do."""

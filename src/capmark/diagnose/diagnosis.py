@@ -7,7 +7,7 @@ from typing import Any
 from capmark.diagnose.features import test_view
 from capmark.diagnose.signatures import DETECTORS, Finding
 from capmark.engines import registry
-from capmark.measure.validity import cautions
+from capmark.measure.validity import cautions, problems
 from capmark.results import RunResult, TestResult
 
 
@@ -25,10 +25,14 @@ def diagnose_test(test: TestResult) -> dict[str, Any]:
     information = [f for f in findings if f.severity == "info"]
     findings = [f for f in findings if f.severity != "info"]
     invalid = [{"jobs": s.jobs, "problems": s.problems} for s in view.steps if not s.valid]
-    invalid += [{"jobs": s.jobs, "problems": [f"the step did not complete ({s.status})"]}
-                for s in test.steps if s.status != "ok" or not s.units]
+    invalid += [{"jobs": s.jobs, "problems": problems(s)} for s in test.steps if s.status != "ok" or not s.units]
+    idle = [s for s in test.steps if s.status == "ok" and not s.units]
     if findings:
         summary = f"{len(findings)} finding(s); most likely: {findings[0].name} ({findings[0].level} confidence)"
+    elif idle:  # a step that measured nothing says nothing of bottlenecks, and hides whatever stopped it
+        summary = (f"not diagnosed: {len(idle)} step(s) completed no unit of work ({problems(idle[0])[0]})"
+                   if not view.valid_steps else f"no bottleneck signature fired in the valid steps, but {len(idle)} "
+                   f"step(s) completed no unit of work ({problems(idle[0])[0]})")
     else:
         summary = "clean: no bottleneck signature fired"
     for f in information:
@@ -38,7 +42,7 @@ def diagnose_test(test: TestResult) -> dict[str, Any]:
     flagged = [{"jobs": s.jobs, "cautions": why} for s in test.steps if (why := cautions(s))]
     if flagged:
         summary += f"; {len(flagged)} step(s) shared the host with other busy programs (see the cautions)"
-    return {"workload": test.workload, "unit": test.unit, "summary": summary, "clean": not findings,
+    return {"workload": test.workload, "unit": test.unit, "summary": summary, "clean": not (findings or idle),
             "findings": [f.to_dict() for f in findings], "information": [f.to_dict() for f in information],
             "invalid_steps": invalid, "cautions": flagged,
             "steps": [s.jobs for s in view.steps]}

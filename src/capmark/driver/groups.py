@@ -51,6 +51,8 @@ class JobGroup(Protocol):
 
     def stop(self) -> None: ...
 
+    def cut_short(self) -> None: ...
+
 
 @dataclass
 class StepJobs:
@@ -115,6 +117,11 @@ class ThreadJobs:
         return Outcome([j.tally for j in self.jobs], [j.failure for j in self.jobs if j.failure],
                        net_before=before, net_after=after)
 
+    def cut_short(self) -> None:
+        """End the current phase early: the jobs take a cancel of their statement as the end of it and meet the
+        runner at the next boundary (the step's overrun watch cancels the statements)."""
+        self.stop_event.set()
+
     def stop(self) -> None:
         self.stop_event.set()
         self.barrier.abort()
@@ -167,6 +174,9 @@ class ProcessGroup:
                          "run_delay_s": r.run_delay_s} for r in results],
                        [n for r in results for n in r.net_before], [n for r in results for n in r.net_after])
 
+    def cut_short(self) -> None:
+        self.pool.stop_event.set()  # the jobs in every process see it; their backends are cancelled by pid
+
     def stop(self) -> None:
         self.pool.stop()
 
@@ -206,6 +216,10 @@ class ClusterGroup:
                          "run_delay_s": r.run_delay_s, "node": p.node["node_id"]} for p, r in placed],
                        [n for _p, r in placed for n in r.net_before], [n for _p, r in placed for n in r.net_after],
                        cluster=self.jobs.layout())
+
+    def cut_short(self) -> None:
+        """The actors cannot be told to end a phase early: the overrun watch's cancel ends their statements, which
+        fails the step instead of letting it wait forever."""
 
     def stop(self) -> None:
         self.jobs.stop()

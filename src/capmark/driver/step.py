@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,17 @@ from capmark.workloads import sto
 from capmark.workloads.base import DataSize, ParamValue, Workload
 
 Progress = Callable[[str, float], None]  # phase, seconds left in it
+
+# A phase (warm-up, window) whose jobs are still busy this long after its planned end overruns: the progress line
+# and a message say what the jobs wait for (their wait events, and who holds the lock when they wait on one).
+OVERRUN_MARGIN_S = 5.0
+# Jobs that all wait on a lock this long after the phase's planned end are cancelled and the phase ends: none of
+# them can complete a unit while another session holds the lock, however long its transaction lasts.
+LOCK_OVERRUN_LIMIT_S = 10.0
+# Jobs still busy this long after the planned end are cancelled whatever they wait for (a phase boundary that no
+# job reaches within groups.BARRIER_TIMEOUT_S fails the step without storing it).
+OVERRUN_LIMIT_S = 60.0
+WATCH_POLL_S = 0.5
 
 
 @dataclass
@@ -100,8 +113,9 @@ def _think_s(workload: Workload, params: dict[str, ParamValue], plan: StepPlan) 
 
 
 def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue], size: DataSize, plan: StepPlan,
-             progress: Progress | None = None) -> StepResult:
-    """Run one step; on KeyboardInterrupt every job is cancelled and closed before re-raising."""
+             progress: Progress | None = None, say: Callable[[str], None] | None = None) -> StepResult:
+    """Run one step; on KeyboardInterrupt every job is cancelled and closed before re-raising. A phase that
+    overruns its plan says what the jobs wait for, and ends (jobs cancelled) within a bounded time."""
     progress = progress or (lambda phase, left: None)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     sampler: Sampler | None = None
@@ -115,10 +129,12 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
     try:
         eviction = sto.eviction_status(ctx.control, workload) if sto.evicts(workload) else None
         pids = group.start()
+        watch = OverrunWatch(ctx, engine, group, pids, plan, progress, say or (lambda message: None))
         group.schedule.warmup_end = time.time() + plan.warmup_s
         group.wait()
         _countdown("warm-up", group.schedule.warmup_end, progress, stopping)
-        group.wait()  # warm-up over, statistics flushed
+        with watch.phase("warm-up", group.schedule.warmup_end):
+            group.wait()  # warm-up over, statistics flushed
 
         if not ctx.info.has("force_flush"):
             time.sleep(0.6)  # PostgreSQL 14: the collector publishes every 500 ms
@@ -143,7 +159,8 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         sampler.start()
         group.wait()  # go
         _countdown("measure", group.schedule.measure_end, progress, stopping)
-        group.wait()  # jobs done and flushed
+        with watch.phase("window", group.schedule.measure_end):
+            group.wait()  # jobs done and flushed
         elapsed = time.time() - group.schedule.measure_start
         samples = sampler.stop()
         sampler_cpu = ((_backend_cpu(ctx.host, engine, sampler_conn) or 0.0) - sampler_cpu0
@@ -196,6 +213,9 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
                                               "host_metrics": host_statements},
                      "statements": engine.statements_rule(plan.all_statements)},
     )
+    if watch.record is not None:
+        result.instruments["overrun"] = watch.record
+        result.notes.append(watch.record["sentence"])
     vacuum = autovacuum_note(result.background_series)
     if vacuum:
         result.notes.append(vacuum)
@@ -312,6 +332,85 @@ def _rss_by_role(sample: oscollect.ProcessSample) -> dict[str, int]:
     for role, _u, _s, rss, _shared in sample.procs.values():
         out[role] = out.get(role, 0) + rss
     return out
+
+
+class OverrunWatch:
+    """Watches the jobs while the runner waits for them at the end of a phase: past OVERRUN_MARGIN_S it says what
+    they wait for, and past LOCK_OVERRUN_LIMIT_S (all waiting on a lock) or OVERRUN_LIMIT_S it cancels their
+    statements, so that the phase ends. What it found is stored with the step (instruments.overrun)."""
+
+    def __init__(self, ctx: StepContext, engine: Engine, group: Any, pids: list[int], plan: StepPlan,
+                 progress: Progress, say: Callable[[str], None]) -> None:
+        self.ctx, self.engine, self.group, self.pids, self.plan = ctx, engine, group, pids, plan
+        self.progress, self.say = progress, say
+        self.record: dict[str, Any] | None = None
+
+    @contextlib.contextmanager
+    def phase(self, name: str, until: float) -> Iterator[None]:
+        done = threading.Event()
+        thread = threading.Thread(target=self._watch, args=(name, until, done), name="capmark-overrun", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _watch(self, name: str, until: float, done: threading.Event) -> None:
+        said = cancelled = False
+        while not done.wait(WATCH_POLL_S):
+            over = time.time() - until
+            if over < OVERRUN_MARGIN_S:
+                continue
+            try:
+                found = self._waits(name, over)
+            except Exception:  # noqa: BLE001 - the control session is busy or gone: the barrier's timeout remains
+                continue
+            if found is None:
+                continue
+            all_locked = all(w.startswith("Lock") for w in found["waits"])
+            limit = LOCK_OVERRUN_LIMIT_S if all_locked else OVERRUN_LIMIT_S
+            if not cancelled and over >= limit:
+                cancelled = True
+                found["cancelled"] = True
+                self.group.cut_short()
+                cancel = getattr(self.engine, "cancel_backends", None)
+                with contextlib.suppress(Exception):
+                    if cancel is not None:
+                        cancel(self.ctx.control, self.pids)
+                self.say(f"Step {self.plan.ordinal} ({self.plan.jobs} job{'s' if self.plan.jobs != 1 else ''}): "
+                         f"{found['sentence']}; capmark cancelled the jobs' statements.")
+            found["cancelled"] = cancelled or found.get("cancelled", False)
+            self.record = found
+            if not said:
+                said = True
+                self.say(f"Step {self.plan.ordinal} ({self.plan.jobs} job{'s' if self.plan.jobs != 1 else ''}): "
+                         f"{found['sentence']}.")
+            self.progress(f"{name} {over:.0f} s past its plan, jobs wait for "
+                          f"{', '.join(found['waits'])}" + ("" if cancelled else ", cancelled in"),
+                          max(0.0, limit - over))
+
+    def _waits(self, name: str, over: float) -> dict[str, Any] | None:
+        """What the jobs still busy wait for, and who keeps them waiting on a lock; None when none is busy."""
+        sample = self.engine.sample_activity(self.ctx.control, self.ctx.info, self.pids, self.pids)
+        busy = Counter(w for w in sample.waits if not w.startswith("Client:"))
+        if not busy:
+            return None
+        blockers_of = getattr(self.engine, "lock_blockers", None)
+        blockers = blockers_of(self.ctx.control, self.pids) if blockers_of is not None else []
+        waits = ", ".join(f"{n} on {w}" for w, n in busy.most_common())
+        sentence = f"the {name} ran {over:.0f} s past its plan of {self._planned(name):g} s, jobs still waiting: {waits}"
+        if blockers:
+            sentence += "; " + "; ".join(f"{b['describe']} holds the lock on {', '.join(b['relations']) or 'it'}"
+                                         for b in blockers)
+            sentence += (f" (end that session, e.g. select pg_terminate_backend({blockers[0]['pid']}), or wait until "
+                         "its transaction ends)")
+        return {"phase": name, "over_s": round(over, 1), "planned_s": self._planned(name),
+                "window_s": self.plan.duration_s, "waits": dict(busy),
+                "blockers": blockers, "cancelled": False, "sentence": sentence}
+
+    def _planned(self, name: str) -> float:
+        return self.plan.warmup_s if name == "warm-up" else self.plan.duration_s
 
 
 def _countdown(phase: str, until: float, progress: Progress, stop: threading.Event) -> None:

@@ -33,6 +33,11 @@ OTHER_PROCESSES_SHARE = 0.05
 OTHER_PROCESSES_INVALID_SHARE = 0.25
 
 
+# A window that ended this long after its plan (jobs still busy at its end: a lock another session held, a unit
+# far longer than the window) measured a longer, different window than planned: its throughput is not the plan's.
+OVERRUN_TOLERANCE_S = 5.0
+
+
 # A node whose clock offset to the runner is known only to more than 1 % of the window may have started or ended
 # its jobs' window that far from the others': the step's throughput and series are then off by as much.
 CLOCK_UNCERTAINTY_SHARE = 0.01
@@ -182,8 +187,11 @@ def problems(step: StepResult) -> list[str]:
         out.append(f"the step did not complete ({step.status})")
         return out
     if not step.units:
-        out.append("no unit of work completed")
+        out.append(no_units(step))
         return out
+    overrun = window_overrun(step)
+    if overrun:
+        out.append(overrun)
     if step.driver_cpu and step.elapsed_s:
         out.extend(_driver_saturation(step))
     out.extend(cluster_problems(step))
@@ -207,6 +215,52 @@ def problems(step: StepResult) -> list[str]:
         out.append(f"Little's law does not balance: jobs / (throughput x (response + think)) is off by {gap:+.0%} "
                    "(jobs spent time outside measured units, e.g. a checkpoint between slices, or counts are off)")
     return out
+
+
+def _planned_s(step: StepResult) -> float:
+    """The planned window: stored by the overrun watch, else one entry of the 1 s series per planned second."""
+    window = ((step.instruments or {}).get("overrun") or {}).get("window_s")
+    return float(window) if window is not None else float(len(step.series_units))
+
+
+def _what_jobs_waited_for(step: StepResult) -> str:
+    """What the step's overrun watch saw the jobs wait for, with the session holding a lock ('' when none)."""
+    overrun = (step.instruments or {}).get("overrun") or {}
+    blockers = overrun.get("blockers") or []
+    if blockers:
+        b = blockers[0]
+        since = f", its transaction started at {b['xact_start']}" if b.get("xact_start") else ""
+        app = f"application '{b['application_name']}'" if b.get("application_name") else "no application_name"
+        return (f"every job waited on a lock held by pid {b['pid']} ({app}, user {b.get('user') or '?'}{since})"
+                + (f" on {', '.join(b['relations'])}" if b.get("relations") else ""))
+    waits = overrun.get("waits") or {}
+    return f"the jobs waited for {', '.join(waits)}" if waits else ""
+
+
+def no_units(step: StepResult) -> str:
+    """Why a step completed no unit, as far as the step knows: the window, and what its jobs waited for."""
+    planned = _planned_s(step)
+    sentence = f"no unit completed in the {planned:g} s window" if planned else "no unit completed"
+    why = _what_jobs_waited_for(step)
+    overrun = (step.instruments or {}).get("overrun") or {}
+    if why:
+        sentence += f": {why}"
+        if overrun.get("phase") == "warm-up":
+            sentence += " from the warm-up on"
+        if overrun.get("cancelled"):
+            sentence += f" (capmark cancelled them {overrun.get('over_s', 0):g} s past the {overrun['phase']}'s plan)"
+    return sentence
+
+
+def window_overrun(step: StepResult) -> str:
+    """A window that ran more than OVERRUN_TOLERANCE_S past its plan: the step measured another window."""
+    planned = _planned_s(step)
+    over = step.elapsed_s - planned
+    if not planned or over <= OVERRUN_TOLERANCE_S:
+        return ""
+    why = _what_jobs_waited_for(step)
+    return (f"the window ran {over:.0f} s past its plan of {planned:g} s (jobs were still busy at its end"
+            + (f": {why}" if why else "") + ")")
 
 
 def is_valid(step: StepResult) -> bool:

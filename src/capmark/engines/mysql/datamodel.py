@@ -20,14 +20,15 @@ every fill appends in primary-key order, dropped after the fill); it works alike
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.connection import DATABASE
 from capmark.engines.mysql.grants import ALL, account, granted, lines
-from capmark.errors import CapmarkError
+from capmark.errors import CapmarkError, LockBlocked
 
 MODEL_VERSION = 1
 RING_JOBS = 32  # jobs beyond this share WAL ring slots (job % RING_JOBS), as on PostgreSQL
@@ -320,12 +321,49 @@ def refuse_if_others_depend(conn: Any, names: list[str]) -> None:
 # setup
 
 
+# The longest capmark's control session waits for a table's metadata lock or a row lock another session holds
+# (setup, warming the cache): the run then names the sessions with an open transaction instead of waiting on.
+LOCK_WAIT_LIMIT_S = 10
+ER_LOCK_WAIT_TIMEOUT = 1205  # both InnoDB's row lock wait and a metadata lock wait that ran out
+_OPEN_TRANSACTIONS = ("select t.trx_mysql_thread_id, coalesce(p.user, ''), coalesce(p.command, ''), t.trx_started, "
+                      "coalesce(left(p.info, 80), '') from information_schema.innodb_trx t left join "
+                      "information_schema.processlist p on p.id = t.trx_mysql_thread_id "
+                      "where t.trx_mysql_thread_id <> connection_id() order by t.trx_started")
+
+
+@contextmanager
+def _bounded(conn: Any, what: str) -> Iterator[None]:
+    """Lock waits of this session end after LOCK_WAIT_LIMIT_S; one that ran out names the open transactions."""
+    q.run(conn, f"set session lock_wait_timeout = {LOCK_WAIT_LIMIT_S}, "
+                f"innodb_lock_wait_timeout = {LOCK_WAIT_LIMIT_S}")
+    try:
+        yield
+    except Exception as err:
+        if not (getattr(err, "args", ()) and err.args[0] == ER_LOCK_WAIT_TIMEOUT):
+            raise
+        try:
+            open_trx = q.rows(conn, _OPEN_TRANSACTIONS)
+        except Exception:  # noqa: BLE001 - no PROCESS privilege: say what capmark waited for all the same
+            open_trx = []
+        held = "; ".join(f"connection {tid} (user {user or '?'}, {command or 'idle'}, its transaction started at "
+                         f"{started}{f': {info!r}' if info else ''})" for tid, user, command, started, info in open_trx)
+        raise LockBlocked(f"capmark waited {LOCK_WAIT_LIMIT_S} s for a lock {what} and gave up"
+                          + (f"; open transactions: {held}; end the one holding it (KILL <connection>) or wait "
+                             "until it commits, then run again." if held else "; run again when the session "
+                             "holding it has committed.")) from None
+
+
 def setup(conn: Any, sizes: dict[str, int], say: Say = print) -> float:
     """Create or rebuild the data model, or only the tables of a model in place that were dropped or emptied since;
     returns the seconds it took (0 when everything was in place).
 
     The connection must be in autocommit mode (DDL commits anyway). One capmark run builds at a time: the others
     wait on the named lock, then find the model in place."""
+    with _bounded(conn, f"on a table of database {DATABASE} to set up its data model"):
+        return _setup(conn, sizes, say)
+
+
+def _setup(conn: Any, sizes: dict[str, int], say: Say) -> float:
     s = _sizes(sizes)
     check_privileges(conn)
     if not plan(conn, s) and not damage(conn, s):
@@ -431,6 +469,11 @@ def warm_cache(conn: Any, names: list[str], say: Say = print) -> None:
     """Read tables and every index of theirs into the InnoDB buffer pool so SRV workloads start from a warm cache:
     the clustered index by a scan that may use no secondary index, then each secondary index by a count forced
     through it."""
+    with _bounded(conn, f"on {', '.join(f'{DATABASE}.{t}' for t in names)} to warm the buffer pool"):
+        _warm(conn, names, say)
+
+
+def _warm(conn: Any, names: list[str], say: Say) -> None:
     for table in names:
         indexes = [row[0] for row in q.rows(
             conn, "select distinct index_name from information_schema.statistics where table_schema = %s "

@@ -9,7 +9,7 @@ import psycopg
 
 from capmark.engines import postgres as pg
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
-from capmark.engines.postgres import activity, datamodel, maintenance, stats
+from capmark.engines.postgres import activity, datamodel, locks, maintenance, stats
 from capmark.engines.postgres import advice as postgres_advice
 from capmark.engines.postgres import counters as pgcounters
 from capmark.engines.postgres.session import ClientSession
@@ -40,11 +40,15 @@ class PostgresEngine:
 
     def prepare_control(self, conn: Any) -> None:
         """If capmark is killed (SIGKILL) inside a long statement such as the data setup, the server notices the
-        closed socket and cancels the statement instead of finishing it for nobody."""
+        closed socket and cancels the statement instead of finishing it for nobody. A lock another session holds
+        on a table capmark needs stops the run after locks.LOCK_WAIT_LIMIT_S, naming that session, instead of
+        stretching it for as long as the other transaction lasts."""
         conn.execute("select set_config('client_connection_check_interval', %s, false)", (CONTROL_CLIENT_CHECK,))
+        locks.bound_waits(conn)
 
     def execute(self, conn: Any, sql: str) -> None:
-        conn.execute(sql)
+        with locks.bounded(conn, "to prepare a test"):
+            conn.execute(sql)
 
     def server_started(self, conn: Any) -> str:
         return str(one_row(conn.execute("select pg_postmaster_start_time()"))[0])
@@ -93,13 +97,24 @@ class PostgresEngine:
                 "capmark's role or database")
 
     def setup_datamodel(self, conn: Any, size: DataSize, say: Callable[[str], None]) -> float:
-        return datamodel.setup(conn, size, say=say)
+        with locks.bounded(conn, "on a table of schema capmark to set up its data model"):
+            return datamodel.setup(conn, size, say=say)
 
     def warm_cache(self, conn: Any, tables: list[str], say: Callable[[str], None]) -> None:
-        datamodel.warm_cache(conn, tables, say=say)
+        with locks.bounded(conn, f"on {', '.join(f'capmark.{t}' for t in tables)} to warm the buffer cache"):
+            datamodel.warm_cache(conn, tables, say=say)
 
     def install_procedures(self, conn: Any, ddl: list[str]) -> None:
-        datamodel.install_procedures(conn, ddl)
+        with locks.bounded(conn, "to install its server-side procedures"):
+            datamodel.install_procedures(conn, ddl)
+
+    # Not in the Engine protocol (an engine may lack them): what keeps a step's jobs waiting on a lock, and
+    # cancelling the jobs' statements by their backends (the driver's overrun watch, driver/step.py).
+    def lock_blockers(self, conn: Any, pids: list[int]) -> list[dict[str, Any]]:
+        return locks.lock_blockers(conn, pids)
+
+    def cancel_backends(self, conn: Any, pids: list[int]) -> None:
+        locks.cancel_backends(conn, pids)
 
     def client_statement(self, name: str, postgres_sql: str) -> str | None:
         return postgres_sql  # the catalogue is written in PostgreSQL's SQL
