@@ -15,9 +15,11 @@ import ctypes
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing import connection as mp_connection
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -35,6 +37,18 @@ READY_TIMEOUT_S = 60.0  # connecting and preparing a process's jobs; a server th
 RESULT_TIMEOUT_S = 30.0  # sending a process's tallies back after its jobs ended
 POLL_S = 0.2  # how often the runner looks for a dead worker while it waits at the barrier
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent dies (no orphaned workers)
+
+
+# The step's barrier and stop event are named semaphores, which multiprocessing's resource tracker (a process of
+# its own) removes when capmark ends without removing them (a SIGKILL): it then warns about "leaked semaphore
+# objects" on the user's terminal. The removal is the cleanup wanted; the warning is noise. The tracker takes its
+# warning filters from this interpreter's -W options when it starts.
+TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
+def _quiet_resource_tracker() -> None:
+    if TRACKER_QUIET not in sys.warnoptions:
+        sys.warnoptions.append(TRACKER_QUIET)
 
 
 class WorkerFailed(Exception):
@@ -96,8 +110,51 @@ class SharedSchedule:
 
 
 def _die_with_parent() -> None:
+    """End this worker, quietly, when capmark ends, however it ends (a SIGKILL included).
+
+    A worker's parent is the forkserver, not capmark, so the parent-death signal fires when the forkserver ends;
+    and the forkserver ends only when every holder of its "alive" pipe has closed it, which multiprocessing hands
+    to every process it forks. A worker that kept it kept its own parent alive: the forkserver, the workers and
+    their sessions outlived a killed capmark. So the worker closes it (the forkserver then ends with capmark) after
+    asking for the signal: while the worker holds the pipe its parent cannot have ended before the prctl.
+
+    The signal is the backstop; first a watchdog thread waits on capmark's end of the pipe multiprocessing keeps
+    for it (multiprocessing.parent_process().sentinel) and ends the worker as soon as capmark is gone, closing
+    its connections so that their server sessions end at once."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
+
+
+_GONE = (BrokenPipeError, ConnectionResetError, EOFError)  # capmark's end of the pipe closed: it has ended
+
+
+def _watch_parent(conns: list[Any]) -> None:
+    """A daemon thread that ends the worker without a word once capmark has ended (see _die_with_parent)."""
+    parent = mp.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch() -> None:
+        mp_connection.wait([parent.sentinel])
+        _leave(conns)
+
+    threading.Thread(target=watch, name="capmark-parent-watch", daemon=True).start()
+
+
+def _leave(conns: list[Any]) -> None:
+    """Close the connections (their server sessions end now) and end the process: nobody is left to report to."""
+    for conn in list(conns):
+        with contextlib.suppress(Exception):
+            conn.close()
+    os._exit(0)
 
 
 class JobsInProcess:
@@ -105,14 +162,15 @@ class JobsInProcess:
     connection opened and its statements prepared, the jobs run as threads, and their tallies with the process's
     CPU over the window handed back. Raises (with the connections closed) when a job cannot start."""
 
-    def __init__(self, spec: WorkerSpec, barrier: Any, schedule: Any, stop_event: Any) -> None:
+    def __init__(self, spec: WorkerSpec, barrier: Any, schedule: Any, stop_event: Any,
+                 opened: list[Any] | None = None) -> None:
         from capmark.engines import registry as engines
         from capmark.workloads import registry
 
         self.spec = spec
         self.engine = engines.named(spec.info.engine)
         workload = registry.resolve(spec.workload)
-        self.conns: list[Any] = []
+        self.conns: list[Any] = opened if opened is not None else []  # filled as they open
         try:
             for index in spec.jobs:
                 conn = self.engine.connect(spec.dsn, application_name=f"capmark job {index}")
@@ -154,14 +212,19 @@ def worker_main(spec: WorkerSpec, barrier: Any, schedule: SharedSchedule, stop: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the runner handles Ctrl-C and stops the jobs through `stop`
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
+    conns: list[Any] = []  # the connections open so far, for the watchdog to close
+    _watch_parent(conns)
     try:
-        jobs = JobsInProcess(spec, barrier, schedule, _EventView(stop))
-    except Exception as err:  # noqa: BLE001 - the runner reports it for these jobs
-        pipe.send(("failed", first_line(err)))
-        return
-    pipe.send(("ready", jobs.backend_pids))
-    jobs.start()
-    pipe.send(("done", jobs.join()))
+        try:
+            jobs = JobsInProcess(spec, barrier, schedule, _EventView(stop), opened=conns)
+        except Exception as err:  # noqa: BLE001 - the runner reports it for these jobs
+            pipe.send(("failed", first_line(err)))
+            return
+        pipe.send(("ready", jobs.backend_pids))
+        jobs.start()
+        pipe.send(("done", jobs.join()))
+    except _GONE:
+        _leave(conns)
 
 
 class _EventView:
@@ -219,6 +282,7 @@ class ProcessJobs:
     boundary (as it would at the threads' barrier), then results(); stop() at any time ends everything."""
 
     def __init__(self, specs: list[WorkerSpec], jobs: int) -> None:
+        _quiet_resource_tracker()
         self.specs = specs
         self.barrier = CONTEXT.Barrier(jobs + 1)
         self.schedule = SharedSchedule()
