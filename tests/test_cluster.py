@@ -25,7 +25,9 @@ CPUS_PER_NODE = 2  # logical CPUs each node offers: two job processes per node f
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(tmp_path_factory):
+    patch = pytest.MonkeyPatch()
+    patch.setenv("CAPMARK_LOG_DIR", str(tmp_path_factory.mktemp("logs")))  # Ray's log file, not in the home folder
     cluster = ray_cluster_utils.Cluster(initialize_head=True,
                                         head_node_args={"num_cpus": CPUS_PER_NODE, "include_dashboard": False})
     cluster.add_node(num_cpus=CPUS_PER_NODE)
@@ -37,6 +39,7 @@ def ray_cluster():
     # (the latency sampling comparison read the server's lookups 30 % slower with them running)
     ray.shutdown()
     cluster.shutdown()
+    patch.undo()
 
 
 def _run(dsn: str, results: Path, workload: str, cluster: str | None, duration: float = 2.0,

@@ -8,17 +8,27 @@ local barrier, then releases them all with the step's plan in the runner's clock
 into its own node's clock with the offset measured when the step started (a few round-trip pings, keeping the
 fastest), so every job ends its window at the same instant wherever it runs. Each actor sends back its jobs'
 tallies and its process's CPU over the window, with the node it ran on.
+
+Ray's own messages (its loggers and its warnings) go to a log file, never to the terminal; a cluster that is gone
+mid-run (its head node dead or unreachable, the connection to it lost) raises ClusterLost, which ends the run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import signal
 import socket
 import threading
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import platformdirs
 
 from capmark.driver.jobs import Schedule
 from capmark.driver.procs import JobsInProcess, WorkerResult, WorkerSpec, first_line, split_jobs
@@ -34,13 +44,23 @@ ACTOR_CONCURRENCY = 4  # an actor answers "stop" while it waits for its jobs at 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"  # the same running kernel: the same host
 
 INSTALL_HINT = "install it with pip install 'capmark[cluster]' on this host and on every node of the cluster"
+LOG_DIR_ENV = "CAPMARK_LOG_DIR"  # where Ray's log file goes (default: capmark's log folder, platformdirs)
+LOG_NAME = "ray.log"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_joined: dict[str, Any] = {"address": None, "log": None}  # the cluster this process joined (Ray's state is global)
 
 
 def _ray() -> Any:
+    # A Ray call made while no cluster is joined (or after the connection to it was lost) must fail, not start a new
+    # local Ray cluster on this host, which is what Ray does by default.
+    os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
     try:
         import ray
+        import ray._private.auto_init_hook as auto_init
     except ImportError:
         raise CapmarkError(f"--cluster needs Ray, which is not installed; {INSTALL_HINT}.") from None
+    auto_init.enable_auto_connect = False  # read when Ray was imported, maybe before the line above
     return ray
 
 
@@ -50,17 +70,144 @@ def join(address: str) -> dict[str, Any]:
     ray = _ray()
     if not ray.is_initialized():
         _answers(address)
+        log = _ray_to_log_file(address)
+        _joined.update(log=log)
+        sigterm = signal.getsignal(signal.SIGTERM)  # ray.init puts its own in, which exits at once
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="WARNING", configure_logging=False)
+            # configure_logging: Ray sets its format and level on its logger's handlers (the log file's); without
+            # it, Ray would take that handler away, and its messages would reach the terminal after all
+            ray.init(address=address, log_to_driver=False, logging_level="INFO", configure_logging=True)
         except Exception as err:  # noqa: BLE001 - Ray raises several kinds for an unreachable or unknown address
             raise CapmarkError(f"capmark could not join the Ray cluster at {address}: {first_line(err)}; start one "
                                "with ray start --head on the head node (and ray start --address HEAD:6379 on the "
                                "others), then pass --cluster ray://HEAD:10001, or --cluster auto on a node of it."
                                ) from None
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+        finally:
+            if threading.current_thread() is threading.main_thread() and sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)  # capmark's: a run ends interrupted, exit 130
+        _attach(log)  # again: the loggers of Ray's client modules that ray.init imported
+        _client_stream_to_log(ray)
+        _joined.update(address=address)
+    with lost_as_one_sentence():
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
     return {"address": address, "nodes": [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"],
                                             "cpus": int(n.get("Resources", {}).get("CPU", 0))} for n in nodes],
             "ray_version": ray.__version__}
+
+
+def log_file() -> Path:
+    """Ray's log file on this host: CAPMARK_LOG_DIR/ray.log, else ray.log in capmark's log folder."""
+    return Path(os.environ.get(LOG_DIR_ENV) or platformdirs.user_log_dir("capmark")).expanduser() / LOG_NAME
+
+
+class _RayLog(logging.FileHandler):
+    """The handler that takes Ray's log records to the log file (one at a time on the "ray" logger)."""
+
+
+def _ray_to_log_file(address: str) -> Path:
+    """From now on in this process, Ray's log records and warnings go to the log file instead of the terminal:
+    Ray's client reports a lost connection, its reconnection attempts and their end as log lines and warnings of
+    its own, from its own threads."""
+    path = log_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as err:
+        raise CapmarkError(f"capmark could not write Ray's log file {path} ({err.strerror or err}); set "
+                           f"{LOG_DIR_ENV} to a folder you can write.") from None
+    _attach(path)
+    if warnings.showwarning is not _show_warning:
+        _show_warning.previous = warnings.showwarning  # type: ignore[attr-defined]
+        warnings.showwarning = _show_warning
+    logging.getLogger("ray").info("capmark (process %d) joins the Ray cluster at %s", os.getpid(), address)
+    return path
+
+
+def _attach(path: Path) -> None:
+    """The log file as the only handler of Ray's logger, and of each of its module loggers that keeps its records
+    to itself (the client's log stream does): Ray's own handler writes to the terminal, and without any handler
+    Python prints a warning there."""
+    names = ["ray", *(name for name, lg in logging.Logger.manager.loggerDict.items()
+                      if name.startswith("ray.") and isinstance(lg, logging.Logger) and not lg.propagate)]
+    for name in names:
+        logger = logging.getLogger(name)
+        if any(isinstance(h, _RayLog) and h.baseFilename == os.path.abspath(path) for h in logger.handlers):
+            continue
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+            if isinstance(old, _RayLog):
+                old.close()
+        handler = _RayLog(path, encoding="utf-8")
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def _client_stream_to_log(ray: Any) -> None:
+    """What the cluster's side of a Ray client connection prints (its process's stdout and stderr, streamed to this
+    one) goes to the log file too; Ray's client would print it on the terminal."""
+    with contextlib.suppress(Exception):  # not a client connection (--cluster auto, a head's GCS address)
+        log_client = ray.util.client.ray.get_context().client_worker.log_client
+        log_client.stdstream = lambda level, msg: logging.getLogger("ray.util.client.logsclient").log(
+            logging.WARNING if level == -2 else logging.INFO, "%s", msg.rstrip())
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """Ray's warnings to its log file; every other warning as before."""
+    if f"{os.sep}ray{os.sep}" in filename:
+        if _joined["log"]:
+            _attach(_joined["log"])
+        logging.getLogger("ray").warning("%s", warnings.formatwarning(message, category, filename, lineno, line).strip())
+    else:
+        _show_warning.previous(message, category, filename, lineno, file, line)  # type: ignore[attr-defined]
+
+
+_show_warning.previous = warnings.showwarning  # type: ignore[attr-defined]
+
+
+class ClusterLost(CapmarkError):
+    """The cluster this process joined is gone mid-run (its head node dead or unreachable, or Ray's connection to it
+    lost for good): the run cannot go on. Its message names the cluster and where Ray's own account of it is."""
+
+
+def _gone() -> bool:
+    """Whether the cluster is gone: Ray no longer connected to it, or nothing answering at its address."""
+    try:
+        if not _ray().is_initialized():
+            return True
+    except Exception:  # noqa: BLE001 - Ray's client raises when its connection is closed
+        return True
+    address = _joined["address"]
+    if address and address != "auto":
+        try:
+            _answers(address)
+        except CapmarkError:
+            return True
+    return False
+
+
+def _lost(err: BaseException) -> ClusterLost:
+    logging.getLogger("ray").warning("capmark: the Ray cluster at %s is gone: %s: %s", _joined["address"],
+                                     type(err).__name__, err)
+    return ClusterLost(f"the Ray cluster at {_joined['address'] or 'auto'} stopped answering (its head node is gone or "
+                       f"unreachable; Ray's own messages are in {_joined['log'] or log_file()}); start the cluster "
+                       "again and rerun")
+
+
+@contextlib.contextmanager
+def lost_as_one_sentence() -> Iterator[None]:
+    """Whatever Ray raises once the cluster is gone becomes ClusterLost; while it is there, errors go on as they
+    are (a node lost, a job's failure)."""
+    try:
+        yield
+    except ClusterLost:
+        raise
+    except Exception as err:
+        if _gone():
+            raise _lost(err) from None
+        raise
 
 
 def _answers(address: str) -> None:
@@ -68,6 +215,9 @@ def _answers(address: str) -> None:
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):  # config's check, for callers in code
+        raise CapmarkError(f"The port '{port}' in --cluster '{address}' is not a number from 1 to 65535; write e.g. "
+                           "ray://HEAD:10001.")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
     except OSError as err:
@@ -77,15 +227,18 @@ def _answers(address: str) -> None:
 
 
 def leave() -> None:
-    """Disconnect from the cluster (the cluster itself goes on)."""
+    """Disconnect from the cluster (the cluster itself goes on; when it is gone, there is nothing to leave)."""
     ray = _ray()
-    if ray.is_initialized():
-        ray.shutdown()
+    with contextlib.suppress(Exception):  # Ray's client raises on a connection that is already closed
+        if ray.is_initialized():
+            ray.shutdown()
+    _joined.update(address=None)
 
 
 def cluster_cpus() -> int:
     """CPUs the cluster offers to actors (Ray's logical CPUs, one per core unless a node was started otherwise)."""
-    return int(_ray().available_resources().get("CPU", 0))
+    with lost_as_one_sentence():
+        return int(_ray().available_resources().get("CPU", 0))
 
 
 def _node_facts() -> dict[str, Any]:
@@ -201,6 +354,10 @@ class RayJobs:
         self.clocks: dict[str, dict[str, float]] = {}  # node id -> offset_s, uncertainty_s
 
     def start(self) -> list[int]:
+        with lost_as_one_sentence():
+            return self._start()
+
+    def _start(self) -> list[int]:
         ray = self.ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -245,6 +402,10 @@ class RayJobs:
             self.clocks[node] = {"offset_s": best[0], "uncertainty_s": best[1]}
 
     def wait(self, timeout: float, plan: tuple[float, float, float]) -> None:
+        with lost_as_one_sentence():
+            self._wait(timeout, plan)
+
+    def _wait(self, timeout: float, plan: tuple[float, float, float]) -> None:
         failures = [f for fs in self._get([p.handle.arrive.remote(timeout) for p in self.placed], timeout + 30)
                     for f in fs]
         if failures:
@@ -254,7 +415,8 @@ class RayJobs:
             raise RuntimeError("; ".join(failures))
 
     def results(self) -> list[tuple[Placed, WorkerResult]]:
-        results = self._get([p.handle.result.remote() for p in self.placed], RESULT_TIMEOUT_S)
+        with lost_as_one_sentence():
+            results = self._get([p.handle.result.remote() for p in self.placed], RESULT_TIMEOUT_S)
         self._release_actors()
         return list(zip(self.placed, results, strict=True))
 
@@ -283,8 +445,8 @@ class RayJobs:
 
     def stop(self) -> None:
         ray = self.ray
-        stops = [p.handle.stop.remote() for p in self.placed]
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a cluster that is gone took the actors with it
+            stops = [p.handle.stop.remote() for p in self.placed]
             ray.wait(stops, num_returns=len(stops), timeout=STOP_TIMEOUT_S)
         self._release_actors()
 
@@ -319,4 +481,5 @@ def actors_for(jobs: int, requested: int | None) -> int:
     return max(1, min(jobs, requested or cluster_cpus() or 1))
 
 
-__all__ = ["RayJobs", "JobHost", "NodeLost", "join", "leave", "actors_for", "split_jobs", "jobs_named"]
+__all__ = ["RayJobs", "JobHost", "NodeLost", "ClusterLost", "join", "leave", "log_file", "actors_for", "split_jobs",
+           "jobs_named"]

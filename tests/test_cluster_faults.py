@@ -1,0 +1,144 @@
+"""A Ray cluster that fails under a run, and cluster addresses that are wrong: a head node that dies mid-run fails the
+run (exit 1) with one sentence naming the cluster, keeps the completed steps, and no line of Ray's reaches the
+console (Ray's own messages go to its log file); a port outside 1-65535 is refused as such before anything is
+contacted (exit 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from capmark.config import RunSpec
+from capmark.errors import CapmarkError
+from capmark.store import load_run
+
+pytest.importorskip("ray")
+
+CAPMARK = [str(Path(sys.executable).with_name("capmark"))]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _capmark(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([*CAPMARK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "CAPMARK_DEBUG": "", **(env or {})}, **kw)
+
+
+@pytest.fixture()
+def ray_head():
+    """A one-node Ray cluster of its own (`ray start --head` in a temporary folder, in a process group of its own),
+    so that the test can kill every process of its head node and no other cluster's."""
+    temp = Path(tempfile.mkdtemp(prefix="cmray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    client_port = _free_port()
+    start = subprocess.Popen([RAY, "start", "--head", f"--port={_free_port()}", f"--ray-client-server-port={client_port}",
+                              "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+                              f"--temp-dir={temp}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    assert start.wait(timeout=120) == 0
+    group = start.pid  # the head's daemons are left in the process group `ray start` led
+
+    def kill() -> None:
+        with contextlib.suppress(ProcessLookupError):  # already gone
+            os.killpg(group, signal.SIGKILL)
+
+    yield f"ray://127.0.0.1:{client_port}", kill
+    kill()
+
+
+def _stored_steps(results: Path) -> int:
+    for db in results.glob("*/results.sqlite"):
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                return conn.execute("select count(*) from step").fetchone()[0]
+        except sqlite3.Error:
+            return 0
+    return 0
+
+
+def test_a_head_that_dies_mid_run_fails_the_run_in_one_sentence_and_ray_stays_off_the_console(embedded_dsn, tmp_path,
+                                                                                             ray_head):
+    address, kill_head = ray_head
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    run = _capmark("run", "srv-query1", "--mode", "client", "--jobs", "1,2", "--warmup", "0.5", "--duration", "6",
+                   "--dsn", embedded_dsn, "--results-dir", str(results), "--cluster", address,
+                   env={"CAPMARK_LOG_DIR": str(logs)})
+    deadline = time.time() + 180
+    while _stored_steps(results) < 1 and run.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert run.poll() is None and _stored_steps(results) == 1, run.communicate()
+    time.sleep(3.0)  # into the second step's measured window
+    kill_head()
+    out, err = run.communicate(timeout=180)
+    assert run.returncode == 1, (out, err)
+    # the console: capmark's own sentences only, however Ray's client ended (at start, during the run, at its death)
+    text = " ".join(err.split())
+    assert "unexpected" not in (out + err).lower() and "Traceback" not in out + err, (out, err)
+    assert err.count("capmark:") == 1 and text.startswith("capmark: The run failed:"), err
+    assert f"the Ray cluster at {address} stopped answering" in text, err
+    ray_lines = [line for line in out.splitlines() if re.search(r"\bray\b", line, re.I)]
+    assert all(line.startswith("Client-side jobs run on the Ray cluster at") for line in ray_lines), out
+    # Ray's own account of it is in the log file the message names
+    log = logs / "ray.log"
+    assert str(log) in text, err
+    assert "ray.util.client" in log.read_text(), log.read_text()
+    # the completed step is kept, and the run says why it failed
+    stored = load_run(next(results.iterdir()))
+    assert stored.status == "failed" and address in stored.reason and "stopped answering" in stored.reason
+    steps = stored.tests[0].steps
+    assert [(s.jobs, s.status) for s in steps] == [(1, "ok")]
+
+
+@pytest.mark.parametrize("address", ["ray://127.0.0.1:99999", "ray://127.0.0.1:0", "ray://127.0.0.1:abc",
+                                     "127.0.0.1:70000", "ray://[::1]:65536", "ray://head:00000"])
+def test_a_port_outside_1_to_65535_is_refused_as_such(address):
+    with pytest.raises(CapmarkError, match=r"port .* is not a number from 1 to 65535"):
+        RunSpec(workloads=["srv-query1"], mode="client", cluster=address).validate()
+
+
+def test_a_wrong_port_exits_2_before_anything_is_contacted(tmp_path):
+    run = _capmark("run", "srv-query1", "--mode", "client", "--dsn", "postgresql://nobody@127.0.0.1:1/none",
+                   "--results-dir", str(tmp_path / "results"), "--cluster", "ray://127.0.0.1:99999",
+                   env={"CAPMARK_LOG_DIR": str(tmp_path / "logs")})
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 2, (out, err)
+    text = " ".join(err.split())
+    assert text == ("capmark: The port '99999' in --cluster 'ray://127.0.0.1:99999' is not a number from 1 to 65535; "
+                    "write e.g. ray://HEAD:10001."), err
+    assert "refused" not in text and not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+
+
+def test_sigterm_on_a_cluster_run_interrupts_it_as_anywhere(embedded_dsn, tmp_path, ray_head):
+    """Joining a cluster (ray.init) sets a SIGTERM handler of Ray's that exits at once: capmark's own must stay, so
+    the run is marked interrupted and exits 130, as without a cluster."""
+    address, _kill_head = ray_head
+    results = tmp_path / "results"
+    run = _capmark("run", "srv-query1", "--mode", "client", "--jobs", "1,2", "--warmup", "0.5", "--duration", "6",
+                   "--dsn", embedded_dsn, "--results-dir", str(results), "--cluster", address,
+                   env={"CAPMARK_LOG_DIR": str(tmp_path / "logs")})
+    deadline = time.time() + 180
+    while _stored_steps(results) < 1 and run.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert run.poll() is None and _stored_steps(results) == 1, run.communicate()
+    time.sleep(3.0)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130, (out, err)
+    assert "Traceback" not in err and "unexpected" not in err.lower(), err
+    stored = load_run(next(results.iterdir()))
+    assert stored.status == "interrupted" and [s.jobs for s in stored.tests[0].steps] == [1], stored.status
