@@ -458,8 +458,9 @@ def _what_happened(err: Exception, dsn: str, where: str, started_at: str | None,
     """What stopped the run, in the user's words: the results disk, the server, a connection, or a bug."""
     if isinstance(err, sqlite3.Error):
         return f"the results file {folder / DB_NAME} could not be written {where} ({err})"
-    if isinstance(err, LockBlocked):
-        return f"{where}, {err}".rstrip(".")
+    if isinstance(err, LockBlocked | cluster.ClusterLost):  # their own sentence says what happened and what to do
+        text = str(err)
+        return f"{where}, {text[:1].lower()}{text[1:]}".rstrip(".")
     if isinstance(err, engines.for_dsn(dsn).error | CapmarkError):  # CapmarkError: a job connection was refused
         return _what_the_server_did(err, dsn, where, started_at)
     return f"unexpected {type(err).__name__} {where}: {_first_line(err)}"

@@ -347,7 +347,7 @@ def _bounded(conn: Any, what: str) -> Iterator[None]:
             open_trx = []
         held = "; ".join(f"connection {tid} (user {user or '?'}, {command or 'idle'}, its transaction started at "
                          f"{started}{f': {info!r}' if info else ''})" for tid, user, command, started, info in open_trx)
-        raise LockBlocked(f"capmark waited {LOCK_WAIT_LIMIT_S} s for a lock {what} and gave up"
+        raise LockBlocked(f"Waited {LOCK_WAIT_LIMIT_S} s for a lock {what} and gave up"
                           + (f"; open transactions: {held}; end the one holding it (KILL <connection>) or wait "
                              "until it commits, then run again." if held else "; run again when the session "
                              "holding it has committed.")) from None

@@ -110,11 +110,11 @@ def blocked(conn: Any, what: str) -> LockBlocked:
     except psycopg.Error:
         found = []
     if not found:
-        return LockBlocked(f"capmark waited {LOCK_WAIT_LIMIT_S} s for a lock {what} and gave up; the session that "
+        return LockBlocked(f"Waited {LOCK_WAIT_LIMIT_S} s for a lock {what} and gave up; the session that "
                            "held it has let go since: run again.")
     session, mode, relation = found[0]
     others = f" (also held by pid {', '.join(str(s.pid) for s, _m, _r in found[1:])})" if len(found) > 1 else ""
-    return LockBlocked(f"capmark waited {LOCK_WAIT_LIMIT_S} s for a lock {what} and gave up: {session.describe()} "
+    return LockBlocked(f"Waited {LOCK_WAIT_LIMIT_S} s for a lock {what} and gave up: {session.describe()} "
                        f"holds {mode} on {relation}{others}; end that session (select pg_terminate_backend("
                        f"{session.pid})) or wait until its transaction ends, then run again.")
 
