@@ -4,6 +4,7 @@ that dies, or an interrupt, ends the step with the reason and leaves no process 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from capmark import api
 from capmark.config import RunSpec
-from capmark.driver.procs import split_jobs
+from capmark.driver.procs import split_jobs, why_ended
 
 pytestmark = pytest.mark.db
 
@@ -105,9 +106,19 @@ def test_a_worker_that_dies_fails_the_step_and_names_its_jobs(embedded_dsn, tmp_
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     text = " ".join(err.split())
-    assert "ended unexpectedly" in text and "job " in text, text
+    # how it ended (a signal, by name) and what its job was doing; no "unexpectedly", no meaningless exit code
+    assert re.search(r"the process running job [12] was killed by SIGKILL (in the warm-up|while measuring)", text), text
+    assert "unexpected" not in text and "exit code" not in text, text
     assert "Traceback" not in err
     _nothing_left(embedded_dsn, descendants)
+
+
+def test_a_dead_workers_reason_says_how_it_ended_and_what_its_jobs_were_doing():
+    assert why_ended([2], -signal.SIGKILL, "while measuring") == (
+        "the process running job 2 was killed by SIGKILL while measuring")
+    assert why_ended([1, 3], 0, "in the warm-up") == (
+        "the process running jobs 1, 3 exited in the warm-up without sending its jobs' results")
+    assert why_ended([1], 1, "while connecting") == "the process running job 1 crashed while connecting (exit status 1)"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

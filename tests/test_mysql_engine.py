@@ -262,3 +262,72 @@ def test_the_process_privilege_counts_only_when_granted_on_every_database(lines:
     from capmark.engines.mysql import grants
 
     assert grants.has_global(lines, "PROCESS") is process
+
+
+# --- a job's failure: what it was doing and the server's message, never the driver's tuple ------------------------
+
+def _job_threads(run: subprocess.Popen, mysql_dsn: str) -> list[int]:
+    """The server's connection ids of this run's jobs: the connections of its worker processes (forked by the
+    forkserver, a child of capmark), matched by their client ports, that are running the workload's lookup."""
+    import psutil
+
+    from capmark.engines.mysql.connection import connect
+
+    ports = set()
+    for child in psutil.Process(run.pid).children(recursive=True):
+        try:
+            if child.ppid() != run.pid:
+                ports.update(c.laddr.port for c in child.net_connections("tcp") if c.raddr)
+        except psutil.Error:
+            continue
+    if not ports:
+        return []
+    conn = connect(mysql_dsn)
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT ID, HOST FROM information_schema.PROCESSLIST WHERE HOST LIKE '%:%'")
+        return [int(i) for i, host in cursor.fetchall() if int(host.rsplit(":", 1)[1]) in ports]
+    finally:
+        conn.close()
+
+
+def test_a_killed_job_connection_fails_the_step_with_the_phase_and_the_servers_message(mysql_dsn: str,
+                                                                                        tmp_path: Path) -> None:
+    import re
+    import time
+
+    from capmark.engines.mysql.connection import connect
+
+    env = {**os.environ, "CAPMARK_DSN": "", "COLUMNS": "1000"}
+    run = subprocess.Popen([sys.executable, "-m", "capmark.cli", "run", "srv-query1", "--mode", "client", "--jobs",
+                            "2", "--warmup", "1", "--duration", "30", "--dsn", mysql_dsn, "--results-dir",
+                            str(tmp_path / "r")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=tmp_path, env=env)
+    deadline = time.time() + RUN_TIMEOUT_S
+    threads: list[int] = []
+    while time.time() < deadline and run.poll() is None and len(threads) < 2:
+        time.sleep(0.2)
+        threads = _job_threads(run, mysql_dsn)
+    assert len(threads) == 2, run.communicate(timeout=60)
+    time.sleep(2)  # into the measured window
+    killer = connect(mysql_dsn)
+    try:
+        killer.query(b"KILL CONNECTION %d" % threads[0])
+    finally:
+        killer.close()
+    out, err = run.communicate(timeout=RUN_TIMEOUT_S)
+    text = " ".join((out + err).split())
+    assert run.returncode == 1, text
+    assert "step 1 (2 jobs) failed: job " in text and " while measuring: MySQL error " in text, text
+    assert not re.search(r"\(\d{4}, ['\"]", text), text  # the driver's (code, message) tuple
+    assert "Traceback" not in err and "unexpected" not in text.lower(), text
+
+
+def test_a_mysql_error_reads_as_its_code_and_message() -> None:
+    MySQLdb = pytest.importorskip("MySQLdb", reason="mysqlclient (capmark's MySQL extra) is not installed")
+    from capmark.engines.mysql.engine import MysqlEngine
+
+    engine = MysqlEngine()
+    assert engine.error_text(MySQLdb.OperationalError(2013, "Lost connection to server during query")) == (
+        "MySQL error 2013: Lost connection to server during query")
+    assert engine.error_text(MySQLdb.OperationalError("no code")) == "no code"

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from capmark.collect import netinfo
-from capmark.driver.jobs import Job, Pacing, Schedule, Tally
-from capmark.driver.procs import ProcessJobs, WorkerFailed, WorkerSpec, first_line, split_jobs
+from capmark.driver.jobs import Job, Pacing, Schedule, Tally, error_text
+from capmark.driver.procs import ProcessJobs, WorkerFailed, WorkerSpec, split_jobs
 from capmark.engines import registry as engines
 from capmark.engines.base import TargetInfo
 from capmark.workloads import registry
@@ -92,7 +92,7 @@ class ThreadJobs:
             self.jobs = [Job(i + 1, c, s.workload, s.params, s.size, s.mode, s.info, self.barrier, self.schedule,
                              self.stop_event, s.pacing) for i, c in enumerate(self.conns)]
         except self.engine.error as err:  # e.g. preparing the client statements: the step cannot start
-            raise StepFailed(f"the jobs could not prepare their statements: {first_line(err)}") from None
+            raise StepFailed(f"the jobs could not prepare their statements: {error_text(err, self.engine)}") from None
         for job in self.jobs:
             job.start()
         return [self.engine.backend_pid(c) for c in self.conns]

@@ -66,6 +66,26 @@ class Schedule:
     measure_end: float = 0.0
 
 
+# What a step's jobs are doing, by the number of phase boundaries (barrier waits) they have passed; a failure says
+# which, e.g. "job 3 failed while measuring: ..."
+PHASES = ("before the warm-up", "in the warm-up", "in the pause before the measured window", "while measuring",
+          "after the measured window")
+
+
+def phase_after(boundaries: int) -> str:
+    return PHASES[min(max(boundaries, 0), len(PHASES) - 1)]
+
+
+def error_text(err: BaseException, engine: Any = None) -> str:
+    """A job's error in one line of the user's words: the engine's own reading of its driver's errors (MySQL's
+    "MySQL error 2013: ..." rather than the driver's (code, message) tuple), else the error's first line."""
+    describe = getattr(engine, "error_text", None)
+    if describe is not None and isinstance(err, engine.error):
+        return str(describe(err))
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 class Job(threading.Thread):
     def __init__(self, index: int, conn: Any, workload: Workload, params: dict[str, ParamValue],
                  size: DataSize, mode: str, info: TargetInfo, barrier: threading.Barrier,
@@ -83,6 +103,7 @@ class Job(threading.Thread):
         self.stop_event = stop
         self.pacing = pacing or Pacing()
         self.failure: str | None = None
+        self.boundaries = 0  # phase boundaries passed (see PHASES)
         # called in the pause before the window and after it, when no job of the step is working
         self.on_window: Callable[[], None] | None = None
         ntypes = len(workload.txn_types)
@@ -100,25 +121,27 @@ class Job(threading.Thread):
     # --- phases -------------------------------------------------------------------------------------
     def run(self) -> None:
         try:
-            self.barrier.wait()  # all connected: start together
+            self._next_phase()  # all connected: start together
             self._run_until(self.schedule.warmup_end, measure=False)
             self.engine.flush_own_stats(self.conn, self.info)
-            self.barrier.wait()  # runner takes the opening snapshot
+            self._next_phase()  # runner takes the opening snapshot
             if self.on_window:  # every job of the step is paused here: a quiet instant
                 self.on_window()
-            self.barrier.wait()
+            self._next_phase()
             self._run_until(self.schedule.measure_end, measure=True)
             self.engine.flush_own_stats(self.conn, self.info)
-            self.barrier.wait()  # runner takes the closing snapshot
+            self._next_phase()  # runner takes the closing snapshot
             if self.on_window:
                 self.on_window()
         except threading.BrokenBarrierError:
             pass
         except Exception as err:  # a job must never take the step down silently
-            # (a conversion such as !r in the f-string would apply to the whole conditional and quote the message)
-            message = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
-            self.failure = f"job {self.index}: {message}"
+            self.failure = f"job {self.index} failed {phase_after(self.boundaries)}: {error_text(err, self.engine)}"
             self.barrier.abort()
+
+    def _next_phase(self) -> None:
+        self.barrier.wait()
+        self.boundaries += 1
 
     def _run_until(self, deadline: float, *, measure: bool) -> None:
         if self.mode == "server":

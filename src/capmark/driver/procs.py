@@ -25,7 +25,7 @@ from typing import Any
 
 from capmark.collect import netinfo
 from capmark.collect import os as oscollect
-from capmark.driver.jobs import Job, Pacing, Tally
+from capmark.driver.jobs import Job, Pacing, Tally, error_text, phase_after
 from capmark.engines.base import TargetInfo
 from capmark.workloads.base import DataSize
 
@@ -53,6 +53,10 @@ def _quiet_resource_tracker() -> None:
 
 class WorkerFailed(Exception):
     """A worker process could not start its jobs or died; the message names the jobs."""
+
+
+class JobsNotStarted(Exception):
+    """A process's jobs could not connect or prepare their statements; the message says which, and why."""
 
 
 @dataclass
@@ -149,12 +153,12 @@ def _watch_parent(conns: list[Any]) -> None:
     threading.Thread(target=watch, name="capmark-parent-watch", daemon=True).start()
 
 
-def _leave(conns: list[Any]) -> None:
+def _leave(conns: list[Any], status: int = 0) -> None:
     """Close the connections (their server sessions end now) and end the process: nobody is left to report to."""
     for conn in list(conns):
         with contextlib.suppress(Exception):
             conn.close()
-    os._exit(0)
+    os._exit(status)
 
 
 class JobsInProcess:
@@ -171,13 +175,19 @@ class JobsInProcess:
         self.engine = engines.named(spec.info.engine)
         workload = registry.resolve(spec.workload)
         self.conns: list[Any] = opened if opened is not None else []  # filled as they open
+        doing = "could not connect"
         try:
             for index in spec.jobs:
                 conn = self.engine.connect(spec.dsn, application_name=f"capmark job {index}")
                 self.conns.append(conn)
                 self.engine.set_session(conn, spec.session_settings)
+            doing = "could not prepare their statements"
             self.jobs = [Job(index, conn, workload, spec.params, spec.size, spec.mode, spec.info, barrier, schedule,
                              stop_event, spec.pacing) for index, conn in zip(spec.jobs, self.conns, strict=True)]
+        except Exception as err:
+            self.close()
+            text = error_text(err, self.engine).rstrip(".")
+            raise JobsNotStarted(f"{doing}: {text[:1].lower()}{text[1:]}") from None
         except BaseException:
             self.close()
             raise
@@ -217,14 +227,18 @@ def worker_main(spec: WorkerSpec, barrier: Any, schedule: SharedSchedule, stop: 
     try:
         try:
             jobs = JobsInProcess(spec, barrier, schedule, _EventView(stop), opened=conns)
-        except Exception as err:  # noqa: BLE001 - the runner reports it for these jobs
-            pipe.send(("failed", first_line(err)))
+        except JobsNotStarted as err:
+            pipe.send(("failed", str(err)))
             return
         pipe.send(("ready", jobs.backend_pids))
         jobs.start()
         pipe.send(("done", jobs.join()))
     except _GONE:
         _leave(conns)
+    except Exception as err:  # noqa: BLE001 - a fault of capmark's: one line for the runner, no traceback here
+        with contextlib.suppress(*_GONE, OSError):
+            pipe.send(("crashed", f"{type(err).__name__}: {first_line(err)}"))
+        _leave(conns, 1)
 
 
 class _EventView:
@@ -292,6 +306,12 @@ class ProcessJobs:
         self.pids: list[int] = []
         self.failures: list[str] = []
         self._results: list[WorkerResult] = []
+        self.boundaries = 0  # phase boundaries passed: what the jobs are doing (jobs.PHASES)
+        self.connected = False
+
+    @property
+    def phase(self) -> str:
+        return phase_after(self.boundaries) if self.connected else "while connecting"
 
     def start(self) -> list[int]:
         """Start every process; returns the jobs' backend pids in job order once all are connected."""
@@ -307,25 +327,29 @@ class ProcessJobs:
         by_job: dict[int, int] = {}
         for spec, pipe, proc in zip(self.specs, self.pipes, self.procs, strict=True):
             message = self._receive(pipe, proc, READY_TIMEOUT_S, spec)
-            if message[0] == "failed":
-                raise WorkerFailed(f"{_jobs_named(spec.jobs)}: {message[1]}")
+            if message[0] != "ready":
+                raise WorkerFailed(f"{_jobs_named(spec.jobs)} {message[1]}")
             by_job.update(zip(spec.jobs, message[1], strict=True))
         self.pids = [by_job[j] for j in sorted(by_job)]
+        self.connected = True
         return self.pids
 
     def _receive(self, pipe: Connection, proc: Any, timeout: float, spec: WorkerSpec) -> tuple:
         deadline = time.monotonic() + timeout
         while not pipe.poll(POLL_S):
             if not proc.is_alive():
-                raise WorkerFailed(f"the process running {_jobs_named(spec.jobs)} ended unexpectedly "
-                                   f"(exit code {proc.exitcode})")
+                raise WorkerFailed(why_ended(spec.jobs, proc.exitcode, self.phase))
             if time.monotonic() > deadline:
                 raise WorkerFailed(f"the process running {_jobs_named(spec.jobs)} did not answer within "
-                                   f"{timeout:.0f} s")
+                                   f"{timeout:.0f} s {self.phase}")
         try:
-            return pipe.recv()
-        except EOFError:
-            raise WorkerFailed(f"the process running {_jobs_named(spec.jobs)} ended unexpectedly") from None
+            message = pipe.recv()
+        except (EOFError, OSError):  # it ended without a word: how it ended is in its exit status
+            proc.join(timeout=2)
+            raise WorkerFailed(why_ended(spec.jobs, proc.exitcode, self.phase)) from None
+        if message[0] == "crashed":
+            raise WorkerFailed(f"the process running {_jobs_named(spec.jobs)} failed {self.phase}: {message[1]}")
+        return message
 
     def wait(self, timeout: float) -> None:
         """Meet the jobs at the barrier. A barrier wait cannot poll (a timeout breaks it for every party), so a
@@ -344,22 +368,20 @@ class ProcessJobs:
         thread.start()
         while thread.is_alive():
             thread.join(POLL_S)
-            if thread.is_alive() and self._dead():
+            if thread.is_alive() and any(not proc.is_alive() for proc in self.procs):
                 self.barrier.abort()
         if not passed or not passed[0]:
             raise WorkerFailed(self._why_broken())
-
-    def _dead(self) -> list[str]:
-        return [f"the process running {_jobs_named(spec.jobs)} ended unexpectedly (exit code {proc.exitcode})"
-                for spec, proc in zip(self.specs, self.procs, strict=True) if not proc.is_alive()]
+        self.boundaries += 1
 
     def _why_broken(self) -> str:
-        """The jobs' own failures when their processes could send them, else which process died."""
+        """The jobs' own failures when their processes could send them, and how each process that could not
+        send its jobs' results ended."""
         self.stop_event.set()
         self.barrier.abort()
         self._collect(quick=True)
-        failures = [f for r in self._results for f in r.failures] + self._dead()
-        return "; ".join(failures) or "a job stopped responding"
+        failures = [f for r in self._results for f in r.failures] + self.failures
+        return "; ".join(failures) or f"a job stopped responding {self.phase}"
 
     def _collect(self, quick: bool = False) -> None:
         timeout = 2.0 if quick else RESULT_TIMEOUT_S
@@ -397,6 +419,22 @@ class ProcessJobs:
                 proc.join(timeout=5)
         for pipe in self.pipes:
             pipe.close()
+
+
+def why_ended(jobs: list[int], exitcode: int | None, phase: str) -> str:
+    """How the process running `jobs` ended without sending their results, and what they were doing then."""
+    who = f"the process running {_jobs_named(jobs)}"
+    if exitcode is None:
+        return f"{who} stopped answering {phase}"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"{who} was killed by {name} {phase}"
+    if exitcode == 0:
+        return f"{who} exited {phase} without sending its jobs' results"
+    return f"{who} crashed {phase} (exit status {exitcode})"
 
 
 def _jobs_named(jobs: list[int]) -> str:

@@ -58,6 +58,16 @@ CR_UNKNOWN_HOST = 2005
 CR_SERVER_LOST = 2013
 
 
+def error_text(err: BaseException) -> str:
+    """A driver error as users read it: "MySQL error 2013: Lost connection to server during query", never the
+    driver's (code, message) tuple; any URL in the message masked."""
+    args = err.args
+    code = args[0] if args and isinstance(args[0], int) else None
+    message = str(args[1] if code is not None and len(args) > 1 else (args[0] if len(args) == 1 else err)).strip()
+    line = redact_text(message.splitlines()[0] if message else type(err).__name__)
+    return f"MySQL error {code}: {line}" if code is not None else line
+
+
 def explain_connect_error(err: Exception, target: MysqlDsn) -> CapmarkError:
     """One sentence with the fix for a failed connection; never echoes the password."""
     code = err.args[0] if err.args and isinstance(err.args[0], int) else None

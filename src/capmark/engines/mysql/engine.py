@@ -100,6 +100,10 @@ class MysqlEngine:
             return True
         return False
 
+    def error_text(self, err: BaseException) -> str:
+        """The driver's error in words: the server's message with its code, never the (code, message) tuple."""
+        return connection.error_text(err)
+
     def is_cancel(self, err: BaseException) -> bool:
         return _code(err) in (ER_QUERY_INTERRUPTED, ER_STATEMENT_TIMEOUT, ER_MARIADB_STATEMENT_TIMEOUT)
 
