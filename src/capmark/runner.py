@@ -469,7 +469,8 @@ def _what_happened(err: Exception, dsn: str, where: str, started_at: str | None,
 def _what_the_server_did(err: Exception, dsn: str, where: str, started_at: str | None) -> str:
     """Tell a stopped server from a restarted one, from a connection another session terminated, and from a
     connection the server refused (e.g. every slot taken by other clients)."""
-    line = _first_line(err).rstrip(".")
+    engine = engines.for_dsn(dsn)
+    line = (engine.error_text(err) if isinstance(err, engine.error) else _first_line(err)).rstrip(".")
     now_started = _probe_server(dsn)
     if now_started is None:
         return f"the server stopped {where} ({line})"

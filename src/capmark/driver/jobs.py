@@ -79,9 +79,8 @@ def phase_after(boundaries: int) -> str:
 def error_text(err: BaseException, engine: Any = None) -> str:
     """A job's error in one line of the user's words: the engine's own reading of its driver's errors (MySQL's
     "MySQL error 2013: ..." rather than the driver's (code, message) tuple), else the error's first line."""
-    describe = getattr(engine, "error_text", None)
-    if describe is not None and isinstance(err, engine.error):
-        return str(describe(err))
+    if engine is not None and isinstance(err, engine.error):
+        return str(engine.error_text(err))
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 

@@ -66,6 +66,11 @@ class PostgresEngine:
     def terminated(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.errors.AdminShutdown)
 
+    def error_text(self, err: BaseException) -> str:
+        """psycopg's message is the server's, its first line the sentence (DETAIL and HINT follow on their own)."""
+        text = str(err).strip()
+        return text.splitlines()[0] if text else type(err).__name__
+
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return pg.describe(conn, dsn, embedded=embedded)
 
