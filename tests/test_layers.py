@@ -200,3 +200,123 @@ def test_imports_are_resolved_to_their_units(tmp_path):
     assert found == [(1, "capmark.results", "results"), (2, "capmark.__version__", ROOT), (2, "capmark.api", "api"),
                      (3, "capmark.driver.other", "driver"), (4, "capmark.results", "results"),
                      (6, "capmark.driver.jobs.late", "driver")]
+
+
+def module_of_name(dotted: str, src: Path = SRC) -> str | None:
+    """The module file a dotted name under capmark reaches, relative to src: capmark.collect.hosts.NoHost ->
+    collect/hosts.py, capmark.engines.postgres.connect -> engines/postgres/__init__.py. None: not capmark's."""
+    parts = dotted.split(".")
+    if parts[0] != "capmark":
+        return None
+    for end in range(len(parts), 0, -1):
+        folder = src.joinpath(*parts[1:end])
+        if end > 1 and folder.with_suffix(".py").is_file():
+            return folder.with_suffix(".py").relative_to(src).as_posix()
+        if (folder / "__init__.py").is_file():
+            return (folder / "__init__.py").relative_to(src).as_posix()
+    return None
+
+
+def import_graph(src: Path = SRC) -> dict[str, dict[str, int]]:
+    """Module -> the capmark modules it imports (anywhere in it: module level, functions, TYPE_CHECKING blocks),
+    each with the line of its first import."""
+    graph: dict[str, dict[str, int]] = {}
+    for path in sorted(src.rglob("*.py")):
+        edges = graph.setdefault(path.relative_to(src).as_posix(), {})
+        for i in imports_in(path, src):
+            target = module_of_name(i.name, src)
+            if target is not None and target != i.module:
+                edges.setdefault(target, i.line)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Every group of modules that import each other, directly or through others (Tarjan's strongly connected
+    components of more than one module), each as one cycle through it, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph.get(module, {}):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == module:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(_cycle_through(graph, set(group)) for group in groups)
+
+
+def _cycle_through(graph: dict[str, dict[str, int]], group: set[str]) -> list[str]:
+    """One import cycle inside a strongly connected group, from its first module back to it (breadth first: the
+    shortest)."""
+    start = min(group)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for other in graph[module]:
+                if other == start:
+                    cycle = [module]
+                    while cycle[-1] != start:
+                        cycle.append(came_from[cycle[-1]])
+                    return [start, *reversed(cycle[:-1]), start]
+                if other in group and other not in came_from:
+                    came_from[other] = module
+                    following.append(other)
+        frontier = following
+    raise AssertionError(f"no cycle in {sorted(group)}")
+
+
+def test_no_module_imports_itself_through_others():
+    """An import cycle makes a module's names depend on which module Python loads first (a function-level import
+    only postpones it): shared names belong in a module both import."""
+    graph = import_graph()
+    cycles = import_cycles(graph)
+    shown = [" -> ".join(f"src/capmark/{m}" + (f":{graph[m][n]}" if n else "")
+                         for m, n in zip(cycle, [*cycle[1:], ""], strict=True)) for cycle in cycles]
+    assert not cycles, "modules that import each other (each arrow with the importing line):\n" + "\n".join(shown)
+
+
+def test_import_cycles_are_found(tmp_path):
+    """The checker resolves names to modules (a package's names to its __init__) and finds cycles however long,
+    function-level imports included."""
+    src = tmp_path / "capmark"
+    (src / "pkg").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "a.py": "from capmark.pkg import b\n",
+        "pkg/__init__.py": "from capmark.pkg.c import thing\n",
+        "pkg/b.py": "def late():\n    from capmark.pkg import thing\n",
+        "pkg/c.py": "import capmark.a\nthing = 1\n",
+        "d.py": "from capmark import a\n",
+    }
+    for name, text in files.items():
+        (src / name).write_text(text)
+    graph = import_graph(src)
+    assert graph["a.py"] == {"pkg/b.py": 1}
+    assert graph["pkg/b.py"] == {"pkg/__init__.py": 2}
+    assert graph["d.py"] == {"a.py": 1}
+    assert import_cycles(graph) == [["a.py", "pkg/b.py", "pkg/__init__.py", "pkg/c.py", "a.py"]]
+    (src / "pkg" / "c.py").write_text("thing = 1\n")
+    assert import_cycles(import_graph(src)) == []

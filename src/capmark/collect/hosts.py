@@ -18,6 +18,8 @@ from typing import Protocol
 import psycopg
 
 from capmark.collect import procfs
+from capmark.collect.hostsource import HostSource, NoHost
+from capmark.collect.node_exporter import node_exporter_source
 from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
 from capmark.config import check_host_metrics
 from capmark.engines.base import Engine, TargetInfo
@@ -50,41 +52,6 @@ def grant_sentence(role: str) -> str:
     return (f"GRANT pg_read_server_files, pg_monitor TO {role}; GRANT EXECUTE ON FUNCTION {READ_FUNCTION} TO "
             f"{role}; (and optionally GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO {role}, to see the host's other "
             "programs)")
-
-
-class HostSource(Protocol):
-    """One way to read the database host's counters. Methods return None where the source cannot see."""
-
-    name: str
-    facts: procfs.HostFacts
-    driver_on_host: bool  # capmark's own process runs on the database host (its CPU is then host CPU)
-
-    def stat(self) -> procfs.ProcStat | None: ...
-
-    def diskstats(self, devices: list[str]) -> dict[str, dict[str, int]]: ...
-
-    def meminfo(self) -> dict[str, int]: ...
-
-    def counters(self, devices: list[str]) -> tuple[procfs.ProcStat | None, dict[str, dict[str, int]],
-                                                  dict[str, int], dict[str, procfs.Pressure]]: ...
-
-    def pressure(self) -> dict[str, procfs.Pressure]: ...
-
-    def instance(self) -> ProcessSample | None: ...
-
-    def process_cpu_s(self, pid: int) -> float | None: ...
-
-    def host_processes(self) -> HostProcesses | None: ...
-
-    def data_device(self, data_directory: str | None) -> tuple[str | None, str]: ...
-
-    def own_pids(self) -> list[int]: ...
-
-    def transactions(self) -> int: ...
-
-    def publish_statistics(self, info: TargetInfo) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class ProcReader(Protocol):
@@ -306,60 +273,6 @@ class ProcHost:
             self.reader.conn.close()
 
 
-class HostWideOnly:
-    """What a source that sees only host-wide counters answers about processes: nothing, and no session of its
-    own on the database (a node_exporter, or no source at all)."""
-
-    def instance(self) -> ProcessSample | None:
-        return None
-
-    def process_cpu_s(self, pid: int) -> float | None:
-        return None
-
-    def host_processes(self) -> HostProcesses | None:
-        return None
-
-    def own_pids(self) -> list[int]:
-        return []
-
-    def transactions(self) -> int:
-        return 0
-
-    def publish_statistics(self, info: TargetInfo) -> None:
-        """Nothing to publish: the source is not a session of the database."""
-
-
-@dataclass
-class NoHost(HostWideOnly):
-    """No source: every host figure is n/a, with the reason."""
-
-    reason: str
-    name: str = "none"
-    driver_on_host: bool = False
-    facts: procfs.HostFacts = field(default_factory=lambda: procfs.HostFacts("none"))
-
-    def stat(self) -> procfs.ProcStat | None:
-        return None
-
-    def diskstats(self, devices: list[str]) -> dict[str, dict[str, int]]:
-        return {}
-
-    def meminfo(self) -> dict[str, int]:
-        return {}
-
-    def pressure(self) -> dict[str, procfs.Pressure]:
-        return {}
-
-    def counters(self, devices: list[str]) -> tuple[None, dict, dict, dict]:
-        return None, {}, {}, {}
-
-    def data_device(self, data_directory: str | None) -> tuple[str | None, str]:
-        return None, self.reason
-
-    def close(self) -> None:
-        pass
-
-
 def _local_boot_id() -> str | None:
     try:
         with open("/proc/sys/kernel/random/boot_id") as fh:
@@ -455,8 +368,6 @@ def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str
                                "--host-metrics sql or --node-exporter URL.")
         return local_source(postmaster, threaded_role=threaded.role if threaded is not None else None)
     if node_exporter:
-        from capmark.collect.node_exporter import node_exporter_source
-
         return node_exporter_source(node_exporter, data_directory, node_exporter_token)
     if threaded is not None:
         return NoHost(f"the database host's counters are not visible: {threaded.why_not_local}; run capmark on the "

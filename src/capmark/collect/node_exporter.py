@@ -23,7 +23,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from capmark.collect import procfs
-from capmark.collect.hosts import HostWideOnly
+from capmark.collect.hostsource import HostWideOnly
 from capmark.config import (
     MASK,
     NODE_EXPORTER_EXAMPLE,
