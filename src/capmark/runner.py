@@ -38,10 +38,6 @@ from capmark.workloads import registry as workloads
 # Enough for a local or LAN server to accept a connection; used only to tell why a run failed.
 SERVER_PROBE_TIMEOUT_S = 3
 
-# Where the server keeps the same figures in another view, the one it lacks is no loss worth a note
-SAME_FIGURES_ELSEWHERE = {"wal_io_in_pg_stat_wal": "wal_io_in_pg_stat_io", "wal_io_in_pg_stat_io": "wal_io_in_pg_stat_wal"}
-
-
 class RunObserver:
     """Hooks a front end implements to show progress; the defaults do nothing."""
 
@@ -208,14 +204,11 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
                                          engine=engine)
         device, device_note = host.data_device(info.data_directory)
         devices = [device] if device else []
-        for name, cap in info.capabilities.items():
-            covered = SAME_FIGURES_ELSEWHERE.get(name)
-            if not cap.available and not (covered and info.has(covered)):
-                notes.append(f"n/a: {cap.reason}")
+        notes.extend(f"n/a: {cap.reason}" for cap in info.capabilities.values() if not cap.available)
         if device_note:
             notes.append(f"n/a: disk counters: {device_note}")
         notes.extend(f"n/a on the database host: {what}" for what in host.facts.cannot_see)
-        if info.has("pg_stat_statements") or info.has("performance_schema"):
+        if engine.tracks_statements(info):
             notes.append(engine.statements_rule(spec.all_statements))
         steps = sum(p.steps for p in plans)
         expected = sum(p.expected_s for p in plans)
@@ -347,10 +340,11 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             datamodel.warm_cache(ctx.control, list(workload.warm), say=observer.say, engine=engine)
         settings = workload.session(params) if workload.session else {}
         if spec.nested_statements:
-            if ctx.info.has("pg_stat_statements") and engine.is_superuser(ctx.control):
-                settings = {**settings, "pg_stat_statements.track": "all"}
+            nested = engine.nested_statements(ctx.control, ctx.info)
+            if isinstance(nested, str):
+                observer.say(nested)
             else:
-                observer.say("Nested statements are not tracked: needs pg_stat_statements and a superuser.")
+                settings = {**settings, **nested}
         quiesced = quiesce(ctx.control, engine, ctx.devices, ctx.host)
         test.quiesce_s = quiesced.seconds
         if quiesced.note():

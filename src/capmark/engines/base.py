@@ -224,6 +224,16 @@ class Engine(Protocol):
 
     def statements_rule(self, all_statements: bool) -> str: ...
 
+    def tracks_statements(self, info: TargetInfo) -> bool:
+        """The target keeps statistics by statement (PostgreSQL's pg_stat_statements, MySQL's statement digests),
+        which every snapshot stores under the rule statements_rule names."""
+        ...
+
+    def nested_statements(self, conn: Any, info: TargetInfo) -> dict[str, str] | str:
+        """The session settings under which those statistics also count the statements inside server-side
+        procedures (--nested-statements), or why they cannot."""
+        ...
+
     def counters(self, delta: Delta) -> DbCounters: ...
 
     def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],

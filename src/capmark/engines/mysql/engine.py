@@ -171,6 +171,17 @@ class MysqlEngine:
     def statements_rule(self, all_statements: bool) -> str:
         return stats.statements_rule(all_statements)
 
+    def tracks_statements(self, info: TargetInfo) -> bool:
+        """performance_schema is on: every snapshot holds the statement digests."""
+        return info.has("performance_schema")
+
+    def nested_statements(self, conn: Any, info: TargetInfo) -> dict[str, str] | str:
+        """Nothing to set: capmark runs MySQL's units client-side, so every statement is a top-level one, counted in
+        its digest whenever performance_schema is on."""
+        if not self.tracks_statements(info):
+            return f"Nested statements are not tracked: {info.why_not('performance_schema')}."
+        return {}
+
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None:
         """MySQL's counters are live: nothing waits to be published."""
 

@@ -87,10 +87,8 @@ def detect_capabilities(conn: psycopg.Connection, version_num: int, settings: di
     caps: dict[str, Capability] = {}
     v = version_num
     caps["pg_stat_io"] = Capability(v >= 160000, "" if v >= 160000 else "pg_stat_io exists from PostgreSQL 16")
-    caps["wal_io_in_pg_stat_wal"] = Capability(v < 180000, "" if v < 180000 else
-                                               "from PostgreSQL 18 WAL write/fsync counts are in pg_stat_io")
-    caps["wal_io_in_pg_stat_io"] = Capability(v >= 180000, "" if v >= 180000 else
-                                              "pg_stat_io has WAL rows from PostgreSQL 18")
+    # WAL write/fsync counts are in one view or the other, never missing: only the one that has them is recorded
+    caps["wal_io_in_pg_stat_io" if v >= 180000 else "wal_io_in_pg_stat_wal"] = Capability(True)
     caps["pg_stat_checkpointer"] = Capability(v >= 170000, "" if v >= 170000 else
                                               "pg_stat_checkpointer exists from PostgreSQL 17")
     caps["per_backend_stats"] = Capability(v >= 180000, "" if v >= 180000 else

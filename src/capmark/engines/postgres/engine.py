@@ -155,6 +155,12 @@ class PostgresEngine:
     def statements_rule(self, all_statements: bool) -> str:
         return stats.statements_rule(all_statements)
 
+    def tracks_statements(self, info: TargetInfo) -> bool:
+        return stats.tracks_statements(info)
+
+    def nested_statements(self, conn: Any, info: TargetInfo) -> dict[str, str] | str:
+        return stats.nested_statements(info, stats.tracks_statements(info) and self.is_superuser(conn))
+
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None:
         stats.flush_own_stats(conn, info)
 

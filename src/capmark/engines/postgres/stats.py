@@ -49,6 +49,19 @@ def statements_rule(all_statements: bool) -> str:
             "(or begin, commit, rollback) were stored; --all-statements stores every role's.")
 
 
+def tracks_statements(info: TargetInfo) -> bool:
+    """pg_stat_statements is loaded and its extension created: every snapshot holds the top statements."""
+    return info.has("pg_stat_statements")
+
+
+def nested_statements(info: TargetInfo, superuser: bool) -> dict[str, str] | str:
+    """The session setting under which pg_stat_statements also counts the statements inside the server-side
+    procedures (a superuser's setting; the embedded server tracks only top-level ones), or why it cannot."""
+    if tracks_statements(info) and superuser:
+        return {"pg_stat_statements.track": "all"}
+    return "Nested statements are not tracked: needs pg_stat_statements and a superuser."
+
+
 def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int] | None = None,
              all_statements: bool = False) -> dict[str, list[dict[str, Any]]]:
     """One consistent reading of every view this server has; missing views are simply absent.
@@ -110,4 +123,5 @@ def delta(before: Delta, after: Delta) -> Delta:
     return deltas.delta(before, after, KEYS)
 
 
-__all__ = ["KEYS", "delta", "flush_own_stats", "snapshot", "statements_rule", "total"]
+__all__ = ["KEYS", "delta", "flush_own_stats", "nested_statements", "snapshot", "statements_rule", "total",
+           "tracks_statements"]
