@@ -320,3 +320,24 @@ def test_import_cycles_are_found(tmp_path):
     assert import_cycles(graph) == [["a.py", "pkg/b.py", "pkg/__init__.py", "pkg/c.py", "a.py"]]
     (src / "pkg" / "c.py").write_text("thing = 1\n")
     assert import_cycles(import_graph(src)) == []
+
+
+ENGINE_NEUTRAL = ("collect",)  # units that read every engine through the Engine protocol (and its extras) only
+DATABASE_DRIVERS = ("psycopg", "MySQLdb")
+
+
+def test_engine_neutral_units_name_no_engine():
+    """collect/ reads the database through the engine it is given: no database driver, no engine's own package (the
+    SQL that reads /proc through PostgreSQL lives in engines/postgres/hostfiles.py)."""
+    engine_packages = {f"capmark.engines.{p.name}" for p in (SRC / "engines").iterdir() if (p / "__init__.py").is_file()}
+    named = []
+    for unit in ENGINE_NEUTRAL:
+        for path in sorted((SRC / unit).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [f"{node.module}.{a.name}" for a in node.names]  # from capmark.engines import postgres
+                         if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+                named += [f"src/capmark/{path.relative_to(SRC)}:{node.lineno} imports {name}" for name in names
+                          if name.split(".")[0] in DATABASE_DRIVERS
+                          or any(name == p or name.startswith(p + ".") for p in engine_packages)]
+    assert not named, "engine-neutral code names an engine:\n" + "\n".join(named)

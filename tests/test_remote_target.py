@@ -229,3 +229,12 @@ def conninfo_user(dsn: str) -> str:
     from psycopg.conninfo import conninfo_to_dict
 
     return str(conninfo_to_dict(dsn)["user"])
+
+
+def test_asking_for_sql_metrics_from_an_engine_that_cannot_read_files_says_so():
+    """Reading /proc through SQL is the PostgreSQL engine's extra (collect/hosts.py asks the DSN's engine for it):
+    another engine gets one sentence naming it, before anything connects."""
+    with pytest.raises(CapmarkError, match="MySQL/MariaDB does not have; use --host-metrics local"):
+        hosts.choose("sql", "mysql://capmark@db.remote.example/capmark", None, None, None)
+    with pytest.raises(CapmarkError, match="MySQL/MariaDB does not have"):
+        hosts.sql_source("mysql://capmark@db.remote.example/capmark")

@@ -1,5 +1,6 @@
 """Where the database host's OS counters come from: this machine's /proc, the database host's /proc read
-through the database connection (pg_read_binary_file), a Prometheus node_exporter, or nowhere.
+through the database connection (by the engine that can: PostgreSQL's pg_read_binary_file), a Prometheus
+node_exporter, or nowhere.
 
 Every source answers the same questions in the same dataclasses, so the step, the sampler and the analysis do
 not care which one was used; the run records which it was and what that source cannot see.
@@ -9,60 +10,68 @@ from __future__ import annotations
 
 import os
 import platform
-import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
-
-import psycopg
+from typing import Any, Protocol, runtime_checkable
 
 from capmark.collect import procfs
 from capmark.collect.hostsource import HostSource, NoHost
 from capmark.collect.node_exporter import node_exporter_source
 from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
 from capmark.config import check_host_metrics
+from capmark.engines import registry
 from capmark.engines.base import Engine, TargetInfo
-from capmark.engines.postgres.stats import flush_own_stats
 from capmark.errors import CapmarkError
 
-HOST_METRICS_APPLICATION = "capmark host metrics"  # the SQL source's own session: capmark's cost, not the workload
-# The server allocates the whole length asked for before it reads, and a /proc/sys file refuses a read much
-# larger than itself (ENOMEM), so each kind of file is asked for what it can hold: a host-wide file such as
-# /proc/stat on a 512-CPU host or /proc/diskstats with thousands of partitions fits in 1 MiB; a process's stat,
-# status or command line in 16 KiB (a longer command line is cut, which only shortens the process title);
-# a kernel setting in 4 KiB.
+# This machine's /proc files are read whole up to this size: /proc/stat on a 512-CPU host or /proc/diskstats with
+# thousands of partitions fits in 1 MiB.
 HOST_FILE_BYTES = 1 << 20
-PROCESS_FILE_BYTES = 16 << 10
-SETTING_FILE_BYTES = 4 << 10
-
-
-def read_limit(path: str) -> int:
-    """How many bytes to ask for when reading a /proc file (see the constants above)."""
-    if path.startswith("/proc/sys/"):
-        return SETTING_FILE_BYTES
-    if path[len("/proc/"):].split("/", 1)[0].isdigit():
-        return PROCESS_FILE_BYTES
-    return HOST_FILE_BYTES
-READ_FUNCTION = "pg_read_binary_file(text, bigint, bigint, boolean)"
-
-
-def grant_sentence(role: str) -> str:
-    """What a database administrator runs so that capmark can read the host's /proc through SQL."""
-    return (f"GRANT pg_read_server_files, pg_monitor TO {role}; GRANT EXECUTE ON FUNCTION {READ_FUNCTION} TO "
-            f"{role}; (and optionally GRANT EXECUTE ON FUNCTION pg_ls_dir(text) TO {role}, to see the host's other "
-            "programs)")
 
 
 class ProcReader(Protocol):
-    """Text of /proc files on the database host."""
+    """Text of /proc files on the database host, read here or through a session on the database."""
+
+    statements: int  # transactions its readings made on the database (they count among the commits); 0 when none
+    list_reason: str  # why list_pids answers None, in words
 
     def read(self, paths: list[str]) -> dict[str, str | None]: ...
 
     def list_pids(self) -> list[int] | None: ...
 
+    def server_pids(self) -> list[int]:
+        """The server's own list of its processes, for a reader that may not list the host's; [] when none."""
+        ...
+
+    def publish(self, info: TargetInfo) -> None:
+        """Make a reader's session publish its statistics now (nothing for a reader that is no session)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SqlProcReader(ProcReader, Protocol):
+    """A reader that is a session of the database: its backend is capmark's, not the workload's."""
+
+    session_pid: int
+
+
+@runtime_checkable
+class ReadsHostFiles(Protocol):
+    """What an engine offers when it can read its host's /proc through SQL (PostgreSQL's file functions). Not every
+    engine can, so it is no member of Engine: choose() asks the engine that serves the DSN."""
+
+    label: str
+
+    def host_file_reader(self, dsn: str, connect: Callable[..., Any]) -> SqlProcReader:
+        """A reader on a session of its own; CapmarkError saying what to grant when the role may not read."""
+        ...
+
 
 class LocalReader:
+    statements = 0
+    list_reason = ""
+
     def read(self, paths: list[str]) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
         for path in paths:
@@ -76,44 +85,14 @@ class LocalReader:
     def list_pids(self) -> list[int] | None:
         return [int(d) for d in os.listdir("/proc") if d.isdigit()]
 
+    def server_pids(self) -> list[int]:
+        return []
 
-class SqlReader:
-    """Reads the database host's /proc through PostgreSQL's file functions, on a session of its own.
+    def publish(self, info: TargetInfo) -> None:
+        """Nothing to publish: this machine's /proc is read without the database."""
 
-    One statement per reading, whatever the number of files; a lock lets the sampler thread and the step share
-    it. Each statement is a transaction on the server, counted so that the workload's commits stay exact.
-    """
-
-    READ_SQL = "select p, pg_read_binary_file(p, 0, n, true) from unnest(%s::text[], %s::bigint[]) as f(p, n)"
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self.conn = conn
-        self.lock = threading.Lock()
-        self.statements = 0
-        self.can_list: bool | None = None
-        self.list_reason = ""
-
-    def read(self, paths: list[str]) -> dict[str, str | None]:
-        with self.lock:
-            rows = self.conn.execute(self.READ_SQL, (paths, [read_limit(p) for p in paths]), prepare=True).fetchall()
-            self.statements += 1
-        return {p: bytes(b).decode("utf-8", "replace") if b is not None else None for p, b in rows}
-
-    def list_pids(self) -> list[int] | None:
-        if self.can_list is False:
-            return None
-        with self.lock:
-            try:
-                rows = self.conn.execute("select d from pg_ls_dir('/proc') d where d ~ '^[0-9]+$'").fetchall()
-                self.can_list = True
-            except psycopg.errors.InsufficientPrivilege:
-                self.can_list = False
-                self.list_reason = ("the role may not list the database host's processes (pg_ls_dir), so the CPU "
-                                    "of its other programs is not measured")
-                return None
-            finally:
-                self.statements += 1
-        return [int(r[0]) for r in rows]
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -188,7 +167,7 @@ class ProcHost:
 
     def _instance_pids(self) -> list[int]:
         """The postmaster's children: from the whole process list where the source may list it, else from the
-        server's own list of its processes (pg_stat_activity: backends and background workers)."""
+        server's own list of its processes (PostgreSQL's: backends and background workers)."""
         assert self.postmaster_pid is not None
         listed = self.reader.list_pids()
         if listed is not None:
@@ -197,12 +176,7 @@ class ProcHost:
                         if (st := procfs.parse_pid_stat(texts.get(f"/proc/{pid}/stat") or "")) is not None
                         and st.ppid == self.postmaster_pid]
             return [self.postmaster_pid, *children]
-        if isinstance(self.reader, SqlReader):
-            with self.reader.lock:
-                rows = self.reader.conn.execute("select pid from pg_stat_activity").fetchall()
-                self.reader.statements += 1
-            return [self.postmaster_pid, *(r[0] for r in rows)]
-        return [self.postmaster_pid]
+        return [self.postmaster_pid, *self.reader.server_pids()]
 
     def process_cpu_s(self, pid: int) -> float | None:
         st = procfs.parse_pid_stat(self.reader.read([f"/proc/{pid}/stat"])[f"/proc/{pid}/stat"] or "")
@@ -258,19 +232,15 @@ class ProcHost:
         return list(self.session_pids)
 
     def transactions(self) -> int:
-        return self.reader.statements if isinstance(self.reader, SqlReader) else 0
+        return self.reader.statements
 
     def publish_statistics(self, info: TargetInfo) -> None:
-        """The SQL source's session publishes its statistics at most once a second: make it publish now, so
-        that its transactions land in the window they were made in (capmark takes them out of the workload's)."""
-        if isinstance(self.reader, SqlReader) and info.has("force_flush"):
-            with self.reader.lock:
-                flush_own_stats(self.reader.conn, info)
-                self.reader.statements += 1
+        """The SQL source's session may publish its statistics late: make it publish now, so that its transactions
+        land in the window they were made in (capmark takes them out of the workload's)."""
+        self.reader.publish(info)
 
     def close(self) -> None:
-        if isinstance(self.reader, SqlReader):
-            self.reader.conn.close()
+        self.reader.close()
 
 
 def _local_boot_id() -> str | None:
@@ -308,25 +278,18 @@ def local_source(postmaster_pid: int, threaded_role: str | None = None) -> ProcH
                     driver_on_host=True, threaded_role=threaded_role)
 
 
-def sql_source(dsn: str, connect: object) -> ProcHost:
-    """The database host's /proc through a session of its own; CapmarkError with the GRANT when not allowed."""
-    conn = connect(dsn, application_name=HOST_METRICS_APPLICATION)  # type: ignore[operator]
-    reader = SqlReader(conn)
-    try:
-        backend = conn.info.backend_pid
-        texts = reader.read(["/proc/stat", f"/proc/{backend}/stat"])
-    except psycopg.errors.InsufficientPrivilege:
-        role = conn.execute("select current_user").fetchone()[0]
-        conn.close()
-        raise CapmarkError(f"The role '{role}' may not read the database host's /proc through SQL (it needs "
-                           f"superuser, or: {grant_sentence(role)}); or use --host-metrics node-exporter or "
-                           "none.") from None
-    except psycopg.Error as err:
-        conn.close()
-        raise CapmarkError(f"The database host's /proc could not be read through SQL "
-                           f"({str(err).strip().splitlines()[0]}); use --host-metrics node-exporter or none.") from None
+def sql_source(dsn: str, connect: Callable[..., Any] | None = None) -> ProcHost:
+    """The database host's /proc through a session of its own, read by the engine that serves the DSN; CapmarkError
+    with what to grant when not allowed, or when the engine cannot read files through SQL. connect opens the
+    session (the engine's own by default)."""
+    engine = registry.for_dsn(dsn)
+    if not isinstance(engine, ReadsHostFiles):
+        raise CapmarkError(_no_sql_files(engine.label))
+    reader = engine.host_file_reader(dsn, connect or engine.connect)
+    backend = reader.session_pid
+    texts = reader.read(["/proc/stat", f"/proc/{backend}/stat"])
     if not texts["/proc/stat"]:
-        conn.close()
+        reader.close()
         raise CapmarkError("The database host has no /proc/stat (it is not Linux), so capmark cannot read its "
                            "counters through SQL; use --host-metrics node-exporter or none.")
     own = procfs.parse_pid_stat(texts[f"/proc/{backend}/stat"] or "")
@@ -339,12 +302,16 @@ def sql_source(dsn: str, connect: object) -> ProcHost:
     return host
 
 
+def _no_sql_files(label: str) -> str:
+    return (f"--host-metrics sql reads the database host's /proc through SQL file functions, which {label} does not "
+            "have; use --host-metrics local on the database host, or --node-exporter URL.")
+
 
 def dsn_is_local(host: str) -> bool:
     return host.startswith("/") or host in ("", "localhost", "127.0.0.1", "::1")
 
 
-def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str | None, connect: object,
+def choose(mode: str, dsn: str, control: Any, data_directory: str | None, connect: Callable[..., Any] | None,
            node_exporter: str | None = None, threaded: ThreadedServer | None = None,
            node_exporter_token: str | None = None) -> HostSource:
     """The source for --host-metrics: the one asked for (or one clear sentence why it cannot serve), or with
@@ -354,9 +321,8 @@ def choose(mode: str, dsn: str, control: psycopg.Connection, data_directory: str
     check_host_metrics(mode, node_exporter)
     if mode == "none":
         return NoHost("host metrics are off (--host-metrics none)")
-    if threaded is not None and mode == "sql":
-        raise CapmarkError("--host-metrics sql reads /proc through PostgreSQL's functions, which MySQL and MariaDB do "
-                           "not have; use --host-metrics local on the database host, or --node-exporter URL.")
+    if mode == "sql" and not isinstance(engine := registry.for_dsn(dsn), ReadsHostFiles):
+        raise CapmarkError(_no_sql_files(engine.label))
     postmaster = threaded.pid if threaded is not None else _visible_postmaster(control)
     if mode == "local" or (mode == "auto" and postmaster is not None and not node_exporter):
         if postmaster is None and threaded is not None:
@@ -395,7 +361,7 @@ class ThreadedServer:
                                                                      engine.server_role)
 
 
-def _visible_postmaster(control: psycopg.Connection) -> int | None:
+def _visible_postmaster(control: Any) -> int | None:
     """The postmaster's pid when the server runs on this machine, in this machine's process namespace."""
     host = control.info.host or ""
     if not dsn_is_local(host):

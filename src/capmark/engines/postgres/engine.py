@@ -9,7 +9,7 @@ import psycopg
 
 from capmark.engines import postgres as pg
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
-from capmark.engines.postgres import activity, datamodel, locks, maintenance, stats
+from capmark.engines.postgres import activity, datamodel, hostfiles, locks, maintenance, stats
 from capmark.engines.postgres import advice as postgres_advice
 from capmark.engines.postgres import counters as pgcounters
 from capmark.engines.postgres.session import ClientSession
@@ -163,6 +163,11 @@ class PostgresEngine:
 
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None:
         stats.flush_own_stats(conn, info)
+
+    def host_file_reader(self, dsn: str, connect: Callable[..., Any]) -> hostfiles.SqlReader:
+        """The database host's /proc through pg_read_binary_file, on a session of its own (collect/hosts.py's
+        ReadsHostFiles: a PostgreSQL extra, no member of Engine)."""
+        return hostfiles.open_reader(dsn, connect)
 
     def counters(self, delta: Delta) -> DbCounters:
         return pgcounters.counters(delta)
