@@ -21,6 +21,9 @@ from capmark.diagnose.signatures import (
     software_serialization,
     varying_demand,
 )
+from capmark.results import WaitClass
+
+CPU, LOCK, LOG, READ = WaitClass.CPU, WaitClass.LOCK, WaitClass.LOG_FLUSH, WaitClass.IO_READ
 
 MB = 2**20
 
@@ -29,7 +32,7 @@ def step(jobs: int, x: float, **kw) -> StepView:
     base = dict(cores=2, cpu_busy_pct=min(95.0, 40.0 * jobs), cpu_user_pct=min(80.0, 34.0 * jobs),
                 cpu_sys_pct=5.0, cpu_iowait_pct=1.0, per_cpu_busy_pct=[min(95.0, 40.0 * jobs)] * 2,
                 cpu_per_unit_s=1e-4, ctxt_per_unit=2.0, devices={"sda": {"utilization_pct": 5.0, "queue_length": 0.1}},
-                buffer_hit_pct=99.9, waits={"CPU": 0.9, "IO": 0.05}, series_units=[int(x)] * 20)
+                buffer_hit_pct=99.9, waits={CPU: 0.95, READ: 0.05}, series_units=[int(x)] * 20)
     base.update(kw)
     return StepView(jobs=jobs, throughput=x, rt_mean_s=jobs / x, **base)
 
@@ -125,8 +128,8 @@ def test_cpu_misconfiguration_counts_the_working_cores():
 def serialization_case() -> TestView:
     xs = {1: 100, 2: 150, 4: 160, 8: 150, 16: 140}  # seed 002 Figure 4.1/4.2
     return view(*(step(j, x, cpu_busy_pct=min(30.0 * j, 55.0), per_cpu_busy_pct=[min(30.0 * j, 55.0)] * 2,
-                       cpu_per_unit_s=1e-4 * (1 + 0.1 * j), waits={"CPU": 0.4, "Lock": 0.6},
-                       top_waits=[("Lock:advisory", 0.6)]) for j, x in xs.items()))
+                       cpu_per_unit_s=1e-4 * (1 + 0.1 * j), waits={CPU: 0.4, LOCK: 0.6},
+                       top_waits=[("Lock:advisory", 0.6)], top_classes={"Lock:advisory": LOCK}) for j, x in xs.items()))
 
 
 def test_software_serialization_needs_a_low_cpu_plateau_and_no_io():
@@ -150,17 +153,26 @@ def test_single_threaded_io_requires_an_empty_queue():
     assert single_threaded_io(deep) is None  # a deep queue is a saturated device, not serialized IO
 
 
-def lock_case() -> TestView:
-    return view(*(step(j, 100 * j ** 0.5, waits={"CPU": 1 - 0.15 * j ** 0.7, "Lock": 0.15 * j ** 0.7},
-                       top_waits=[("Lock:transactionid", 0.15 * j ** 0.7)], ctxt_per_unit=2.0 * j)
+def lock_case(key: str = "Lock:transactionid") -> TestView:
+    return view(*(step(j, 100 * j ** 0.5, waits={CPU: 1 - 0.15 * j ** 0.7, LOCK: 0.15 * j ** 0.7},
+                       top_waits=[(key, 0.15 * j ** 0.7)], top_classes={key: LOCK}, ctxt_per_unit=2.0 * j)
                   for j in (1, 2, 4, 8)))
 
 
-def test_lock_contention_but_not_the_wal_write_lock():
-    assert lock_contention(lock_case()).steps == [1, 2, 4, 8]
-    wal = view(*(step(j, 100, waits={"CPU": 0.3, "LWLock": 0.7 if j > 1 else 0.0},
-                      top_waits=[("LWLock:WALWrite", 0.7 if j > 1 else 0.0)]) for j in (1, 8)))
+def test_lock_contention_but_not_the_log_flush_queue():
+    f = lock_contention(lock_case())
+    assert f.steps == [1, 2, 4, 8] and "Lock:transactionid" in f.evidence[0]
+    # the signature reads the neutral class: MySQL's row lock waits fire it as PostgreSQL's do
+    assert "Lock:InnoDB lock wait" in lock_contention(lock_case("Lock:InnoDB lock wait")).evidence[0]
+    wal = view(*(step(j, 100, waits={CPU: 0.3, LOG: 0.7} if j > 1 else {CPU: 1.0},
+                      top_waits=[("LWLock:WALWrite", 0.7)] if j > 1 else [],
+                      top_classes={"LWLock:WALWrite": LOG}) for j in (1, 8)))
     assert lock_contention(wal) is None  # group commit, not a hot spot
+    # a lock the engine's names do not say (no 'Lock' or 'LWLock' kind) still counts by its class
+    mdl = view(*(step(j, 100, waits={CPU: 0.4, LOCK: 0.6} if j > 1 else {CPU: 1.0},
+                      top_waits=[("lock:metadata/sql/mdl", 0.6)] if j > 1 else [],
+                      top_classes={"lock:metadata/sql/mdl": LOCK}) for j in (1, 8)))
+    assert "lock:metadata/sql/mdl 60%" in lock_contention(mdl).evidence[0]
 
 
 def caching_case() -> TestView:

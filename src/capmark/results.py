@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from capmark.histogram import LatencyHistogram, merge_all
@@ -25,6 +27,31 @@ class WaitKey:
     @property
     def key(self) -> str:
         return f"{self.kind}:{self.event}" if self.event else self.kind
+
+
+class WaitClass(StrEnum):
+    """What a sampled session was doing, in terms every engine shares. Each engine maps its own wait events onto
+    these (Engine.wait_class), so that what reads the samples (diagnosis, reports) names no engine's events."""
+
+    CPU = "cpu"  # running or runnable: in no wait
+    IO_READ = "io_read"  # reading data pages or files from the OS or the device
+    IO_WRITE = "io_write"  # writing, extending or syncing data files
+    LOG_FLUSH = "log_flush"  # the commit: writing and flushing the log (WAL, redo log, binary log), or queueing for it
+    LOCK = "lock"  # a lock or latch another session holds (rows, tables, shared structures in memory)
+    CLIENT = "client"  # idle on its client, or on the network to it: not the database's time
+    OTHER = "other"  # anything else (sleeps, replication, parallel-query coordination, events not known)
+
+
+def wait_shares(waits: Mapping[str, int], classify: Callable[[WaitKey], WaitClass]) -> dict[WaitClass, float]:
+    """Each class's share of the active samples: those on the client (WaitClass.CLIENT) are left out, so the shares
+    add up to 1; empty when no sample was active. `waits` is StepResult.waits, `classify` the engine's wait_class."""
+    shares: dict[WaitClass, float] = {}
+    for key, count in waits.items():
+        cls = classify(WaitKey.of(key))
+        if cls is not WaitClass.CLIENT and count > 0:
+            shares[cls] = shares.get(cls, 0.0) + count
+    active = sum(shares.values())
+    return {cls: count / active for cls, count in shares.items()} if active else {}
 
 
 @dataclass

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from capmark.diagnose.features import test_view
+from capmark.diagnose.features import engine_of, test_view
 from capmark.diagnose.signatures import DETECTORS, Finding
 from capmark.engines import registry
+from capmark.engines.base import Engine
 from capmark.measure.validity import cautions, problems
 from capmark.results import RunResult, TestResult
 
 
-def diagnose_test(test: TestResult) -> dict[str, Any]:
-    view = test_view(test)
+def diagnose_test(test: TestResult, engine: Engine | None = None) -> dict[str, Any]:
+    """engine: the one the test was measured on, which names its waits and its advice (default: the engine its
+    steps' statistics name)."""
+    engine = engine or engine_of(test)
+    view = test_view(test, engine)
     findings: list[Finding] = []
     for detect in DETECTORS:
         found = detect(view)
         if found is not None:
             findings.append(found)
-    advice = registry.of_delta(test.steps[0].db_delta).advice if test.steps else {}
+    advice = engine.advice
     for f in findings:  # what to try names the engine's own settings and views
         f.to_try = advice.get(f.key, f.to_try)
     findings.sort(key=lambda f: -f.confidence)
@@ -49,5 +53,6 @@ def diagnose_test(test: TestResult) -> dict[str, Any]:
 
 
 def diagnose_run(run: RunResult, tests: list[TestResult] | None = None) -> dict[str, Any]:
+    engine = registry.named(run.target.get("engine"))
     return {"schema": "capmark.diagnose/1", "run": run.run_id,
-            "tests": [diagnose_test(t) for t in (tests if tests is not None else run.tests) if t.steps]}
+            "tests": [diagnose_test(t, engine) for t in (tests if tests is not None else run.tests) if t.steps]}

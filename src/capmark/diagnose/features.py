@@ -7,16 +7,19 @@ performance-signatures paper as well as on real runs.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from capmark.engines import registry
+from capmark.engines.base import Engine
 from capmark.measure import kpm
 from capmark.measure.demands import demands_of_test, devices, host_busy_s, per_commit, run_queue
 from capmark.measure.reconcile import reconcile
 from capmark.measure.validity import problems
-from capmark.results import StepResult, TestResult, WaitKey
+from capmark.results import StepResult, TestResult, WaitClass, WaitKey, wait_shares
 
-WAIT_CLASSES = ("CPU", "LWLock", "Lock", "IO", "IPC", "BufferPin", "Activity", "Timeout", "Extension")
+Classify = Callable[[WaitKey], WaitClass]  # an engine's wait_class
 
 
 @dataclass
@@ -39,8 +42,12 @@ class StepView:
     devices: dict[str, dict[str, float | None]] = field(default_factory=dict)  # utilization_pct, queue_length, ...
     buffer_hit_pct: float | None = None
     reads_per_unit: float | None = None
-    waits: dict[str, float] = field(default_factory=dict)  # share of active samples per class (CPU, LWLock, ...)
-    top_waits: list[tuple[str, float]] = field(default_factory=list)  # event, share of active samples
+    # share of the active samples (the client's left out) per neutral class: cpu, io_read, log_flush, lock, ...
+    waits: dict[WaitClass, float] = field(default_factory=dict)
+    # the engine's own wait keys ("Lock:transactionid", "Lock:InnoDB lock wait"), the most frequent first, with
+    # their share of the active samples, and their classes: what the user looks up
+    top_waits: list[tuple[str, float]] = field(default_factory=list)
+    top_classes: dict[str, WaitClass] = field(default_factory=dict)
     wal_fsyncs_per_commit: float | None = None
     flush_share_of_commit: float | None = None  # WAL write + fsync time / commit latency
     commits_per_unit: float | None = None  # the workload's own commits (capmark's taken out) per unit of work
@@ -67,26 +74,37 @@ class TestView:
         return [s for s in self.steps if s.valid]
 
 
-def _waits(step: StepResult) -> tuple[dict[str, float], list[tuple[str, float]]]:
-    keys = {k: WaitKey.of(k) for k in step.waits}
-    active = {k: v for k, v in step.waits.items() if keys[k].kind != "Client"}
+TOP_WAITS = 5
+
+
+def _waits(step: StepResult, classify: Classify
+           ) -> tuple[dict[WaitClass, float], list[tuple[str, float]], dict[str, WaitClass]]:
+    """The classes' shares of the active samples, and the most frequent waits (not CPU) in the engine's names."""
+    classes = {k: classify(WaitKey.of(k)) for k in step.waits}
+    active = {k: v for k, v in step.waits.items() if classes[k] is not WaitClass.CLIENT and v > 0}
     n = sum(active.values())
     if not n:
-        return {}, []
-    classes: dict[str, float] = {}
-    for key, count in active.items():
-        cls = keys[key].kind
-        classes[cls if cls in WAIT_CLASSES else "other"] = classes.get(cls, 0.0) + count / n
-    top = sorted(((k, v / n) for k, v in active.items() if k != "CPU"), key=lambda kv: -kv[1])[:5]
-    return classes, top
+        return {}, [], {}
+    top = sorted(((k, v / n) for k, v in active.items() if classes[k] is not WaitClass.CPU),
+                 key=lambda kv: -kv[1])[:TOP_WAITS]
+    return wait_shares(step.waits, classify), top, {k: classes[k] for k, _ in top}
 
 
-def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> StepView:
+def engine_of(test: TestResult) -> Engine:
+    """The engine a stored test was measured on, from its steps' statistics (runs stored before a second engine
+    existed are PostgreSQL's); where the run is at hand, registry.named(run.target["engine"]) says the same."""
+    delta = next((s.db_delta for s in test.steps if s.db_delta), {})
+    return registry.of_delta(delta)
+
+
+def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
+              classify: Classify | None = None) -> StepView:
+    """classify: the engine's wait_class (default: the engine the step's statistics name)."""
     values, _ = kpm.of(step, per_unit)
     lat = step.latency.summary()
     units = step.units or 0
     busy = host_busy_s(step)
-    classes, top = _waits(step)
+    classes, top, top_classes = _waits(step, classify or registry.of_delta(step.db_delta).wait_class)
     pc = per_commit(step) if step.db_delta else {}
     commits = pc.get("commits") or 0
     flush_ms = pc.get("wal_flush_ms_per_commit")
@@ -104,7 +122,8 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> Ste
         ctxt_per_unit=(step.os.get("ctxt") or 0) / units if step.os.get("ctxt") is not None and units else None,
         run_queue_waiting=run_queue(step)["waiting"], devices=devices(step),
         buffer_hit_pct=values.get("buffer_hit_pct"), reads_per_unit=reads / units if reads is not None and units else None,
-        waits=classes, top_waits=top, wal_fsyncs_per_commit=pc.get("wal_fsyncs_per_commit") if commits else None,
+        waits=classes, top_waits=top, top_classes=top_classes,
+        wal_fsyncs_per_commit=pc.get("wal_fsyncs_per_commit") if commits else None,
         flush_share_of_commit=(flush_ms / 1000 / lat["mean_s"]) if flush_ms and lat["mean_s"] else None,
         commits_per_unit=commits / units if units else None,
         series_units=list(step.series_units), background=list(step.background_series),
@@ -113,7 +132,9 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None) -> Ste
         mismatches=[p for p in reconcile(step) if p["agree"] is False], elapsed_s=step.elapsed_s)
 
 
-def test_view(test: TestResult) -> TestView:
+def test_view(test: TestResult, engine: Engine | None = None) -> TestView:
+    """engine: the one the test was measured on (default: engine_of(test))."""
+    classify = (engine or engine_of(test)).wait_class
     ok = [s for s in test.steps if s.status == "ok" and s.units]
     varies = []
     if len(ok) >= 3:
@@ -123,4 +144,4 @@ def test_view(test: TestResult) -> TestView:
         varies = [{**r["trend"], "label": r["label"], "key": r["key"], "group": r["group"],
                    "share_pct": r.get("share_pct"), "time": r["time"]}
                   for r in demands_of_test(completed)["components"] if r["trend"]["note"]]
-    return TestView(test.workload, test.unit, [step_view(s, test.per_unit) for s in ok], varies)
+    return TestView(test.workload, test.unit, [step_view(s, test.per_unit, classify) for s in ok], varies)

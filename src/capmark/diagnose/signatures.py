@@ -12,7 +12,7 @@ from typing import Any
 
 from capmark.diagnose.features import StepView, TestView
 from capmark.measure.validity import full_seconds
-from capmark.results import WaitKey
+from capmark.results import WaitClass
 
 Detector = Callable[[TestView], "Finding | None"]
 
@@ -171,7 +171,7 @@ def software_serialization(t: TestView) -> Finding | None:
     if not flat_or_falling:
         return None
     cpu = _rise(steps[0].cpu_per_unit_s, last.cpu_per_unit_s)
-    locks = [(s.waits.get("Lock", 0) + s.waits.get("LWLock", 0)) for s in loaded]
+    locks = [s.waits.get(WaitClass.LOCK, 0.0) for s in loaded]
     evidence = [f"CPU busy stays at or below {plateau:.0f} % with {', '.join(str(s.jobs) for s in loaded)} jobs on "
                 f"{cores} cores, while devices are at most {io:.0f} % busy and iowait {iowait:.0f} %",
                 f"throughput peaks at {peak.throughput:,.0f}/s with {peak.jobs} jobs; {last.throughput:,.0f}/s at "
@@ -179,7 +179,7 @@ def software_serialization(t: TestView) -> Finding | None:
     if cpu is not None:
         evidence.append(f"CPU per unit changes {cpu:+.0%} from {steps[0].jobs} to {last.jobs} jobs")
     if max(locks) > 0.3:
-        top = next((w for s in loaded for w in s.top_waits), None)
+        top = next((w for s in loaded for w in _lock_waits(s)), None)
         evidence.append(f"{max(locks):.0%} of the jobs' samples wait on a lock" + (f" (top: {top[0]})" if top else ""))
     conf = 0.55 + (0.15 if cpu is not None and cpu > 0.1 else 0) + (0.2 if max(locks) > 0.3 else 0)
     return Finding(key="software_serialization", name="Software serialization", confidence=min(conf, 0.95),
@@ -222,20 +222,22 @@ def single_threaded_io(t: TestView) -> Finding | None:
 
 # --- 6. lock / latch contention -----------------------------------------------------------------------------
 
-def _is_wal_lock(key: WaitKey) -> bool:
-    """PostgreSQL's WAL latches (WALWrite, WALInsert, WALBufMapping, ...): queueing for them is group commit."""
-    return key.kind == "LWLock" and key.event.startswith("WAL")
+def _lock_waits(s: StepView) -> list[tuple[str, float]]:
+    """The step's most frequent waits that are locks or latches, in the engine's own names."""
+    return [(k, v) for k, v in s.top_waits if s.top_classes.get(k) is WaitClass.LOCK]
 
 
 def lock_contention(t: TestView) -> Finding | None:
+    # Only the lock class counts: queueing for the log's latches (PostgreSQL's WALWrite, InnoDB's log_sys, the binary
+    # log's group commit) is the log flush class, which commit_bound reports as group commit, not a hot spot.
     steps = [s for s in t.valid_steps if s.waits]
     if len(steps) < 2:
         return None
-    share = [s.waits.get("Lock", 0) + s.waits.get("LWLock", 0) for s in steps]
+    share = [s.waits.get(WaitClass.LOCK, 0.0) for s in steps]
     if share[-1] < 0.3 or share[-1] < share[0] + 0.15:
         return None
     last = steps[-1]
-    top = [f"{k} {v:.0%}" for k, v in last.top_waits if WaitKey.of(k).kind in ("Lock", "LWLock")][:3]
+    top = [f"{k} {v:.0%}" for k, v in _lock_waits(last)][:3]
     evidence = [f"lock and latch waits grow from {share[0]:.0%} of the jobs' samples at {steps[0].jobs} jobs to "
                 f"{share[-1]:.0%} at {last.jobs} jobs" + (f" (top: {', '.join(top)})" if top else "")]
     ctx = _rise(steps[0].ctxt_per_unit, last.ctxt_per_unit)
@@ -244,9 +246,6 @@ def lock_contention(t: TestView) -> Finding | None:
         evidence.append(f"context switches per unit rise {ctx:.0%}")
     if cpu is not None and cpu > 0.1:
         evidence.append(f"CPU per unit rises {cpu:.0%}")
-    wal = sum(v for k, v in last.top_waits if _is_wal_lock(WaitKey.of(k)))
-    if wal >= 0.7 * share[-1]:
-        return None  # queueing for the WAL write lock is group commit, which commit_bound reports
     return Finding(key="lock_contention", name="Lock / latch contention",
                    confidence=min(0.95, 0.5 + share[-1] / 2 + (0.1 if ctx and ctx > 0.2 else 0)),
                    steps=[s.jobs for s in steps], evidence=evidence,

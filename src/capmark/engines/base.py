@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from capmark.results import WaitClass, WaitKey
+
 
 @dataclass
 class Capability:
@@ -238,3 +240,8 @@ class Engine(Protocol):
 
     def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
                         own_pids: list[int]) -> ActivitySample: ...
+
+    def wait_class(self, key: WaitKey) -> WaitClass:
+        """The neutral class (CPU, IO read or write, log flush, lock, client, other) of one of this engine's wait
+        keys as its sampler stores them in StepResult.waits."""
+        ...

@@ -12,8 +12,14 @@ from typing import Any
 from capmark.engines.base import ActivitySample
 from capmark.engines.mysql import queries as q
 
-PROCESSLIST_SQL = ("SELECT ID, COMMAND, STATE, USER FROM information_schema.PROCESSLIST "
-                   "WHERE ID <> CONNECTION_ID()")
+# A session in an InnoDB lock wait (a row lock, or a table lock such as AUTO-INC) keeps its statement's state in
+# PROCESSLIST ('Updating', 'Update', 'Statistics': measured on MariaDB 10.11), as if it ran; INNODB_TRX's trx_state
+# says it waits (read with the PROCESS privilege capmark requires)
+PROCESSLIST_SQL = ("SELECT p.ID, p.COMMAND, p.STATE, p.USER, t.trx_state FROM information_schema.PROCESSLIST p "
+                   "LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID "
+                   "WHERE p.ID <> CONNECTION_ID()")
+LOCK_WAIT = "LOCK WAIT"  # INNODB_TRX.trx_state of a transaction waiting for a lock
+LOCK_WAIT_KEY = "Lock:InnoDB lock wait"
 # The wait each job thread is in now (END_EVENT_ID is NULL while it lasts); idle waits are the client's, not a wait
 WAITS_SQL = ("SELECT t.PROCESSLIST_ID, w.EVENT_NAME FROM performance_schema.events_waits_current w "
              "JOIN performance_schema.threads t ON t.THREAD_ID = w.THREAD_ID "
@@ -48,9 +54,9 @@ def sample(conn: Any, job_pids: list[int], own_pids: list[int], performance_sche
     waits = _current_waits(conn, running) if performance_schema and running else {}
     programs = _programs(conn, [r[0] for r in others]) if performance_schema and others else {}
     out = ActivitySample()
-    for pid, command, state, _user in mine:
-        out.waits.append(waits.get(pid) or wait_key(command, state or ""))
-    out.others = [("active", programs.get(pid, ""), user or "") for pid, _command, _state, user in others]
+    for pid, command, state, _user, trx_state in mine:
+        out.waits.append(LOCK_WAIT_KEY if trx_state == LOCK_WAIT else waits.get(pid) or wait_key(command, state or ""))
+    out.others = [("active", programs.get(pid, ""), user or "") for pid, _command, _state, user, _trx in others]
     return out
 
 

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
-from capmark.engines.mysql import activity, catalogue, connection, datamodel, describe, grants, stats
+from capmark.engines.mysql import activity, catalogue, connection, datamodel, describe, grants, stats, waits
 from capmark.engines.mysql import advice as mysql_advice
 from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.session import MysqlSession
 from capmark.errors import CapmarkError
+from capmark.results import WaitClass, WaitKey
 
 # MySQL's error for a statement that the server stopped: KILL QUERY, or max_execution_time (ER_QUERY_INTERRUPTED)
 ER_QUERY_INTERRUPTED = 1317
@@ -191,6 +192,9 @@ class MysqlEngine:
     def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
                         own_pids: list[int]) -> ActivitySample:
         return activity.sample(conn, job_pids, own_pids, performance_schema=info.has("performance_schema"))
+
+    def wait_class(self, key: WaitKey) -> WaitClass:
+        return waits.wait_class(key)
 
 
 MYSQL: Engine = MysqlEngine()

@@ -9,11 +9,12 @@ import psycopg
 
 from capmark.engines import postgres as pg
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
-from capmark.engines.postgres import activity, datamodel, hostfiles, locks, maintenance, stats
+from capmark.engines.postgres import activity, datamodel, hostfiles, locks, maintenance, stats, waits
 from capmark.engines.postgres import advice as postgres_advice
 from capmark.engines.postgres import counters as pgcounters
 from capmark.engines.postgres.session import ClientSession
 from capmark.engines.rows import one_row
+from capmark.results import WaitClass, WaitKey
 
 CONTROL_CLIENT_CHECK = "2s"  # how often the server checks that capmark's control connection is still there
 
@@ -175,6 +176,9 @@ class PostgresEngine:
     def sample_activity(self, conn: Any, info: TargetInfo, job_pids: list[int],
                         own_pids: list[int]) -> ActivitySample:
         return activity.sample(conn, job_pids, own_pids)
+
+    def wait_class(self, key: WaitKey) -> WaitClass:
+        return waits.wait_class(key)
 
 
 POSTGRESQL: Engine = PostgresEngine()
