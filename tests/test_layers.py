@@ -66,7 +66,6 @@ KNOWN_BACK_EDGES: frozenset[tuple[str, str]] = frozenset({
     ("report/console.py", "measure"),
     ("report/html.py", "measure"),
     ("report/planning.py", "measure"),
-    ("report/plots.py", "measure"),
 })
 
 

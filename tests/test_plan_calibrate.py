@@ -12,6 +12,7 @@ import pytest
 
 from capmark import api
 from capmark.config import RunSpec
+from capmark.measure import record
 from capmark.measure.demands import host_busy_s
 from capmark.plan.calibrate import calibrate, validate
 from capmark.plan.dbmodel import solve
@@ -112,6 +113,7 @@ def test_invalid_steps_are_shown_and_not_calibrated_on(run):
     test = copy.deepcopy(next(t for t in run.tests if t.workload == "srv-query1"))
     step = test.steps[0]
     step.driver_cpu = {"user_s": step.elapsed_s * 0.95, "sys_s": 0.0}  # as if the generator had saturated
+    step.measures = record.build(step, test.per_unit)  # a step's validity is decided when its record is built
     doc = validate(test)
     first = doc["steps"][0]
     assert not first["valid"] and "load generator was saturated" in first["invalid_because"][0]

@@ -41,8 +41,9 @@ def _edit_steps(folder: Path, test_ordinal: int | None, status: str | None) -> N
             db.execute(f"delete from step {where}", args)
         else:
             for rowid, raw in db.execute(f"select rowid, raw from step {where}", args).fetchall():
-                db.execute("update step set raw = ? where rowid = ?", (json.dumps({**json.loads(raw), "status": status}),
-                                                                       rowid))
+                # the step's record is derived from it: an edited step goes without, to be rebuilt on loading
+                edited = {k: v for k, v in json.loads(raw).items() if k != "measures"}
+                db.execute("update step set raw = ? where rowid = ?", (json.dumps({**edited, "status": status}), rowid))
         db.commit()
     finally:
         db.close()

@@ -80,7 +80,9 @@ def _stored_copy(run, folder: Path, step_edit: StepEdit, env_edit: EnvEdit) -> P
     db = sqlite3.connect(folder / "results.sqlite")
     try:
         for rowid, raw in db.execute("select rowid, raw from step").fetchall():
-            db.execute("update step set raw = ? where rowid = ?", (json.dumps(step_edit(json.loads(raw))), rowid))
+            # the step's record is derived from it: an edited step goes without, to be rebuilt on loading
+            edited = {k: v for k, v in json.loads(raw).items() if k != "measures"}
+            db.execute("update step set raw = ? where rowid = ?", (json.dumps(step_edit(edited)), rowid))
         (env,) = db.execute("select environment from run").fetchone()
         db.execute("update run set environment = ?", (json.dumps(env_edit(json.loads(env))),))
         db.commit()

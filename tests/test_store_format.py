@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import sqlite3
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import pytest
 
 from capmark import api
 from capmark.errors import CapmarkError
+from capmark.measure import validity
+from capmark.results import MEASURES_VERSION
 from capmark.store import DB_NAME, FORMAT_VERSION, RunStore, format_of
 
 # A real run stored in format 1 (how it was recorded: tests/fixtures/README.md). Its figures below were read from
@@ -78,3 +81,73 @@ def test_new_files_carry_the_format_and_old_files_keep_theirs(tmp_path):
     assert format_of(store.db) == 0
     store.close()
     assert api.open_run(str(old)).tests[0].steps[0].units == RECORDED_UNITS[("srv-query1", 1)]
+
+
+# --- format 2: every step carries its Measures record -------------------------------------------------------------
+
+FIXTURE_2 = Path(__file__).parent / "fixtures" / "run-format-2.sqlite.gz"
+# read from it when it was recorded: units, the record's throughput and how many self-check problems each step has
+RECORDED_2 = {("srv-query1", 1): (152_532, 151_645.98, 1), ("srv-query1", 2): (422_590, 420_325.18, 0),
+              ("tp-light", 1): (2_140, 2_084.04, 1), ("tp-light", 2): (2_422, 2_397.20, 1)}
+
+
+def _unpack_2(where: Path) -> Path:
+    folder = where / "20261125-181955-deaa"
+    folder.mkdir(parents=True)
+    (folder / DB_NAME).write_bytes(gzip.decompress(FIXTURE_2.read_bytes()))
+    return folder
+
+
+def _edit_record(folder: Path, change: dict) -> None:
+    """Change the stored record of srv-query1's first step, as a later capmark or a bug might have written it."""
+    db = sqlite3.connect(folder / DB_NAME)
+    (raw,) = db.execute("select raw from step where test_ordinal = 1 and ordinal = 1").fetchone()
+    doc = json.loads(raw)
+    doc["measures"].update(change)
+    db.execute("update step set raw = ? where test_ordinal = 1 and ordinal = 1", (json.dumps(doc),))
+    db.commit()
+    db.close()
+
+
+def test_a_run_of_format_1_gets_each_steps_record_from_the_figures_it_stored(tmp_path):
+    """Migration on read: the figures a run reported when it was measured are the ones its record holds (a reader
+    that recomputed them with today's code could report other figures for the same run)."""
+    run = api.open_run(str(_unpack(tmp_path)))
+    for test in run.tests:
+        for step in test.steps:
+            measured = step.measured
+            assert measured.kpm == {k: v for k, v in step.kpm.items() if k != "na_reasons"}
+            assert measured.unavailable == step.kpm.get("na_reasons", {})
+            assert measured.units == RECORDED_UNITS[(test.workload, step.jobs)]
+            assert measured.latency.p95_s == step.latency.percentile(95) and measured.latency.count == step.units
+            assert measured.problems == tuple(validity.problems(step))
+            assert set(measured.latency_by_type) == set(step.histograms)
+
+
+def test_a_run_of_format_2_reads_the_records_it_stored(tmp_path):
+    folder = _unpack_2(tmp_path)
+    assert format_of(sqlite3.connect(folder / DB_NAME)) == 2
+    run = api.open_run(str(folder))
+    got = {(t.workload, s.jobs): (s.measured.units, round(s.measured.throughput, 2), len(s.measured.problems))
+           for t in run.tests for s in t.steps}
+    assert got == RECORDED_2
+    # the record is read, not rebuilt: a problem only the stored record names shows
+    _edit_record(folder, {"problems": ["the stored record says so"]})
+    step = api.open_run(str(folder)).tests[0].steps[0]
+    assert step.measured.problems == ("the stored record says so",) and not step.measured.valid
+
+
+def test_a_stored_record_of_another_layout_is_rebuilt_from_the_raw_step(tmp_path):
+    folder = _unpack_2(tmp_path)
+    _edit_record(folder, {"version": 0, "problems": ["an old layout's verdict"]})
+    step = api.open_run(str(folder)).tests[0].steps[0]
+    assert step.measured.version == MEASURES_VERSION
+    assert step.measured.problems == tuple(validity.problems(step)) != ("an old layout's verdict",)
+
+
+def test_a_stored_record_of_the_wrong_shape_is_named(tmp_path):
+    folder = _unpack_2(tmp_path)
+    _edit_record(folder, {"latency": "fast"})
+    out = _cli("report", str(folder))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "unexpected" not in out.stderr
+    assert "step 1 of test 1" in out.stderr, out.stderr

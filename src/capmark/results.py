@@ -54,6 +54,80 @@ def wait_shares(waits: Mapping[str, int], classify: Callable[[WaitKey], WaitClas
     return {cls: count / active for cls, count in shares.items()} if active else {}
 
 
+@dataclass(frozen=True)
+class Latency:
+    """A latency distribution in seconds (None where no unit completed): never only an average."""
+
+    count: int
+    mean_s: float | None
+    p50_s: float | None
+    p90_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    max_s: float | None
+
+    @classmethod
+    def of(cls, histogram: LatencyHistogram) -> Latency:
+        s = histogram.summary()
+        return cls(histogram.total, s["mean_s"], s["p50_s"], s["p90_s"], s["p95_s"], s["p99_s"], s["max_s"])
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """The database host's CPU over the window, in % of all its cores (user includes nice)."""
+
+    cores: int
+    busy_pct: float
+    user_pct: float
+    sys_pct: float
+    idle_pct: float
+    iowait_pct: float
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What went over the wire between the jobs and the server in the window (None where not measured)."""
+
+    round_trips: int
+    bytes_sent: float | None
+    bytes_received: float | None
+
+
+MEASURES_VERSION = 1  # the record's own layout; a stored record of another version is rebuilt from the raw step
+
+
+@dataclass(frozen=True)
+class Measures:
+    """What a step measured, in one typed, engine-neutral record built once when the step ends (measure/record.py)
+    and stored with it; every later stage reads this, and the raw counters stored beside it can rebuild it."""
+
+    version: int
+    units: int  # completed units of work in the window
+    errors: int
+    elapsed_s: float
+    throughput: float  # units per second
+    latency: Latency
+    latency_by_type: dict[str, Latency]  # keyed by the workload's own transaction types (open-ended names)
+    host_cpu: HostCpu | None  # None where the database host was not measured
+    traffic: Traffic
+    # the KPM catalogue's columns (capmark.measure.kpm.COLUMNS) -> value in the column's unit, None where n/a;
+    # a table keyed by the catalogue, not by this record's fields, since each workload reports its own subset
+    kpm: dict[str, float | None]
+    unavailable: dict[str, str]  # KPM column -> why it is n/a
+    problems: tuple[str, ...]  # why the step is not fit to calibrate a model on; empty when it is
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Measures:
+        return cls(**{**d, "latency": Latency(**d["latency"]),
+                      "latency_by_type": {k: Latency(**v) for k, v in d["latency_by_type"].items()},
+                      "host_cpu": HostCpu(**d["host_cpu"]) if d.get("host_cpu") else None,
+                      "traffic": Traffic(**d["traffic"]), "problems": tuple(d["problems"])})
+
+
 @dataclass
 class StepResult:
     ordinal: int
@@ -90,6 +164,9 @@ class StepResult:
     interference: dict[str, Any] = field(default_factory=dict)  # other sessions and programs seen in the window
     instruments: dict[str, Any] = field(default_factory=dict)  # capmark's own transactions, eviction, statements
     repeat: int = 1  # which repetition of the step plan (--repeat) measured it, from 1; runs stored before: 1
+    # the typed record of what the step measured (measure/record.py), built when it ended; None in runs stored
+    # before it existed (results format < 2), which get it built on loading
+    measures: Measures | None = None
 
     @property
     def units(self) -> int:
@@ -98,6 +175,13 @@ class StepResult:
     @property
     def latency(self) -> LatencyHistogram:
         return merge_all(self.histograms.values())
+
+    @property
+    def measured(self) -> Measures:
+        """The step's record: every step the runner finished or the store loaded has one."""
+        if self.measures is None:
+            raise ValueError(f"step {self.ordinal} has no Measures record; capmark.measure.record.of(step) builds it")
+        return self.measures
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -111,6 +195,8 @@ class StepResult:
         d["histograms"] = {k: LatencyHistogram.from_dict(h) for k, h in d["histograms"].items()}
         if d.get("schedule_lag"):
             d["schedule_lag"] = LatencyHistogram.from_dict(d["schedule_lag"])
+        if d.get("measures"):
+            d["measures"] = Measures.from_dict(d["measures"])
         return cls(**d)
 
 

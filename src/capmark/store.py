@@ -26,11 +26,14 @@ from typing import Any
 import psutil
 
 from capmark.errors import CapmarkError
-from capmark.results import RunResult, StepResult, TestResult
+from capmark.measure.record import build as measured
+from capmark.results import MEASURES_VERSION, Measures, RunResult, StepResult, TestResult
 
 DB_NAME = "results.sqlite"
-# 1: the format of November 2026 (runs with repetitions, stepping and per-step instruments); 0: unnumbered, older
-FORMAT_VERSION = 1
+# 2: each step carries its Measures record (key figures, latency, validity, decided once when it ended);
+# 1: the format of November 2026 (runs with repetitions, stepping and per-step instruments); 0: unnumbered, older.
+# A run of format 0 or 1 gets its steps' records built on loading, from the key figures it stored.
+FORMAT_VERSION = 2
 SCHEMA = """
 create table if not exists run (
   run_id text primary key, created_at text, status text, spec text, environment text, target text,
@@ -428,12 +431,25 @@ def _read_records(db: sqlite3.Connection, path: Path, folder: Path) -> tuple[Run
             values = _json_column(kpm, f"the kpm (key figures) of {where}", dict, "a table of figures")
             what = f"the record of {where}"
             record = _record(StepResult, {**_json_column(raw, what, dict, "a table"), "kpm": values}, what)
-            test.steps.append(_from_record(StepResult, record, what))
+            step = _from_record(StepResult, record, what)
+            # stored before steps carried their record (format < 2), or by a capmark whose record had another layout:
+            # built from the raw material as it reads
+            if step.measures is None or step.measures.version != MEASURES_VERSION:
+                step.measures = _built(step, test.per_unit, what)
+            test.steps.append(step)
         run.tests.append(test)
     return run, rec["pid_started"]
 
 
 R = typing.TypeVar("R", TestResult, StepResult)
+
+
+def _built(step: StepResult, per_unit: dict[str, float], what: str) -> Measures:
+    """The record of a step stored without one; raw material that cannot make one is named, as damage."""
+    try:
+        return measured(step, per_unit)
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as err:
+        raise _Unreadable(f"{what} cannot be read ({type(err).__name__}: {err})") from None
 
 
 def _from_record(cls: type[R], record: dict[str, Any], what: str) -> R:

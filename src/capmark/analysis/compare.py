@@ -20,10 +20,9 @@ from capmark.analysis import significance as sig
 from capmark.analysis.document import Document
 from capmark.analysis.significance import Better, Change, Verdict
 from capmark.errors import CapmarkError
-from capmark.measure import kpm
+from capmark.measure import kpm, record
 from capmark.measure.demands import Component, step_demands
 from capmark.measure.noise import repeat_of
-from capmark.measure.validity import problems
 from capmark.results import RunResult, StepResult, TestResult
 
 # Figures that are better higher: work done per second.
@@ -312,7 +311,7 @@ def match_tests(baseline: RunResult, candidate: RunResult
 
 def used_steps(steps: list[StepResult]) -> list[StepResult]:
     """The valid repetitions of a job count, or all of them when none is valid (compared, and said so)."""
-    good = [s for s in steps if not problems(s)]
+    good = [s for s in steps if record.of(s).valid]
     return sorted(good or steps, key=repeat_of)
 
 
@@ -399,11 +398,11 @@ def _figure_change(key: str, base_steps: list[StepResult], cand_steps: list[Step
 def _step_comparison(test: TestResult, cand_test: TestResult, jobs: int, base_steps: list[StepResult],
                      cand_steps: list[StepResult]) -> StepComparison:
     base_used, cand_used = used_steps(base_steps), used_steps(cand_steps)
-    invalid = [f"{name}: {'; '.join(dict.fromkeys(p for s in steps for p in problems(s)))}"
+    invalid = [f"{name}: {'; '.join(dict.fromkeys(p for s in steps for p in record.of(s).problems))}"
                for name, steps in (("baseline", base_steps), ("candidate", cand_steps))
-               if all(problems(s) for s in steps)]
-    base_kpms = [kpm.compute(s, test.per_unit)[0] for s in base_used]
-    cand_kpms = [kpm.compute(s, cand_test.per_unit)[0] for s in cand_used]
+               if not any(record.of(s).valid for s in steps)]
+    base_kpms = [record.of(s, test.per_unit).kpm for s in base_used]
+    cand_kpms = [record.of(s, cand_test.per_unit).kpm for s in cand_used]
     out = StepComparison(jobs, [repeat_of(s) for s in base_used], [repeat_of(s) for s in cand_used], invalid)
     for key in dict.fromkeys(test.kpms):
         if key in SKIPPED or key not in kpm.COLUMNS:

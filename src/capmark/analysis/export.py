@@ -7,7 +7,7 @@ from typing import Any
 
 from capmark.analysis.demands import demands_of
 from capmark.analysis.document import Document
-from capmark.measure import kpm, noise
+from capmark.measure import kpm, noise, record
 from capmark.results import RunResult, TestResult
 
 
@@ -30,7 +30,8 @@ def columns(test: TestResult) -> list[dict[str, Any]]:
 def test_to_json(test: TestResult) -> dict[str, Any]:
     steps = []
     for step in test.steps:
-        values, reasons = kpm.of(step, test.per_unit)
+        measured = record.of(step, test.per_unit)
+        values, reasons = measured.kpm, measured.unavailable
         lat = step.latency.summary()
         steps.append({
             "ordinal": step.ordinal, "jobs": step.jobs, "repeat": noise.repeat_of(step), "status": step.status,

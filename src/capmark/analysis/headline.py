@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from capmark.analysis.diagnosis import TestDiagnosis
 from capmark.analysis.planning import Calibration
-from capmark.measure import kpm
-from capmark.measure.validity import problems
+from capmark.measure import record
 from capmark.results import TestResult
 
 
@@ -43,9 +42,10 @@ def _valid_peak(test: TestResult) -> tuple[float | None, int | None, float | Non
     """The highest throughput of a valid step, its jobs, and its NOPM where the workload counts new orders."""
     best: tuple[float | None, int | None, float | None] = (None, None, None)
     for step in test.steps:
-        if problems(step) or not step.units:
+        measured = record.of(step, test.per_unit)
+        if not measured.valid or not measured.units:
             continue
-        values = kpm.of(step, test.per_unit)[0]
+        values = measured.kpm
         x = values.get("throughput")
         if x is not None and (best[0] is None or x > best[0]):
             best = (x, step.jobs, values.get("nopm"))
@@ -54,12 +54,12 @@ def _valid_peak(test: TestResult) -> tuple[float | None, int | None, float | Non
 
 def _measured_at(test: TestResult, jobs: int) -> tuple[float | None, float | None, int | None]:
     """The median and p95 of the highest valid step at or below `jobs` jobs."""
-    below = [s for s in test.steps if s.jobs <= jobs and not problems(s) and s.units]
+    below = [s for s in test.steps if s.jobs <= jobs and record.of(s, test.per_unit).valid and s.units]
     if not below:
         return None, None, None
     step = max(below, key=lambda s: s.jobs)
-    lat = step.latency.summary()
-    return lat.get("p50_s"), lat.get("p95_s"), step.jobs
+    lat = record.of(step).latency
+    return lat.p50_s, lat.p95_s, step.jobs
 
 
 def headline(test: TestResult, calibration: Calibration | None, diagnosis: TestDiagnosis | None,
@@ -86,6 +86,7 @@ def headline(test: TestResult, calibration: Calibration | None, diagnosis: TestD
                     capacity_jobs=curve.get("max_throughput_jobs"),
                     headroom_pct=(capacity / peak - 1) * 100 if capacity and peak else None,
                     diagnosis=diagnosis.headline if diagnosis else "not diagnosed (no measured step)",
-                    valid_steps=sum(1 for s in test.steps if s.units and not problems(s)), steps=len(test.steps),
+                    valid_steps=sum(1 for s in test.steps if s.units and record.of(s, test.per_unit).valid),
+                    steps=len(test.steps),
                     peak_at_highest_step=peak_jobs is not None and peak_jobs == max(s.jobs for s in test.steps),
                     problem=problem, peak_nopm=peak_nopm)

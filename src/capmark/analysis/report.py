@@ -11,7 +11,8 @@ from capmark.analysis.demands import TestDemands, demands_of
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
 from capmark.analysis.headline import Headline, headline
 from capmark.analysis.planning import Anticipation, Calibration, anticipation_of, calibration_of
-from capmark.measure.validity import cautions, problems
+from capmark.measure import record
+from capmark.measure.validity import cautions
 from capmark.plan.dbhost import database_host
 from capmark.results import RunResult, TestResult
 from capmark.store import load_derived, load_run
@@ -61,7 +62,8 @@ def report_documents(run: RunResult, saved: dict[str, dict[int, Any]] | None = N
         diag = next(diagnosed) if measured else None
         docs.tests.append(TestReport(
             test=test,
-            invalid=[(s.jobs, why) for s in test.steps if (why := problems(s))],
+            invalid=[(s.jobs, list(record.of(s, test.per_unit).problems)) for s in test.steps
+                     if not record.of(s).valid],
             cautions=[(s.jobs, why) for s in test.steps if (why := cautions(s))],
             demands=demands_of(test) if measured else None,
             calibration=model.answer if model else None, calibration_problem=model.reason if model else "",

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from scipy import stats
 
-from capmark.measure import kpm
-from capmark.measure.validity import full_seconds, problems
+from capmark.measure import kpm, record
+from capmark.measure.validity import full_seconds
 from capmark.results import StepResult
 
 CONFIDENCE = 0.95
@@ -130,7 +130,7 @@ def analyse(steps: list[StepResult], kpm_keys: list[str], per_unit: dict[str, fl
     out = []
     for jobs in sorted({s.jobs for s in steps}):
         mine = sorted((s for s in steps if s.jobs == jobs), key=repeat_of)
-        good = [s for s in mine if not problems(s)]
+        good = [s for s in mine if record.of(s, per_unit).valid]
         noise = JobNoise(jobs, [repeat_of(s) for s in mine], [repeat_of(s) for s in good])
         values = [kpm.of(s, per_unit)[0] for s in (good or mine)]
         for key in kpm_keys:

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from capmark.errors import CapmarkError
-from capmark.measure.validity import problems
+from capmark.measure import record
 from capmark.model.open import effective_servers, quick_response_time
 from capmark.results import TestResult
 
@@ -35,7 +35,7 @@ def check_change(service_factor: float, rate_factor: float, servers: float | Non
 def anticipate(test: TestResult, at_jobs: int | None = None, service_factor: float = 1.0, rate_factor: float = 1.0,
                servers: float | None = None) -> dict[str, Any]:
     check_change(service_factor, rate_factor, servers)
-    valid = [s for s in test.steps if not problems(s)]
+    valid = [s for s in test.steps if record.of(s, test.per_unit).valid]
     if len(valid) < 2:
         raise CapmarkError(f"Test {test.workload} needs at least two valid steps for the quick anticipation: the "
                            "lowest gives the service time, a higher one the measured point.")

@@ -18,9 +18,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from capmark.errors import CapmarkError
-from capmark.measure import kpm, noise
+from capmark.measure import kpm, noise, record
 from capmark.measure.demands import Component, devices, disk_key, host_busy_s, step_demands, wait_sampled_cpu_s
-from capmark.measure.validity import problems
 from capmark.model import usl
 from capmark.plan import cpuscaling
 from capmark.plan.dbhost import (
@@ -158,9 +157,9 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     """The model of a test from its calibration step(s). `host` is what the run recorded of the database host
     (database_host(run)) and the cores the user stated; without it, the steps' own measurements only."""
     host = host or DatabaseHost()
-    valid = [s for s in test.steps if not problems(s)]
+    valid = [s for s in test.steps if record.of(s, test.per_unit).valid]
     if not valid:
-        why = "; ".join(f"at {s.jobs} job{'s' if s.jobs != 1 else ''} {problems(s)[0]}" for s in test.steps)
+        why = "; ".join(f"at {s.jobs} job{'s' if s.jobs != 1 else ''} {record.of(s).problems[0]}" for s in test.steps)
         raise CapmarkError(f"Test {test.workload} has no valid step to calibrate on ({why}).")
     if from_jobs:
         chosen = [s for s in valid if s.jobs in from_jobs]
@@ -270,7 +269,7 @@ def _err(model: float | None, measured: float | None) -> float | None:
 
 
 def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> dict[str, Any]:
-    values, _ = kpm.of(step, per_unit)
+    values = record.of(step, per_unit).kpm
     f, _ = flushes(step)
     return {"throughput": values["throughput"], "response_time_s": (values["rt_mean_ms"] or 0) / 1000,
             "p95_s": (values["rt_p95_ms"] or 0) / 1000, "p99_s": (values["rt_p99_ms"] or 0) / 1000,
@@ -376,8 +375,9 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
     for spread in noise.analyse(test.steps, [k for _, (k, _) in NOISE_KPMS.items()], test.per_unit):
         mine = [s for s in test.steps if s.jobs == spread.jobs]
         use = [s for s in mine if noise.repeat_of(s) in spread.used] or mine
-        why = [] if spread.used else list(dict.fromkeys(w for s in mine for w in problems(s)))
-        left_out = {str(noise.repeat_of(s)): problems(s) for s in mine if noise.repeat_of(s) not in spread.used}
+        why = [] if spread.used else list(dict.fromkeys(w for s in mine for w in record.of(s).problems))
+        left_out = {str(noise.repeat_of(s)): list(record.of(s).problems) for s in mine
+                    if noise.repeat_of(s) not in spread.used}
         measured = _mean_point([measured_point(s, test.per_unit) for s in use])
         think = use[0].pacing.get("think_s", 0.0)
         if progress and solver == "sim":

@@ -118,7 +118,7 @@ def kpm_table(test: TestResult) -> FittedTable:
     table = FittedTable(title, cols, title_style="bold")
     reasons: dict[str, str] = {}
     for step in test.steps:
-        values, why = kpm.of(step, test.per_unit)
+        values, why = step.measured.kpm, step.measured.unavailable
         reasons.update({k: v for k, v in why.items() if k in keys})
         table.add_row(*([str(noise.repeat_of(step))] if repeated else []), *(fmt(values.get(k), kpm.COLUMNS[k].digits)
                                                                              for k in keys))

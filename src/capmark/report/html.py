@@ -73,7 +73,7 @@ def test_section(part: TestReport) -> Section:
     cols = [kpm.column_of(k, test) for k in test.kpms if k in kpm.COLUMNS]
     rows, reasons = [], {}
     for step in test.steps:
-        values, why = kpm.of(step, test.per_unit)
+        values, why = step.measured.kpm, step.measured.unavailable
         reasons.update(why)
         rows.append([fmt(values.get(c.key), c.digits) for c in cols])
     headers = [(c.label, kpm.unit_of(c, test.throughput_label)) for c in cols]

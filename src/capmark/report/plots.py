@@ -18,8 +18,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from capmark.analysis.planning import Anticipation, Calibration  # noqa: E402
 from capmark.histogram import bucket_bounds  # noqa: E402
-from capmark.measure import kpm  # noqa: E402
-from capmark.measure.validity import problems  # noqa: E402
 from capmark.model.usl import usl  # noqa: E402
 from capmark.results import StepResult, TestResult  # noqa: E402
 
@@ -42,7 +40,7 @@ def _legend(ax, **kw) -> None:
 
 
 def _values(test: TestResult, key: str) -> list[float | None]:
-    return [kpm.of(s, test.per_unit)[0].get(key) for s in test.steps]
+    return [s.measured.kpm.get(key) for s in test.steps]
 
 
 def _gaps(values: list[float | None]) -> list[float]:
@@ -55,7 +53,7 @@ def throughput_vs_jobs(test: TestResult) -> str:
     jobs = [s.jobs for s in test.steps]
     values = _values(test, "throughput")
     ax.plot(jobs, _gaps(values), marker="o")
-    bad = [(j, v) for j, v, s in zip(jobs, values, test.steps, strict=True) if problems(s)]
+    bad = [(j, v) for j, v, s in zip(jobs, values, test.steps, strict=True) if not s.measured.valid]
     if bad:
         ax.plot([j for j, _ in bad], _gaps([v for _, v in bad]), "x", color="red", markersize=9, label="invalid step")
         _legend(ax)
