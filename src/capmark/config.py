@@ -9,7 +9,6 @@ import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote
 
 from capmark.errors import CapmarkError
@@ -459,14 +458,6 @@ class RunSpec:
             option = given[0][0]
             raise CapmarkError(f"{option} applies to pgbench scripts only and needs --script FILE; add --script, or "
                                f"drop {option}.")
-
-    def script_options(self) -> dict[str, Any]:
-        """How the --script test runs: the options given, the defaults for the rest (the seed stays None until the
-        caller chooses one and records it)."""
-        return {"seed": self.seed,
-                "query_mode": DEFAULT_QUERY_MODE if self.query_mode is None else self.query_mode,
-                "max_tries": DEFAULT_MAX_TRIES if self.max_tries is None else self.max_tries,
-                "allow_shell": self.allow_shell}
 
     def _validate_soak(self, soak_s: float) -> None:
         if self.suite_file or len(self.workloads) != 1:

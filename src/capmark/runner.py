@@ -19,7 +19,7 @@ from typing import Any
 from capmark import suite
 from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
-from capmark.config import AUTO_JOBS, MAX_JOBS, RunSpec, default_jobs, env_dsn, redact_dsn, redact_url
+from capmark.config import RunSpec, env_dsn, redact_dsn, redact_url
 from capmark.driver import cluster
 from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
@@ -89,34 +89,11 @@ def _resolve_target(spec: RunSpec, observer: RunObserver) -> tuple[str, bool]:
 
 
 def plan_tests(spec: RunSpec, cores: int | None = None) -> list[TestPlan]:
-    """Every test the run will measure, validated before anything touches a database. Without --jobs the plan
-    follows the database host's cores (this machine's until the database host's are known)."""
-    spec.validate()
-    cores = cores or os.cpu_count() or 1
-    jobs: list[int] | str = AUTO_JOBS if spec.jobs_auto else (spec.jobs or default_jobs(cores))
-    auto_max = spec.max_jobs or min(MAX_JOBS, stepping.AUTO_CORES_FACTOR * cores)
-    if spec.soak_s is not None:
-        plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, spec.jobs or [cores],
-                                        spec.warmup_s, spec.soak_s, spec.think_s, spec.rate)
-        if len(plans) != 1:
-            raise CapmarkError(f"A soak runs one workload; '{spec.workloads[0]}' is a suite of {len(plans)}. Name one "
-                               "workload, e.g. tp-light.")
-        return plans
-    if spec.suite_file:
-        return suite.from_file(spec.suite_file, jobs, spec.warmup_s, spec.duration_s, spec.mode, spec.think_s,
-                               spec.rate, repeat=spec.repeat, auto_max=auto_max, allow_shell=spec.allow_shell)
-    plans = []
-    if spec.workloads or not spec.scripts:
-        plans = suite.from_command_line(spec.workloads, spec.params, spec.mode, jobs, spec.warmup_s,
-                                        spec.duration_s, spec.think_s, spec.rate, repeat=spec.repeat,
-                                        auto_max=auto_max)
-    if spec.scripts:
-        if spec.seed is None:  # chosen once and kept with the run, so that it can be repeated
-            spec.seed = int.from_bytes(os.urandom(8)) >> 1
-        options = {**spec.script_options(), "seed": spec.seed}
-        plans.append(suite.script_plan(spec.scripts, spec.defines, options, jobs, spec.warmup_s, spec.duration_s,
-                                       spec.think_s, spec.rate, repeat=spec.repeat, auto_max=auto_max))
-    return _on_engine(plans, spec.dsn or env_dsn())
+    """Every test the run will measure, validated before anything touches a database, on the engine that runs it.
+    Job counts not given follow the database host's cores: `cores` when given, else this machine's until the
+    run knows the database host's (TestPlan.on_host)."""
+    plans = _on_engine(suite.plan(spec), spec.dsn or env_dsn())
+    return [p.on_host(cores) for p in plans] if cores else plans
 
 
 def _on_engine(plans: list[TestPlan], dsn: str | None) -> list[TestPlan]:
@@ -127,8 +104,8 @@ def _on_engine(plans: list[TestPlan], dsn: str | None) -> list[TestPlan]:
     engine = engines.for_dsn(dsn)
     if engine.server_side:
         return plans
-    return [dataclasses.replace(p, workload=workloads.for_engine(p.workload, engine, p.params), mode="client")
-            for p in plans]
+    return [dataclasses.replace(p, workload=workloads.for_engine(p.workload, engine, p.params),
+                                settings=dataclasses.replace(p.settings, mode="client")) for p in plans]
 
 
 def run(spec: RunSpec, observer: RunObserver | None = None, on_stored: OnStored = _nothing_to_do) -> RunResult:
@@ -179,10 +156,10 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, engine.connect, spec.node_exporter,
                             hosts.ThreadedServer.of(engine, info), spec.node_exporter_token())
         _describe_host(info, host)
-        if (not spec.jobs and not spec.max_jobs and host.facts.cores
-                and host.facts.cores != (os.cpu_count() or 1)):
-            plans = plan_tests(spec, host.facts.cores)
-            observer.say(f"The database host has {host.facts.cores} cores: the default plan runs up to "
+        cores = host.facts.cores or os.cpu_count() or 1
+        plans = [p.on_host(cores) for p in plans]
+        if cores != (os.cpu_count() or 1) and any(p.follows_cores for p in plans):
+            observer.say(f"The database host has {cores} cores: the default plan runs up to "
                          f"{max(max(p.jobs) for p in plans)} jobs.")
         _check_connections(engine, control, max(max(p.jobs) for p in plans))
         size = datamodel.size_for(spec.scale)
