@@ -14,7 +14,7 @@ import pytest
 from capmark import api
 from capmark.errors import CapmarkError
 from capmark.measure import validity
-from capmark.results import MEASURES_VERSION
+from capmark.results import MEASURES_VERSION, WaitClass
 from capmark.store import DB_NAME, FORMAT_VERSION, RunStore, format_of
 
 # A real run stored in format 1 (how it was recorded: tests/fixtures/README.md). Its figures below were read from
@@ -87,12 +87,12 @@ def test_new_files_carry_the_format_and_old_files_keep_theirs(tmp_path):
 
 FIXTURE_2 = Path(__file__).parent / "fixtures" / "run-format-2.sqlite.gz"
 # read from it when it was recorded: units, the record's throughput and how many self-check problems each step has
-RECORDED_2 = {("srv-query1", 1): (152_532, 151_645.98, 1), ("srv-query1", 2): (422_590, 420_325.18, 0),
-              ("tp-light", 1): (2_140, 2_084.04, 1), ("tp-light", 2): (2_422, 2_397.20, 1)}
+RECORDED_2 = {("srv-query1", 1): (133_120, 132_297.44, 1), ("srv-query1", 2): (164_740, 163_276.11, 1),
+              ("tp-light", 1): (5_094, 5_035.63, 1), ("tp-light", 2): (10_796, 10_728.92, 1)}
 
 
 def _unpack_2(where: Path) -> Path:
-    folder = where / "20261125-181955-deaa"
+    folder = where / "20261125-183835-1d38"
     folder.mkdir(parents=True)
     (folder / DB_NAME).write_bytes(gzip.decompress(FIXTURE_2.read_bytes()))
     return folder
@@ -131,6 +131,10 @@ def test_a_run_of_format_2_reads_the_records_it_stored(tmp_path):
     got = {(t.workload, s.jobs): (s.measured.units, round(s.measured.throughput, 2), len(s.measured.problems))
            for t in run.tests for s in t.steps}
     assert got == RECORDED_2
+    # waits by engine-neutral class, as the engine mapped its events: tp-light commits, srv-query1 only reads cache
+    light = run.test("tp-light").steps[0].measured
+    assert light.waits[WaitClass.LOG_FLUSH] == pytest.approx(10 / 11) and light.wait_samples == 11
+    assert run.test("srv-query1").steps[0].measured.waits == {WaitClass.CPU: 1.0}
     # the record is read, not rebuilt: a problem only the stored record names shows
     _edit_record(folder, {"problems": ["the stored record says so"]})
     step = api.open_run(str(folder)).tests[0].steps[0]

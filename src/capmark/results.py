@@ -110,6 +110,8 @@ class Measures:
     latency_by_type: dict[str, Latency]  # keyed by the workload's own transaction types (open-ended names)
     host_cpu: HostCpu | None  # None where the database host was not measured
     traffic: Traffic
+    waits: dict[WaitClass, float]  # each class's share of the sampled active sessions (the engine maps its events)
+    wait_samples: int  # how many session samples the shares rest on
     # the KPM catalogue's columns (capmark.measure.kpm.COLUMNS) -> value in the column's unit, None where n/a;
     # a table keyed by the catalogue, not by this record's fields, since each workload reports its own subset
     kpm: dict[str, float | None]
@@ -125,7 +127,8 @@ class Measures:
         return cls(**{**d, "latency": Latency(**d["latency"]),
                       "latency_by_type": {k: Latency(**v) for k, v in d["latency_by_type"].items()},
                       "host_cpu": HostCpu(**d["host_cpu"]) if d.get("host_cpu") else None,
-                      "traffic": Traffic(**d["traffic"]), "problems": tuple(d["problems"])})
+                      "traffic": Traffic(**d["traffic"]), "problems": tuple(d["problems"]),
+                      "waits": {WaitClass(k): v for k, v in d["waits"].items()}})
 
 
 @dataclass
@@ -195,8 +198,9 @@ class StepResult:
         d["histograms"] = {k: LatencyHistogram.from_dict(h) for k, h in d["histograms"].items()}
         if d.get("schedule_lag"):
             d["schedule_lag"] = LatencyHistogram.from_dict(d["schedule_lag"])
-        if d.get("measures"):
-            d["measures"] = Measures.from_dict(d["measures"])
+        if d.get("measures"):  # a record of another layout is left out: the store builds it anew from the raw step
+            d["measures"] = Measures.from_dict(d["measures"]) if d["measures"].get("version") == MEASURES_VERSION \
+                else None
         return cls(**d)
 
 

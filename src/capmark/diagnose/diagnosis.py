@@ -8,7 +8,8 @@ from capmark.diagnose.features import engine_of, test_view
 from capmark.diagnose.signatures import DETECTORS, Finding
 from capmark.engines import registry
 from capmark.engines.base import Engine
-from capmark.measure.validity import cautions, problems
+from capmark.measure import record
+from capmark.measure.validity import cautions
 from capmark.results import RunResult, TestResult
 
 
@@ -29,14 +30,15 @@ def diagnose_test(test: TestResult, engine: Engine | None = None) -> dict[str, A
     information = [f for f in findings if f.severity == "info"]
     findings = [f for f in findings if f.severity != "info"]
     invalid = [{"jobs": s.jobs, "problems": s.problems} for s in view.steps if not s.valid]
-    invalid += [{"jobs": s.jobs, "problems": problems(s)} for s in test.steps if s.status != "ok" or not s.units]
+    invalid += [{"jobs": s.jobs, "problems": list(record.of(s).problems)} for s in test.steps
+                if s.status != "ok" or not s.units]
     idle = [s for s in test.steps if s.status == "ok" and not s.units]
     if findings:
         summary = f"{len(findings)} finding(s); most likely: {findings[0].name} ({findings[0].level} confidence)"
     elif idle:  # a step that measured nothing says nothing of bottlenecks, and hides whatever stopped it
-        summary = (f"not diagnosed: {len(idle)} step(s) completed no unit of work ({problems(idle[0])[0]})"
+        summary = (f"not diagnosed: {len(idle)} step(s) completed no unit of work ({record.of(idle[0]).problems[0]})"
                    if not view.valid_steps else f"no bottleneck signature fired in the valid steps, but {len(idle)} "
-                   f"step(s) completed no unit of work ({problems(idle[0])[0]})")
+                   f"step(s) completed no unit of work ({record.of(idle[0]).problems[0]})")
     else:
         summary = "clean: no bottleneck signature fired"
     for f in information:

@@ -13,10 +13,9 @@ from typing import Any
 
 from capmark.engines import registry
 from capmark.engines.base import Engine
-from capmark.measure import kpm
+from capmark.measure import kpm, record
 from capmark.measure.demands import demands_of_test, devices, host_busy_s, per_commit, run_queue
 from capmark.measure.reconcile import reconcile
-from capmark.measure.validity import problems
 from capmark.results import StepResult, TestResult, WaitClass, WaitKey, wait_shares
 
 Classify = Callable[[WaitKey], WaitClass]  # an engine's wait_class
@@ -100,9 +99,9 @@ def engine_of(test: TestResult) -> Engine:
 def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
               classify: Classify | None = None) -> StepView:
     """classify: the engine's wait_class (default: the engine the step's statistics name)."""
-    values, _ = kpm.of(step, per_unit)
-    lat = step.latency.summary()
-    units = step.units or 0
+    measured = record.of(step, per_unit)
+    values, lat = measured.kpm, measured.latency
+    units = measured.units
     busy = host_busy_s(step)
     classes, top, top_classes = _waits(step, classify or registry.of_delta(step.db_delta).wait_class)
     pc = per_commit(step) if step.db_delta else {}
@@ -111,9 +110,9 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
     mem_end = step.os.get("memory_end") or {}
     rss = step.os.get("rss_by_role_end") or {}
     reads = kpm.counters(step).physical_reads
-    why = problems(step)
+    why = list(measured.problems)
     return StepView(
-        jobs=step.jobs, throughput=values["throughput"], rt_mean_s=lat["mean_s"] or 0.0, rt_p95_s=lat["p95_s"] or 0.0,
+        jobs=step.jobs, throughput=measured.throughput, rt_mean_s=lat.mean_s or 0.0, rt_p95_s=lat.p95_s or 0.0,
         problems=why, valid=not why, cores=int(step.os.get("cores") or 0),
         cpu_busy_pct=values.get("cpu_busy_pct"), cpu_user_pct=values.get("cpu_user_pct"),
         cpu_sys_pct=values.get("cpu_sys_pct"), cpu_iowait_pct=values.get("cpu_iowait_pct"),
@@ -124,7 +123,7 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
         buffer_hit_pct=values.get("buffer_hit_pct"), reads_per_unit=reads / units if reads is not None and units else None,
         waits=classes, top_waits=top, top_classes=top_classes,
         wal_fsyncs_per_commit=pc.get("wal_fsyncs_per_commit") if commits else None,
-        flush_share_of_commit=(flush_ms / 1000 / lat["mean_s"]) if flush_ms and lat["mean_s"] else None,
+        flush_share_of_commit=(flush_ms / 1000 / lat.mean_s) if flush_ms and lat.mean_s else None,
         commits_per_unit=commits / units if units else None,
         series_units=list(step.series_units), background=list(step.background_series),
         memory_series=list(step.memory_series), instance_rss=float(sum(rss.values())) if rss else None,

@@ -7,9 +7,10 @@ record, so the step's validity, its latency distribution and its key figures are
 
 from __future__ import annotations
 
+from capmark.engines import registry
 from capmark.measure import kpm
 from capmark.measure.validity import problems
-from capmark.results import MEASURES_VERSION, HostCpu, Latency, Measures, StepResult, Traffic
+from capmark.results import MEASURES_VERSION, HostCpu, Latency, Measures, StepResult, Traffic, wait_shares
 
 
 def build(step: StepResult, per_unit: dict[str, float] | None = None) -> Measures:
@@ -23,6 +24,7 @@ def build(step: StepResult, per_unit: dict[str, float] | None = None) -> Measure
         latency_by_type={name: Latency.of(h) for name, h in step.histograms.items()},
         host_cpu=_host_cpu(step), traffic=Traffic(step.round_trips, _number(network.get("bytes_sent")),
                                                   _number(network.get("bytes_received"))),
+        waits=wait_shares(step.waits, registry.of_delta(step.db_delta).wait_class), wait_samples=step.wait_samples,
         kpm=values, unavailable=reasons, problems=tuple(problems(step)))
 
 
