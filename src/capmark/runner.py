@@ -28,7 +28,7 @@ from capmark.engines import embedded
 from capmark.engines import registry as engines
 from capmark.engines.base import Capability, Engine, TargetInfo
 from capmark.errors import CapmarkError, LockBlocked, RunFailed, RunInterrupted
-from capmark.measure import kpm, stepping, validity
+from capmark.measure import record, stepping
 from capmark.results import RunResult, StepResult, TestResult
 from capmark.store import DB_NAME, RunStore, load_run, new_run_id
 from capmark.suite import TestPlan
@@ -353,8 +353,8 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             if step_no == 1 and quiesced.note():
                 step.notes.append(quiesced.note())
             step.repeat = repeat
-            values, reasons = kpm.compute(step, test.per_unit)
-            step.kpm = {**values, "na_reasons": reasons}
+            step.measures = record.build(step, test.per_unit)  # decided once, stored with the step
+            step.kpm = {**step.measures.kpm, "na_reasons": step.measures.unavailable}
             test.steps.append(step)
             where = f"while storing step {step_no} ({_jobs(jobs)}) of {workload.name}"
             store.save_step(run_result.run_id, test, step)
@@ -363,7 +363,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
             observer.step_done(test, step)
             if (step.instruments.get("overrun") or {}).get("cancelled") and test.status == "running":
                 # its jobs were cancelled past the plan (e.g. a lock another session holds): so would the next steps'
-                why = validity.problems(step) or [step.instruments["overrun"]["sentence"]]
+                why = list(step.measures.problems) or [step.instruments["overrun"]["sentence"]]
                 test.status, test.reason = "failed", f"step {step_no} ({_jobs(jobs)}) was cut short: {why[0]}"
                 observer.say(f"{workload.name}: {test.reason}; skipping the rest of this test.")
                 break
