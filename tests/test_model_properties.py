@@ -20,13 +20,15 @@ def stations(ds):
 
 @settings(max_examples=200, deadline=None)
 @given(demands, think, population)
-def test_exact_mva_keeps_the_laws_and_the_bounds(ds, z, n):
+def test_exact_mva_keeps_the_bounds(ds, z, n):
+    """Within the asymptotic bounds, no station beyond saturation, and more customers never give less throughput
+    or a shorter response time (a recursion that drops or misplaces a term breaks one of these)."""
     r = mva.exact_mva(stations(ds), n, z)
-    assert sum(r.queue_lengths) + r.throughput * z == pytest.approx(n, rel=1e-9)  # Little on the whole system
-    for d, u, q, rt in zip(ds, r.utilizations, r.queue_lengths, r.residence_times, strict=True):
-        assert u == pytest.approx(r.throughput * d, rel=1e-9)  # utilization law
-        assert q == pytest.approx(r.throughput * rt, rel=1e-9)  # Little per station
-        assert u <= 1 + 1e-9
+    assert all(u <= 1 + 1e-9 for u in r.utilizations)
+    if n > 1:
+        fewer = mva.exact_mva(stations(ds), n - 1, z)
+        assert r.throughput >= fewer.throughput * (1 - 1e-9)
+        assert r.response_time >= fewer.response_time * (1 - 1e-9)
     b = laws.asymptotic_bounds(ds, z, n)
     assert b["throughput_lower"] * (1 - 1e-9) <= r.throughput <= b["throughput_upper"] * (1 + 1e-9)
     assert b["response_time_lower"] * (1 - 1e-9) <= r.response_time <= b["response_time_upper"] * (1 + 1e-9)
@@ -76,3 +78,25 @@ def test_linearizer_is_at_least_as_close_to_exact_as_schweitzer(ds, z, n):
     bs = mva.schweitzer_mva(stations(ds), n, z).throughput
     assert abs(lin - exact) <= abs(bs - exact) * 1.05 + 1e-9
     assert lin == pytest.approx(exact, rel=0.02)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=1, max_value=6), demand, population)
+def test_a_balanced_network_has_its_closed_form(k, d, n):
+    """K equal queueing stations and no think time: X(N) = N / ((N + K - 1) D), a result that owes nothing to
+    the recursion (Lazowska et al., Quantitative System Performance, balanced systems)."""
+    r = mva.exact_mva(stations([d] * k), n, 0.0)
+    assert r.throughput == pytest.approx(n / ((n + k - 1) * d), rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(demand, st.floats(min_value=0.01, max_value=20.0), population)
+def test_one_station_with_think_time_is_the_machine_repairman(d, z, n):
+    """One queueing station and N customers thinking Z: the finite-source queue, solved from its state
+    probabilities p_k proportional to N! / (N - k)! (D / Z)^k; throughput = (1 - p_0) / D."""
+    terms = [1.0]
+    for k in range(1, n + 1):
+        terms.append(terms[-1] * (n - k + 1) * d / z)
+    p0 = 1.0 / sum(terms)
+    r = mva.exact_mva(stations([d]), n, z)
+    assert r.throughput == pytest.approx((1 - p0) / d, rel=1e-7)
