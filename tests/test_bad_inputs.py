@@ -24,6 +24,7 @@ from pathlib import Path
 import psycopg
 import psycopg.conninfo
 import pytest
+from commandline import assert_one_sentence, invoke
 
 from capmark import api, cli
 from capmark.config import MAX_INPUT_FILE_BYTES, RunSpec
@@ -596,31 +597,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (folder / name).write_bytes(data)
     os.mkfifo(folder / "fifo.sql")  # a script or suite that is a FIFO: refused, never opened and waited on
     return folder
-
-
-def invoke(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    """capmark.cli.main as the console script runs it; its exit code, stdout and stderr."""
-    monkeypatch.setattr(sys, "argv", ["capmark", *args])
-    capsys.readouterr()
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_sentence(code: int, out: str, err: str, word: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, (code, out, err)
-    assert len(lines) == 1, err
-    line = lines[0].strip()
-    assert line.startswith("capmark: ") and line.endswith("."), line
-    assert "Traceback" not in err and "unexpected" not in line, line
-    assert not re.search(r"[a-z)]\. [A-Z]", line), f"more than one sentence: {line}"
-    assert word.lower() in line.lower(), f"{word!r} not in: {line}"
-    assert out == "", out
 
 
 @pytest.mark.parametrize("kind,args,word", CASES)

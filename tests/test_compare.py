@@ -20,8 +20,8 @@ import numpy as np
 import psutil
 import psycopg
 import pytest
+from commandline import assert_one_sentence, invoke
 from scipy import stats
-from test_store_damage import assert_one_sentence, invoke
 
 from capmark import api, runner
 from capmark.analysis import significance as sig

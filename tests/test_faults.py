@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
+from storedrows import stored
 
 pytestmark = pytest.mark.db
 
@@ -46,21 +46,6 @@ def backends(dsn: str, where: str) -> list[tuple]:
 
 def capmark_sessions(dsn: str) -> set[int]:
     return {row[0] for row in backends(dsn, "application_name like 'capmark%' and pid <> pg_backend_pid()")}
-
-
-def stored(results: Path, sql: str) -> list[tuple]:
-    """Rows from the one run under results; [] while there is none (or it is being written)."""
-    dbs = list(results.glob("*/results.sqlite"))
-    if not dbs:
-        return []
-    try:
-        con = sqlite3.connect(f"file:{dbs[0]}?mode=ro", uri=True, timeout=1)
-        try:
-            return con.execute(sql).fetchall()
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return []
 
 
 def wait_for(condition: Callable[[], Any], what: str, proc: subprocess.Popen, timeout: float = WAIT_S) -> None:

@@ -174,14 +174,20 @@ def test_a_lock_taken_in_the_window_ends_the_step_within_a_bound_and_stores_it_i
         heard.said
     stored = load_run(Path(run.folder))
     step = stored.tests[0].steps[0]
-    assert step.units == 0 and step.instruments["overrun"]["cancelled"]
+    assert step.instruments["overrun"]["cancelled"]
     assert step.elapsed_s < duration_s + LOCK_OVERRUN_LIMIT_S + 3, step.elapsed_s
-    why = problems(step)
-    assert why and why[0].startswith(f"no unit completed in the {duration_s:g} s window: every job waited on a lock "
-                                     f"held by pid {holder.pid} (application '{HOLDER_APP}'"), why
+    why = list(step.measured.problems)
+    assert why == problems(step)  # the stored verdict is the one the step's raw material gives
+    holder_named = f"lock held by pid {holder.pid} (application '{HOLDER_APP}'"
     diagnosis = diagnose_test(stored.tests[0])
-    assert not diagnosis["clean"] and "completed no unit" in diagnosis["summary"], diagnosis["summary"]
+    assert not diagnosis["clean"]
     assert diagnosis["invalid_steps"][0]["problems"] == why
+    if step.units == 0:  # the lock came before the job's first unit of the window ended
+        assert why[0].startswith(f"no unit completed in the {duration_s:g} s window: every job waited on a "
+                                 f"{holder_named}"), why
+        assert "completed no unit" in diagnosis["summary"], diagnosis["summary"]
+    else:  # units of the window's first server-side slice ended before the lock: the overrun still voids it
+        assert why[0].startswith("the window ran") and holder_named in why[0], why
 
 
 def raise_if_failed(run: object) -> None:

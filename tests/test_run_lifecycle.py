@@ -9,7 +9,6 @@ import os
 import resource
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
+from storedrows import stored
 
 from capmark.engines import embedded
 
@@ -56,21 +56,6 @@ def wait_for(condition: Callable[[], Any], what: str, proc: subprocess.Popen | N
             pytest.fail(f"capmark ended (exit {proc.returncode}) before {what}: {err[-2000:]}")
         time.sleep(0.05)
     pytest.fail(f"timed out waiting for {what}")
-
-
-def stored(results: Path, sql: str) -> list[tuple]:
-    """Rows from the one run under results; [] while there is none (or it is being written)."""
-    dbs = list(results.glob("*/results.sqlite"))
-    if not dbs:
-        return []
-    try:
-        con = sqlite3.connect(f"file:{dbs[0]}?mode=ro", uri=True, timeout=1)
-        try:
-            return con.execute(sql).fetchall()
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return []
 
 
 def run_row(results: Path) -> tuple:

@@ -7,7 +7,6 @@ import datetime as dt
 import gzip
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -18,8 +17,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from commandline import assert_one_sentence, invoke
 
-from capmark import cli, store
+from capmark import store
 from capmark.store import DB_NAME, SCHEMA
 
 pytestmark = pytest.mark.db
@@ -242,33 +242,6 @@ def _unpack(results: Path, run_id: str) -> Path:
         db.commit()
         db.close()
     return folder
-
-
-def invoke(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    """capmark.cli.main as the console script runs it (after tests/test_bad_inputs.py); exit code, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", ["capmark", *args])
-    capsys.readouterr()
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_sentence(code: int, out: str, err: str, *words: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, (code, out, err)
-    assert len(lines) == 1, err
-    line = lines[0].strip()
-    assert line.startswith("capmark: ") and line.endswith("."), line
-    assert "Traceback" not in err and "unexpected" not in line, line
-    assert not re.search(r"[a-z)]\. [A-Z]", line), f"more than one sentence: {line}"
-    for word in words:
-        assert word.lower() in line.lower(), f"{word!r} not in: {line}"
-    assert out == "", out
-    return line
 
 
 def _a_folder(path: Path) -> None:

@@ -118,6 +118,8 @@ def run(spec: RunSpec, observer: RunObserver | None = None, on_stored: OnStored 
         with sigterm_as_interrupt(), _embedded_run_lock(spec, store.folder.name):
             return _run(spec, plans, store, observer, on_stored)
     except KeyboardInterrupt:  # before the run record, or a second interrupt during the first one's cleanup
+        if store.has_run() and not store.has_steps():  # a run folder with no step would look like a run
+            store.discard()
         if store.has_run():
             with contextlib.suppress(sqlite3.Error):
                 store.set_status(store.folder.name, "interrupted", "interrupted", only_if_running=True)

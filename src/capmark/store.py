@@ -165,6 +165,15 @@ class RunStore:
         except sqlite3.Error:
             return False
 
+    def has_steps(self) -> bool:
+        """Whether any step is stored: a run without one has measured nothing."""
+        if self._db is None:
+            return False
+        try:
+            return self._db.execute("select count(*) from step").fetchone()[0] > 0
+        except sqlite3.Error:
+            return False
+
     def discard(self) -> None:
         """Remove a run folder that never got its run record (the run stopped before it began)."""
         self.close()

@@ -76,9 +76,9 @@ def join(address: str) -> dict[str, Any]:
         try:
             # configure_logging: Ray sets its format and level on its logger's handlers (the log file's); without
             # it, Ray would take that handler away, and its messages would reach the terminal after all
-            ray.init(address=address, log_to_driver=False, logging_level="INFO", configure_logging=True)
+            _init(ray, address)
         except Exception as err:  # noqa: BLE001 - Ray raises several kinds for an unreachable or unknown address
-            raise CapmarkError(f"capmark could not join the Ray cluster at {address}: {first_line(err)}; start one "
+            raise CapmarkError(f"Could not join the Ray cluster at {address}: {first_line(err)}; start one "
                                "with ray start --head on the head node (and ray start --address HEAD:6379 on the "
                                "others), then pass --cluster ray://HEAD:10001, or --cluster auto on a node of it."
                                ) from None
@@ -93,6 +93,26 @@ def join(address: str) -> dict[str, Any]:
     return {"address": address, "nodes": [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"],
                                             "cpus": int(n.get("Resources", {}).get("CPU", 0))} for n in nodes],
             "ray_version": ray.__version__}
+
+
+# A head that has just started answers on its client port before its client server can start a session for a new
+# driver ("Initialization failure from server"); the join is tried again for this long before it counts as failed.
+JOIN_STARTING_HEAD_S = 10.0
+JOIN_RETRY_PAUSE_S = 1.0
+
+
+def _init(ray: Any, address: str) -> None:
+    deadline = time.monotonic() + JOIN_STARTING_HEAD_S
+    while True:
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="INFO", configure_logging=True)
+            return
+        except Exception as err:  # noqa: BLE001 - Ray raises its ConnectionError, or others, for a head starting up
+            if "Initialization failure from server" not in str(err) or time.monotonic() > deadline:
+                raise
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            time.sleep(JOIN_RETRY_PAUSE_S)
 
 
 def log_file() -> Path:
@@ -114,9 +134,16 @@ def _ray_to_log_file(address: str) -> Path:
         with path.open("a", encoding="utf-8"):
             pass
     except OSError as err:
-        raise CapmarkError(f"capmark could not write Ray's log file {path} ({err.strerror or err}); set "
+        raise CapmarkError(f"Could not write Ray's log file {path} ({err.strerror or err}); set "
                            f"{LOG_DIR_ENV} to a folder you can write.") from None
     _attach(path)
+    # a record of a logger with no handler goes to Python's last resort, stderr: in a cluster run that is Ray's (a
+    # ray.init from one of its client threads after the head died logs before it sets up any handler)
+    if not isinstance(logging.lastResort, _RayLog):
+        last = _RayLog(path, encoding="utf-8")
+        last.setLevel(logging.WARNING)
+        last.setFormatter(logging.Formatter(LOG_FORMAT))
+        logging.lastResort = last
     if warnings.showwarning is not _show_warning:
         _show_warning.previous = warnings.showwarning  # type: ignore[attr-defined]
         warnings.showwarning = _show_warning
@@ -221,7 +248,7 @@ def _answers(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
     except OSError as err:
-        raise CapmarkError(f"capmark could not join the Ray cluster at {address}: nothing answers there "
+        raise CapmarkError(f"Could not join the Ray cluster at {address}: nothing answers there "
                            f"({err.strerror or err}); check the address, or start the cluster with ray start --head "
                            "on its head node.") from None
 
