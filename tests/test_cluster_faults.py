@@ -40,10 +40,12 @@ def _capmark(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.
                             env={**os.environ, "CAPMARK_DEBUG": "", **(env or {})}, **kw)
 
 
-@pytest.fixture()
-def ray_head():
-    """A one-node Ray cluster of its own (`ray start --head` in a temporary folder, in a process group of its own),
-    so that the test can kill every process of its head node and no other cluster's."""
+HEAD_STARTS = 3  # a head whose client server cannot start a session (right after another cluster) is started anew
+PROBE = "import ray, sys; ray.init(sys.argv[1], log_to_driver=False); ray.shutdown()"
+
+
+def _start_head() -> tuple[str, int]:
+    """`ray start --head` in a temporary folder and a process group of its own; its client address and group."""
     temp = Path(tempfile.mkdtemp(prefix="cmray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     client_port = _free_port()
     start = subprocess.Popen([RAY, "start", "--head", f"--port={_free_port()}", f"--ray-client-server-port={client_port}",
@@ -51,14 +53,28 @@ def ray_head():
                               f"--temp-dir={temp}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     assert start.wait(timeout=120) == 0
-    group = start.pid  # the head's daemons are left in the process group `ray start` led
+    return f"ray://127.0.0.1:{client_port}", start.pid  # the head's daemons stay in the group `ray start` led
 
-    def kill() -> None:
-        with contextlib.suppress(ProcessLookupError):  # already gone
-            os.killpg(group, signal.SIGKILL)
 
-    yield f"ray://127.0.0.1:{client_port}", kill
-    kill()
+def _kill(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone
+        os.killpg(group, signal.SIGKILL)
+
+
+@pytest.fixture()
+def ray_head():
+    """A one-node Ray cluster of its own, so that the test can kill every process of its head node and no other
+    cluster's; ready when a client has joined it once (what is tested is the head's death, not its start)."""
+    for _ in range(HEAD_STARTS):
+        address, group = _start_head()
+        probe = subprocess.run([sys.executable, "-c", PROBE, address], capture_output=True, timeout=180)
+        if probe.returncode == 0:
+            break
+        _kill(group)
+    else:
+        pytest.fail(f"no Ray head started here accepted a client in {HEAD_STARTS} tries")
+    yield address, lambda: _kill(group)
+    _kill(group)
 
 
 def _stored_steps(results: Path) -> int:
