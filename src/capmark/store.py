@@ -158,19 +158,18 @@ class RunStore:
             raise _damaged(self.folder / DB_NAME, err) from None
 
     def has_run(self) -> bool:
-        if self._db is None:
-            return False
-        try:
-            return self._db.execute("select count(*) from run").fetchone()[0] > 0
-        except sqlite3.Error:
-            return False
+        return self._holds("run")
 
     def has_steps(self) -> bool:
         """Whether any step is stored: a run without one has measured nothing."""
+        return self._holds("step")
+
+    def _holds(self, table: str) -> bool:
+        """Whether the open file holds a row of `table` (False when it is not open or cannot be read)."""
         if self._db is None:
             return False
         try:
-            return self._db.execute("select count(*) from step").fetchone()[0] > 0
+            return self._db.execute(f"select count(*) from {table}").fetchone()[0] > 0
         except sqlite3.Error:
             return False
 
