@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import psycopg.conninfo
 import pytest
+from commandline import assert_one_sentence
 
 from capmark.engines.postgres import explain_connect_error
 
@@ -126,3 +127,33 @@ def test_role_without_privileges_gets_one_sentence_and_no_schema(embedded_dsn, t
     check = psycopg.conninfo.make_conninfo(embedded_dsn, dbname="capmark_priv_test")
     with psycopg.connect(check) as conn:
         assert conn.execute("select count(*) from pg_namespace where nspname = 'capmark'").fetchone()[0] == 0
+
+
+# Installed before capmark loads, in the child process: the finder makes importing the MySQL driver fail as it does
+# where the MySQL extra is missing (ModuleNotFoundError) or where its client library cannot load (ImportError).
+# capmark itself runs unchanged; nothing it measures is replaced.
+WITHOUT_DRIVER = """
+import runpy, sys
+class NoDriver:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "MySQLdb":
+            raise {error}
+sys.meta_path.insert(0, NoDriver())
+sys.argv = ["capmark", *sys.argv[1:]]
+runpy.run_module("capmark", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("error,words", [
+    ("ModuleNotFoundError(f'No module named {name!r}', name=name)", ["not installed"]),
+    ("ImportError('libmariadb.so.3: cannot open shared object file: No such file or directory')",
+     ["does not load", "libmariadb.so.3"]),
+])
+def test_mysql_url_without_the_driver_names_what_to_install(error, words, tmp_path):
+    script = WITHOUT_DRIVER.format(error=error)
+    out = subprocess.run([sys.executable, "-c", script, "run", "--dsn", "mysql://root:Hidden9@127.0.0.1:1/",
+                          "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    line = assert_one_sentence(out.returncode, out.stdout, out.stderr, "pip install 'capmark[mysql]'",
+                               "libmariadb-dev", "pkg-config", *words)
+    assert "Hidden9" not in line
+    assert not any(tmp_path.iterdir())

@@ -92,11 +92,32 @@ def explain_connect_error(err: Exception, target: MysqlDsn) -> CapmarkError:
     return CapmarkError(f"Cannot connect to MySQL/MariaDB at {safe} ({text}).")
 
 
+# Bad environment, not a fault of capmark's: what to install, and the system library the driver builds against.
+NO_DRIVER = ("A mysql:// or mariadb:// URL needs the MySQL/MariaDB driver, and {why}; install it with pip install "
+             "'capmark[mysql]' (it builds against the MySQL client library: on Debian or Ubuntu run apt-get install "
+             "libmariadb-dev pkg-config first).")
+
+
+def require_driver() -> None:
+    """mysqlclient is imported only when a MySQL/MariaDB URL is used, so a PostgreSQL-only install need not have the
+    MySQL extra; its absence, or a client library it cannot load, is said in one sentence with the fix."""
+    try:
+        import MySQLdb  # noqa: F401 - imported to learn whether it can be
+    except ModuleNotFoundError as err:
+        if not (err.name or "").startswith("MySQLdb"):  # a module missing inside the driver is an unexpected fault
+            raise
+        raise CapmarkError(NO_DRIVER.format(why="it is not installed")) from None
+    except ImportError as err:  # installed, but its C library does not load (libmariadb removed or of another ABI)
+        detail = redact_text(str(err).splitlines()[0] if str(err) else type(err).__name__)
+        raise CapmarkError(NO_DRIVER.format(why=f"its client library does not load ({detail})")) from None
+
+
 def connect(dsn: str, *, application_name: str = "capmark", autocommit: bool = True,
             timeout_s: float | None = None) -> Any:
     """A mysqlclient connection. MySQL has no application_name that a client can set through this driver, so capmark
     tells its own sessions apart by their connection ids."""
-    import MySQLdb  # imported here: the PostgreSQL-only user need not have the MySQL extra installed
+    require_driver()
+    import MySQLdb
 
     target = parse(dsn)
     options: dict[str, Any] = {"user": target.user, "passwd": target.password, "autocommit": autocommit,
