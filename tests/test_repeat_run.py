@@ -9,8 +9,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-from scipy import stats as scipy_stats
 from rich.console import Console
+from scipy import stats as scipy_stats
 
 from capmark import api
 from capmark.analysis.export import run_export
