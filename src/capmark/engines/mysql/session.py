@@ -4,7 +4,7 @@ Each named statement is prepared once per connection (PREPARE ... FROM) and run 
 parameters as literals. That keeps the server's plan (no parse per call) while the client stays on mysqlclient's
 C text-protocol path, whose cost per call measured lowest among the drivers tried (MySQLdb's cursor adds a Python
 layer; the binary-protocol drivers cost more client CPU per call). MySQL (not MariaDB) takes only user variables in
-EXECUTE ... USING, so there each parameter is set first in the same round trip.
+EXECUTE ... USING, so there the parameters are set first by a SET of their own: a second round trip, counted.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class MysqlSession:
             self._query(head + b" USING " + b", ".join(_literal(p, self._escape) for p in params))
         else:
             sets = b", ".join(b"@capmark_p%d = %s" % (i, _literal(p, self._escape)) for i, p in enumerate(params))
+            self.round_trips += 1  # the SET is a statement of its own: the client waits for it as for the EXECUTE
             self._query(b"SET " + sets)
             self._discard()
             self._query(head + b" USING " + b", ".join(b"@capmark_p%d" % i for i in range(len(params))))
