@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from capmark.diagnose.features import StepView, TestView
+from capmark.diagnose.features import DemandTrend, MemoryPoint, Mismatch, ProcessMemory, StepView, TestView
 from capmark.diagnose.signatures import (
     DETECTORS,
+    TimeRange,
     background_interference,
     bottleneck_switch,
     commit_bound,
@@ -37,7 +40,7 @@ def step(jobs: int, x: float, **kw) -> StepView:
     return StepView(jobs=jobs, throughput=x, rt_mean_s=jobs / x, **base)
 
 
-def view(*steps: StepView, varies: list | None = None) -> TestView:
+def view(*steps: StepView, varies: list[DemandTrend] | None = None) -> TestView:
     return TestView("synthetic", "transaction", list(steps), varies or [])
 
 
@@ -71,8 +74,8 @@ def leak_case(collapse: bool = False, levels_off: bool = False) -> TestView:
     rss = [13 * MB + i * (6 * MB) for i in range(n)]  # 13 MB growing steadily (seed 002 Figure 1.2)
     if levels_off:
         rss = [13 * MB + min(i, 10) * 6 * MB for i in range(n)]
-    memory = [{"t": 60.0 * i, "rss": {"100": ["client backends", rss[i]], "200": ["checkpointer", 50 * MB]}}
-              for i in range(n)]
+    memory = [MemoryPoint(60.0 * i, {"100": ProcessMemory("client backends", rss[i]),
+                                     "200": ProcessMemory("checkpointer", 50 * MB)}) for i in range(n)]
     units = [62] * 1700 + ([0] * 100 if collapse else [62] * 100)
     return view(step(4, 62, series_units=units, memory_series=memory))
 
@@ -85,7 +88,7 @@ def test_memory_leak_fatal_and_levelling_off():
     assert steady.name == "Memory leak" and steady.level == "medium"
     off = memory_leak(leak_case(levels_off=True))
     assert off.name == "Memory growth that levels off" and off.level == "low"
-    flat = view(step(4, 62, memory_series=[{"t": 60.0 * i, "rss": {"1": ["client backends", 20 * MB]}}
+    flat = view(step(4, 62, memory_series=[MemoryPoint(60.0 * i, {"1": ProcessMemory("client backends", 20 * MB)})
                                            for i in range(30)]))
     assert memory_leak(flat) is None
 
@@ -218,9 +221,9 @@ def test_commit_bound_ignores_units_that_do_not_commit():
 
 def varying_case() -> TestView:
     return view(step(1, 100), step(2, 190), step(4, 300),
-                varies=[{"label": "CPU client backends", "key": "cpu_client_backends_s", "group": "cpu",
-                         "direction": "rises", "change_pct": 60.0,
-                         "note": "CPU client backends rises by 60 % from 1 to 4 jobs"}])
+                varies=[DemandTrend(key="cpu_client_backends_s", label="CPU client backends", group="cpu", time=True,
+                                    direction="rises", change_pct=60.0,
+                                    note="CPU client backends rises by 60 % from 1 to 4 jobs")])
 
 
 def test_varying_demand_lists_the_component():
@@ -231,28 +234,29 @@ def test_rising_cpu_only_where_jobs_outnumber_saturated_cores_is_information():
     """srv-report on 2 cores: CPU per query rises 39 % at 4 jobs, where four processes time-slice two saturated
     CPUs; within the default plan that is what oversubscription costs. The same rise with a step beyond
     2 x the cores, or with a device demand moving too, stays a problem."""
-    rise = {"label": "CPU client backends", "key": "cpu_client_backends_s", "group": "cpu", "direction": "rises",
-            "change_pct": 39.0, "share_pct": 90.0, "time": True, "note": "CPU client backends rises by 39 %"}
+    rise = DemandTrend(key="cpu_client_backends_s", label="CPU client backends", group="cpu", time=True,
+                       direction="rises", change_pct=39.0, share_pct=90.0, note="CPU client backends rises by 39 %")
     saturated = [step(1, 9000, cpu_busy_pct=54.0), step(2, 20000, cpu_busy_pct=99.8),
                  step(4, 16000, cpu_busy_pct=99.8)]
     assert varying_demand(view(*saturated, varies=[rise])).severity == "info"
     beyond = [*saturated, step(8, 15000, cpu_busy_pct=99.8)]
     assert varying_demand(view(*beyond, varies=[rise])).severity == "problem"
-    disk = {**rise, "label": "vda busy", "key": "disk_vda_busy_s", "group": "disk", "note": "vda busy rises by 39 %"}
+    disk = replace(rise, label="vda busy", key="disk_vda_busy_s", group="disk", note="vda busy rises by 39 %")
     assert varying_demand(view(*saturated, varies=[rise, disk])).severity == "problem"
-    reads = {**disk, "label": "vda read", "key": "disk_vda_read_bytes", "time": False, "note": "vda read falls"}
+    reads = replace(disk, label="vda read", key="disk_vda_read_bytes", time=False, note="vda read falls")
     assert varying_demand(view(*saturated, varies=[reads])) is None  # bytes describe a demand, they are not one
 
 
 def test_varying_demand_ignores_small_components_and_the_remainder():
     """The server-side driver's few ms and the OS-overhead remainder swing by 100 % on a quiet host without any
     unit costing more; only a component that is a real part of its group's time can make the finding."""
-    small = {"label": "CPU capmark driver (client tier)", "key": "cpu_driver_s", "group": "cpu", "direction": "falls",
-             "change_pct": -61.0, "share_pct": 0.4, "note": "CPU capmark driver (client tier) falls by 61 %"}
-    remainder = {**small, "label": "CPU OS overhead", "key": "cpu_os_overhead_s", "share_pct": 30.0,
-                 "change_pct": 123.0, "note": "CPU OS overhead rises by 123 %"}
+    small = DemandTrend(key="cpu_driver_s", label="CPU capmark driver (client tier)", group="cpu", time=True,
+                        direction="falls", change_pct=-61.0, share_pct=0.4,
+                        note="CPU capmark driver (client tier) falls by 61 %")
+    remainder = replace(small, label="CPU OS overhead", key="cpu_os_overhead_s", share_pct=30.0, change_pct=123.0,
+                        note="CPU OS overhead rises by 123 %")
     assert varying_demand(view(step(1, 100), step(2, 190), step(4, 300), varies=[small, remainder])) is None
-    big = {**small, "share_pct": 40.0}
+    big = replace(small, share_pct=40.0)
     assert varying_demand(view(step(1, 100), step(2, 190), step(4, 300), varies=[big])) is not None
 
 
@@ -278,7 +282,7 @@ def background_case() -> TestView:
 
 def test_background_interference_needs_alignment():
     f = background_interference(background_case())
-    assert f.time_ranges == [{"jobs": 4, "from_s": 9, "to_s": 22}] and "checkpoint" in f.name
+    assert f.time_ranges == [TimeRange(4, 9, 22)] and "checkpoint" in f.name
     shifted = background_case()
     for b in shifted.steps[0].background:
         b["checkpoint"] = 0.8 if b["t"] in (3, 4) else 0.0  # activity elsewhere: the dips are not explained
@@ -306,14 +310,14 @@ def test_oversubscription_within_the_default_plan_is_information():
 
 
 def mismatch_case() -> TestView:
-    pair = {"name": "IO time: wait-event samples vs database IO timing", "ratio": 0.55, "agree": False,
-            "sentence": "Wait-event samples see 55% of the IO time."}
+    pair = Mismatch("IO time: wait-event samples vs database IO timing", 0.55,
+                    "Wait-event samples see 55% of the IO time.")
     return view(*(step(j, 100 * j, mismatches=[pair]) for j in (1, 2)))
 
 
 def test_instrumentation_mismatch_ignores_a_database_side_near_zero():
     assert instrumentation_mismatch(mismatch_case()) is not None
-    other = {"name": "database reads vs device reads", "ratio": 0.0, "agree": False, "sentence": ""}
+    other = Mismatch("database reads vs device reads", 0.0, "")
     assert instrumentation_mismatch(view(*(step(j, 100, mismatches=[other]) for j in (1, 2)))) is None
 
 
@@ -322,5 +326,5 @@ def test_findings_serialize_with_a_level(case):
     for detect in DETECTORS:
         found = detect(case())
         if found:
-            d = found.to_dict()
+            d = found.to_json()
             assert d["level"] in ("high", "medium", "low") and isinstance(d["chart"], dict)

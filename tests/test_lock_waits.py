@@ -150,7 +150,7 @@ def test_a_lock_taken_during_the_warm_up_cuts_the_step_short_and_fails_the_run(m
     _names_holder(why[0], holder)
     assert "warm-up" in why[0]
     diagnosis = diagnose_test(test)
-    assert not diagnosis["clean"] and not diagnosis["summary"].startswith("clean"), diagnosis["summary"]
+    assert not diagnosis.clean and not diagnosis.summary.startswith("clean"), diagnosis.summary
 
 
 def test_a_lock_taken_in_the_window_ends_the_step_within_a_bound_and_stores_it_invalid(model_db: str,
@@ -180,12 +180,12 @@ def test_a_lock_taken_in_the_window_ends_the_step_within_a_bound_and_stores_it_i
     assert why == problems(step)  # the stored verdict is the one the step's raw material gives
     holder_named = f"lock held by pid {holder.pid} (application '{HOLDER_APP}'"
     diagnosis = diagnose_test(stored.tests[0])
-    assert not diagnosis["clean"]
-    assert diagnosis["invalid_steps"][0]["problems"] == why
+    assert not diagnosis.clean
+    assert diagnosis.invalid_steps[0].problems == why
     if step.units == 0:  # the lock came before the job's first unit of the window ended
         assert why[0].startswith(f"no unit completed in the {duration_s:g} s window: every job waited on a "
                                  f"{holder_named}"), why
-        assert "completed no unit" in diagnosis["summary"], diagnosis["summary"]
+        assert "completed no unit" in diagnosis.summary, diagnosis.summary
     else:  # units of the window's first server-side slice ended before the lock: the overrun still voids it
         assert why[0].startswith("the window ran") and holder_named in why[0], why
 

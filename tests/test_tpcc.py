@@ -189,7 +189,7 @@ def test_lock_contention_at_many_jobs_per_warehouse_is_diagnosed(loaded, embedde
                           params={"warehouses": str(WAREHOUSES)}, dsn=embedded_dsn, results_dir=tmp_path))
     folder = run.folder
     diagnosis = api.diagnose(folder).tests[0]
-    assert "lock_contention" in [finding["key"] for finding in diagnosis.findings], diagnosis.summary
+    assert "lock_contention" in [finding.key for finding in diagnosis.findings], diagnosis.summary
     calibrated = api.calibrate(folder).tests[0]
     assert calibrated.answer is not None, calibrated.reason
     types = {t["name"]: t for t in calibrated.answer.calibration["types"]}

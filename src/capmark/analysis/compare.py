@@ -508,9 +508,9 @@ def diagnosis_change(base_test: TestResult, cand_test: TestResult) -> DiagnosisC
     from capmark.diagnose.diagnosis import diagnose_test
 
     b, c = diagnose_test(base_test), diagnose_test(cand_test)
-    before = [f["name"] for f in b["findings"]]
-    after = [f["name"] for f in c["findings"]]
-    return DiagnosisChange(b["summary"], c["summary"], [n for n in after if n not in before],
+    before = [f.name for f in b.findings]
+    after = [f.name for f in c.findings]
+    return DiagnosisChange(b.summary, c.summary, [n for n in after if n not in before],
                            [n for n in before if n not in after], [n for n in after if n in before])
 
 

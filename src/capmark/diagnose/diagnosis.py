@@ -2,18 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from capmark.diagnose.features import engine_of, test_view
 from capmark.diagnose.signatures import DETECTORS, Finding
-from capmark.engines import registry
 from capmark.engines.base import Engine
 from capmark.measure import record
 from capmark.measure.validity import cautions
-from capmark.results import RunResult, TestResult
+from capmark.results import TestResult
 
 
-def diagnose_test(test: TestResult, engine: Engine | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InvalidStep:
+    """A step that failed a self-check, and why: models and tables leave it out."""
+
+    jobs: int
+    problems: list[str]
+
+
+@dataclass(frozen=True)
+class StepCautions:
+    """A valid step that shared the host with other busy programs, and which."""
+
+    jobs: int
+    cautions: list[str]
+
+
+@dataclass(kw_only=True)
+class TestDiagnosis:
+    """One test's diagnosis: the signatures that fired, most likely first, and the steps' self-checks."""
+
+    __test__ = False  # a record, not a test class (pytest collects names starting with Test)
+
+    workload: str
+    unit: str
+    summary: str
+    clean: bool  # no problem found, and every step completed units of work
+    findings: list[Finding]  # problems to act on
+    information: list[Finding]  # expected behaviour worth knowing (severity "info")
+    invalid_steps: list[InvalidStep]
+    cautions: list[StepCautions]
+    steps: list[int]  # the job counts of the steps the detectors looked at
+
+    @property
+    def headline(self) -> str:
+        """The diagnosis in one line: the most likely finding, or that none fired."""
+        if self.findings:
+            top = self.findings[0]
+            return f"{top.name} ({top.level} confidence)"
+        return "no bottleneck signature fired"
+
+
+def diagnose_test(test: TestResult, engine: Engine | None = None) -> TestDiagnosis:
     """engine: the one the test was measured on, which names its waits and its advice (default: the engine its
     steps' statistics name)."""
     engine = engine or engine_of(test)
@@ -29,8 +69,8 @@ def diagnose_test(test: TestResult, engine: Engine | None = None) -> dict[str, A
     findings.sort(key=lambda f: -f.confidence)
     information = [f for f in findings if f.severity == "info"]
     findings = [f for f in findings if f.severity != "info"]
-    invalid = [{"jobs": s.jobs, "problems": s.problems} for s in view.steps if not s.valid]
-    invalid += [{"jobs": s.jobs, "problems": list(record.of(s).problems)} for s in test.steps
+    invalid = [InvalidStep(s.jobs, s.problems) for s in view.steps if not s.valid]
+    invalid += [InvalidStep(s.jobs, list(record.of(s).problems)) for s in test.steps
                 if s.status != "ok" or not s.units]
     idle = [s for s in test.steps if s.status == "ok" and not s.units]
     if findings:
@@ -45,16 +85,9 @@ def diagnose_test(test: TestResult, engine: Engine | None = None) -> dict[str, A
         summary += f"; for information (expected, not a fault): {f.name} - {f.evidence[0]}"
     if invalid:
         summary += f"; {len(invalid)} step(s) failed a self-check and are left out of models"
-    flagged = [{"jobs": s.jobs, "cautions": why} for s in test.steps if (why := cautions(s))]
+    flagged = [StepCautions(s.jobs, why) for s in test.steps if (why := cautions(s))]
     if flagged:
         summary += f"; {len(flagged)} step(s) shared the host with other busy programs (see the cautions)"
-    return {"workload": test.workload, "unit": test.unit, "summary": summary, "clean": not (findings or idle),
-            "findings": [f.to_dict() for f in findings], "information": [f.to_dict() for f in information],
-            "invalid_steps": invalid, "cautions": flagged,
-            "steps": [s.jobs for s in view.steps]}
-
-
-def diagnose_run(run: RunResult, tests: list[TestResult] | None = None) -> dict[str, Any]:
-    engine = registry.named(run.target.get("engine"))
-    return {"schema": "capmark.diagnose/1", "run": run.run_id,
-            "tests": [diagnose_test(t, engine) for t in (tests if tests is not None else run.tests) if t.steps]}
+    return TestDiagnosis(workload=test.workload, unit=test.unit, summary=summary, clean=not (findings or idle),
+                         findings=findings, information=information, invalid_steps=invalid, cautions=flagged,
+                         steps=[s.jobs for s in view.steps])

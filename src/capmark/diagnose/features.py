@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from capmark.engines import registry
 from capmark.engines.base import Engine
@@ -19,6 +18,45 @@ from capmark.measure.reconcile import reconcile
 from capmark.results import StepResult, TestResult, WaitClass, WaitKey, wait_shares
 
 Classify = Callable[[WaitKey], WaitClass]  # an engine's wait_class
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """One instance process at one memory sample."""
+
+    role: str  # checkpointer, client backends, ...
+    bytes: int  # its private memory (RSS less shared pages) where sampled, else its RSS
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """The instance's processes' memory at one instant of the window."""
+
+    t: float  # seconds into the window
+    processes: dict[str, ProcessMemory]  # by pid (as stored: text)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Two instruments that disagree on the same figure (a reconciliation pair, measure/reconcile.py)."""
+
+    name: str  # which pair, e.g. "database reads vs device reads"
+    ratio: float | None  # the database's side over the other side
+    sentence: str  # what the disagreement means, for the user
+
+
+@dataclass(frozen=True)
+class DemandTrend:
+    """A service demand component whose value per unit changes with load (a row of the demand table)."""
+
+    key: str  # the component's key, e.g. cpu_client_backends_s
+    label: str
+    group: str  # cpu | disk | dbio | wal | network | os
+    time: bool  # a time per unit, not a count or bytes that describe one
+    direction: str  # rises | falls
+    change_pct: float | None  # from the first to the last step
+    note: str  # the trend in words
+    share_pct: float | None = None  # of its group's time (None where it is no time, or nothing measured it)
 
 
 @dataclass
@@ -52,10 +90,10 @@ class StepView:
     commits_per_unit: float | None = None  # the workload's own commits (capmark's taken out) per unit of work
     series_units: list[int] = field(default_factory=list)
     background: list[dict[str, float]] = field(default_factory=list)  # per second: checkpoint, autovacuum
-    memory_series: list[dict[str, Any]] = field(default_factory=list)
+    memory_series: list[MemoryPoint] = field(default_factory=list)
     instance_rss: float | None = None  # bytes, all instance processes at the end
     ram: float | None = None  # bytes
-    mismatches: list[dict[str, Any]] = field(default_factory=list)  # reconciliation pairs that disagree
+    mismatches: list[Mismatch] = field(default_factory=list)  # reconciliation pairs that disagree
     elapsed_s: float = 0.0
 
 
@@ -66,7 +104,7 @@ class TestView:
     workload: str
     unit: str
     steps: list[StepView]
-    varies: list[dict[str, Any]] = field(default_factory=list)  # demand trends: label, direction, change_pct, note
+    varies: list[DemandTrend] = field(default_factory=list)  # the demands that change with load
 
     @property
     def valid_steps(self) -> list[StepView]:
@@ -126,21 +164,24 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
         flush_share_of_commit=(flush_ms / 1000 / lat.mean_s) if flush_ms and lat.mean_s else None,
         commits_per_unit=commits / units if units else None,
         series_units=list(step.series_units), background=list(step.background_series),
-        memory_series=list(step.memory_series), instance_rss=float(sum(rss.values())) if rss else None,
+        memory_series=[MemoryPoint(float(m["t"]), {pid: ProcessMemory(str(v[0]), int(v[-1])) for pid, v in m["rss"].items()})
+                       for m in step.memory_series],  # [role, rss, private], or [role, rss] in runs stored before
+        instance_rss=float(sum(rss.values())) if rss else None,
         ram=float(mem_end["MemTotal"]) if mem_end.get("MemTotal") else None,
-        mismatches=[p for p in reconcile(step) if p["agree"] is False], elapsed_s=step.elapsed_s)
+        mismatches=[Mismatch(p["name"], p["ratio"], p["sentence"]) for p in reconcile(step) if p["agree"] is False],
+        elapsed_s=step.elapsed_s)
 
 
 def test_view(test: TestResult, engine: Engine | None = None) -> TestView:
     """engine: the one the test was measured on (default: engine_of(test))."""
     classify = (engine or engine_of(test)).wait_class
     ok = [s for s in test.steps if s.status == "ok" and s.units]
-    varies = []
+    varies: list[DemandTrend] = []
     if len(ok) >= 3:
         completed = copy.copy(test)
         completed.steps = ok
-        # the trend's own "key" is its label: the component's key must win
-        varies = [{**r["trend"], "label": r["label"], "key": r["key"], "group": r["group"],
-                   "share_pct": r.get("share_pct"), "time": r["time"]}
+        varies = [DemandTrend(key=r["key"], label=r["label"], group=r["group"], time=r["time"],
+                              direction=r["trend"]["direction"], change_pct=r["trend"]["change_pct"],
+                              note=r["trend"]["note"], share_pct=r.get("share_pct"))
                   for r in demands_of_test(completed)["components"] if r["trend"]["note"]]
     return TestView(test.workload, test.unit, [step_view(s, test.per_unit, classify) for s in ok], varies)

@@ -8,13 +8,30 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
-from capmark.diagnose.features import StepView, TestView
+from capmark.diagnose.features import DemandTrend, Mismatch, StepView, TestView
 from capmark.measure.validity import full_seconds
 from capmark.results import WaitClass
 
 Detector = Callable[[TestView], "Finding | None"]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """The evidence of a finding as series: against the steps' jobs, or against the seconds of one step's window."""
+
+    kind: str  # jobs | time
+    x: list[float]
+    series: dict[str, list[float | None]]  # by label, one value per x (None: not measured there)
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """Where in a step's window a time-series finding shows."""
+
+    jobs: int  # the step's
+    from_s: float  # seconds of the window
+    to_s: float
 
 
 @dataclass(kw_only=True)
@@ -26,20 +43,21 @@ class Finding:
     evidence: list[str]
     meaning: str
     to_try: list[str]
-    chart: dict[str, Any] = field(default_factory=dict)  # {"kind": "jobs"|"time", "x": [...], "series": {label: [...]}}
-    time_ranges: list[dict[str, Any]] = field(default_factory=list)  # {"jobs", "from_s", "to_s"}
+    chart: Chart | None = None
+    time_ranges: list[TimeRange] = field(default_factory=list)
     severity: str = "problem"  # problem: something to act on | info: expected behaviour worth knowing
+    level: str = field(init=False)  # high | medium | low, from the confidence
 
-    @property
-    def level(self) -> str:
-        return "high" if self.confidence >= 0.75 else "medium" if self.confidence >= 0.5 else "low"
+    def __post_init__(self) -> None:
+        self.level = "high" if self.confidence >= 0.75 else "medium" if self.confidence >= 0.5 else "low"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "level": self.level}
+    def to_json(self) -> dict[str, object]:
+        """Its fields as JSON (docs/json.md): a finding without a chart has an empty one."""
+        return {**asdict(self), "chart": asdict(self.chart) if self.chart is not None else {}}
 
 
-def _jobs_chart(steps: list[StepView], **series: list[float | None]) -> dict[str, Any]:
-    return {"kind": "jobs", "x": [s.jobs for s in steps], "series": series}
+def _jobs_chart(steps: list[StepView], **series: list[float | None]) -> Chart:
+    return Chart("jobs", [s.jobs for s in steps], series)
 
 
 def _rise(first: float | None, last: float | None) -> float | None:
@@ -268,7 +286,7 @@ BUSY_DEVICE_PCT = 50.0  # a device at least this busy is where the misses go
 READ_SHARE = 0.5  # the database's reads are at least this share of the busy device's IOPS: reading, not writing
 
 
-def _reads_keep_the_device_busy(s: StepView, busiest: dict[str, Any]) -> bool:
+def _reads_keep_the_device_busy(s: StepView, busiest: dict[str, float | None]) -> bool:
     iops = busiest.get("iops") or 0.0
     reads_per_s = (s.reads_per_unit or 0.0) * (s.throughput or 0.0)
     return iops > 0 and reads_per_s >= READ_SHARE * iops
@@ -277,7 +295,8 @@ def _reads_keep_the_device_busy(s: StepView, busiest: dict[str, Any]) -> bool:
 def poor_caching(t: TestView) -> Finding | None:
     hits = []
     for s in t.valid_steps:
-        busiest = max(s.devices.values(), key=lambda d: d.get("utilization_pct") or 0) if s.devices else {}
+        busiest: dict[str, float | None] = (max(s.devices.values(), key=lambda d: d.get("utilization_pct") or 0)
+                                            if s.devices else {})
         util = busiest.get("utilization_pct") or 0
         if s.buffer_hit_pct is None or util < BUSY_DEVICE_PCT:
             continue
@@ -349,13 +368,13 @@ MIN_VARYING_SHARE_PCT = 10.0
 def varying_demand(t: TestView) -> Finding | None:
     # service demands are times per unit; counts and bytes (flushes, reads) describe them and have signatures
     # of their own (group commit, poor caching)
-    big = [v for v in t.varies if v.get("group") in ("cpu", "disk", "wal", "dbio") and v.get("change_pct") is not None
-           and v.get("time", True) and abs(v["change_pct"]) >= 25
-           and v.get("key") != "cpu_os_overhead_s"  # a remainder, often near zero
-           and (v.get("share_pct") is None or v["share_pct"] >= MIN_VARYING_SHARE_PCT)]
+    big = [v for v in t.varies if v.group in ("cpu", "disk", "wal", "dbio") and v.change_pct is not None
+           and v.time and abs(v.change_pct) >= 25
+           and v.key != "cpu_os_overhead_s"  # a remainder, often near zero
+           and (v.share_pct is None or v.share_pct >= MIN_VARYING_SHARE_PCT)]
     if not big:
         return None
-    big.sort(key=lambda v: -abs(v["change_pct"]))
+    big.sort(key=lambda v: -abs(v.change_pct or 0.0))
     meaning = ("What one unit costs changes with concurrency, so a model calibrated on one step mispredicts the "
                "others (the CITI PeopleSoft report's central problem); falling demands usually mean batching (group "
                "commit, "
@@ -366,19 +385,19 @@ def varying_demand(t: TestView) -> Finding | None:
                     f"default plan's {PLANNED_OVERSUBSCRIPTION} x the cores: time-slicing (context switches, caches "
                     "refilled) costs that much, so it is information, not a fault.")
     return Finding(key="varying_demand", name="Service demand varies with load", confidence=0.7 if len(big) > 1 else 0.6,
-                   steps=[s.jobs for s in t.steps], evidence=[v["note"] for v in big[:5]], meaning=meaning,
+                   steps=[s.jobs for s in t.steps], evidence=[v.note for v in big[:5]], meaning=meaning,
                    to_try=["calibrate on the steps nearest the load you plan for", "read the demand table "
                     "(capmark demands) for the components named here"],
-                   chart={}, severity="info" if slicing else "problem")
+                   severity="info" if slicing else "problem")
 
 
-def _cpu_rise_from_time_slicing(t: TestView, varying: list[dict[str, Any]]) -> bool:
+def _cpu_rise_from_time_slicing(t: TestView, varying: list[DemandTrend]) -> bool:
     """Every varying demand is CPU that rises, the CPUs were saturated wherever the jobs outnumbered the cores,
     and the plan stayed within the default's 2 x the cores."""
     steps = t.valid_steps
     cores = steps[0].cores if steps else 0
     crowded = [s for s in steps if cores and s.jobs > cores]
-    return bool(crowded) and all(v["group"] == "cpu" and v["change_pct"] > 0 for v in varying) and all(
+    return bool(crowded) and all(v.group == "cpu" and (v.change_pct or 0.0) > 0 for v in varying) and all(
         s.jobs <= PLANNED_OVERSUBSCRIPTION * cores and (s.cpu_busy_pct or 0.0) >= SATURATED_BUSY_PCT for s in crowded)
 
 
@@ -474,11 +493,11 @@ def background_interference(t: TestView) -> Finding | None:
                    meaning="Background work (writing a checkpoint, vacuuming) competes with the workload for the device "
                    "and CPU and shows up as latency spikes in the time series.",
                    to_try=["spread the background writing", "schedule heavy maintenance off peak"],
-                   chart={"kind": "time", "x": list(range(1, len(s.series_units) + 1)),
-                    "series": {"units/s": list(s.series_units),
-                               "background (0-1) x median": [bg.get(i, 0) * series_median
-                                                             for i in range(len(s.series_units))]}},
-                   time_ranges=[{"jobs": s.jobs, "from_s": min(dips) + 1, "to_s": max(dips) + 1}])
+                   chart=Chart("time", list(range(1, len(s.series_units) + 1)),
+                               {"units/s": list(s.series_units),
+                                "background (0-1) x median": [bg.get(i, 0) * series_median
+                                                              for i in range(len(s.series_units))]}),
+                   time_ranges=[TimeRange(s.jobs, min(dips) + 1, max(dips) + 1)])
 
 
 # --- 12. oversubscription -------------------------------------------------------------------------------------------
@@ -532,20 +551,20 @@ def instrumentation_mismatch(t: TestView) -> Finding | None:
     """A pair must undercount in at least half the valid steps; a database side near zero measures something
     else (the device served other processes), not an undercount."""
     steps = t.valid_steps
-    by_pair: dict[str, list[tuple[StepView, dict[str, Any]]]] = {}
+    by_pair: dict[str, list[tuple[StepView, Mismatch, float]]] = {}
     for s in steps:
         for p in s.mismatches:
-            if p.get("ratio") is not None and 0.05 <= p["ratio"] < 0.8:
-                by_pair.setdefault(p["name"], []).append((s, p))
+            if p.ratio is not None and 0.05 <= p.ratio < 0.8:
+                by_pair.setdefault(p.name, []).append((s, p, p.ratio))
     chosen = {k: v for k, v in by_pair.items() if len(v) >= max(2, (len(steps) + 1) // 2)}
     if not chosen:
         return None
     evidence = []
     for name, hits in chosen.items():
-        worst = min(hits, key=lambda h: h[1]["ratio"])
-        evidence.append(f"{name}: the database side counts {worst[1]['ratio']:.0%} of the other side at "
-                        f"{worst[0].jobs} jobs ({len(hits)} of {len(steps)} steps below 80 %). {worst[1]['sentence']}")
-    jobs = sorted({s.jobs for hits in chosen.values() for s, _ in hits})
+        at, worst, ratio = min(hits, key=lambda h: h[2])
+        evidence.append(f"{name}: the database side counts {ratio:.0%} of the other side at "
+                        f"{at.jobs} jobs ({len(hits)} of {len(steps)} steps below 80 %). {worst.sentence}")
+    jobs = sorted({s.jobs for hits in chosen.values() for s, _, _ in hits})
     return Finding(key="instrumentation_mismatch", name="Instrumentation mismatch",
                    confidence=0.6 + 0.1 * min(3, len(chosen) - 1), steps=jobs,
                    evidence=evidence,
@@ -553,7 +572,7 @@ def instrumentation_mismatch(t: TestView) -> Finding | None:
                    "OraPub): wait "
                    "events and database counters miss work, so demands taken from them alone would be too low.",
                    to_try=["take the demand from the OS side (capmark does, see capmark demands)", "check which processes "
-                    "or IO paths the database does not see"], chart={})
+                    "or IO paths the database does not see"])
 
 
 # --- 1. memory leak (soak) ----------------------------------------------------------------------------------------------
@@ -563,10 +582,10 @@ def memory_leak(t: TestView) -> Finding | None:
         series = s.memory_series
         if len(series) < 6:
             continue
-        pids = set.intersection(*(set(m["rss"]) for m in series))
+        pids = set.intersection(*(set(m.processes) for m in series))
         growing = []
         for pid in pids:
-            rss = [m["rss"][pid][-1] for m in series]  # private memory where sampled (last field), else RSS
+            rss = [m.processes[pid].bytes for m in series]
             steps = list(zip(rss, rss[1:], strict=False))
             up = sum(1 for a, b in steps if b > a)
             never_down = sum(1 for a, b in steps if b >= a - 2**20)  # freed memory would show as a fall
@@ -574,7 +593,7 @@ def memory_leak(t: TestView) -> Finding | None:
             if total > max(10 * 2**20, 0.2 * rss[0]) and never_down >= 0.9 * len(steps) and up >= 0.3 * len(steps):
                 third = len(rss) // 3
                 late = rss[-1] - rss[-1 - third]
-                growing.append((pid, series[0]["rss"][pid][0], rss, total, late / total))
+                growing.append((pid, series[0].processes[pid].role, rss, total, late / total))
         if not growing:
             continue
         pid, role, rss, total, late_share = max(growing, key=lambda g: g[3])
@@ -589,7 +608,7 @@ def memory_leak(t: TestView) -> Finding | None:
         name = "Memory growth that levels off" if levels_off else "Memory leak"
         rises = sum(1 for a, b in zip(rss, rss[1:], strict=False) if b > a)
         evidence = [f"{role} (pid {pid}) private memory grows from {rss[0] / 2**20:.0f} MB to {rss[-1] / 2**20:.0f} MB over "
-                    f"{series[-1]['t'] / 60:.1f} min, rising in {rises} of {len(rss) - 1} intervals"]
+                    f"{series[-1].t / 60:.1f} min, rising in {rises} of {len(rss) - 1} intervals"]
         evidence.append("the last third of the run added only "
                         f"{late_share:.0%} of the growth: it levels off" if levels_off else
                         f"the last third of the run still added {late_share:.0%} of the growth")
@@ -604,9 +623,8 @@ def memory_leak(t: TestView) -> Finding | None:
                        to_try=["watch the process over a longer soak", "look for per-session caches (prepared statements, "
                         "temporary tables, per-session sort and hash memory) that grow with use"] if not levels_off else
                        ["nothing, unless it reaches a limit"],
-                       chart={"kind": "time", "x": [m["t"] for m in series],
-                              "series": {f"{role} MB": [r / 2**20 for r in rss]}},
-                       time_ranges=[{"jobs": s.jobs, "from_s": series[0]["t"], "to_s": series[-1]["t"]}])
+                       chart=Chart("time", [m.t for m in series], {f"{role} MB": [r / 2**20 for r in rss]}),
+                       time_ranges=[TimeRange(s.jobs, series[0].t, series[-1].t)])
     return None
 
 

@@ -55,8 +55,8 @@ def diagnosis_section(docs: ReportDocuments) -> Section | None:
     doc = docs.diagnosis
     if not doc.tests:
         return None
-    charts = {(i, j): Markup(plots.finding_chart(f)) for i, t in enumerate(doc.tests)
-              for j, f in enumerate(t.findings) if f["chart"]}
+    charts = {(i, j): Markup(plots.finding_chart(f.to_json())) for i, t in enumerate(doc.tests)
+              for j, f in enumerate(t.findings) if f.chart}
     return Section("Diagnosis", _render("diagnosis.html.j2", doc=doc, charts=charts), "diagnosis")
 
 
