@@ -1,5 +1,9 @@
+from pathlib import Path
+
 import pytest
 
+from capmark.engines import registry as engines
+from capmark.engines.base import RunsProcedures, WatchesLocks, procedures_of
 from capmark.errors import CapmarkError
 from capmark.workloads import registry
 from capmark.workloads.base import ParamSpec
@@ -66,3 +70,33 @@ def test_client_mode_needs_a_client_side_workload():
     registry.check_mode(registry.select(["srv-query1", "stress-mixed"]), "client")
     with pytest.raises(CapmarkError, match="server-side only"):
         registry.check_mode(registry.select(["pls-add"]), "client")
+
+
+def test_an_engine_runs_procedures_exactly_when_it_says_it_runs_workloads_server_side():
+    """server_side steers planning (runner, workloads.registry), RunsProcedures the install: an engine whose two
+    disagree fails the run after planning, or leaves server-side workloads translated for nothing."""
+    for engine in engines.all_engines():
+        assert engine.server_side == isinstance(engine, RunsProcedures), engine.name
+    assert procedures_of(engines.named("postgresql")) is engines.named("postgresql")
+    with pytest.raises(CapmarkError, match=r"^capmark runs MySQL/MariaDB workloads client-side only; drop --mode "
+                                           r"server\.$"):
+        procedures_of(engines.named("mysql"))
+
+
+def test_the_overrun_watch_finds_the_lock_methods_it_asks_for_by_name():
+    """driver/step.py asks the engine for lock_blockers and cancel_backends by name: a renamed method would leave a
+    step stuck on a lock without naming the holder or cancelling the jobs."""
+    assert isinstance(engines.named("postgresql"), WatchesLocks)
+    step = (Path(__file__).parents[1] / "src/capmark/driver/step.py").read_text()
+    assert all(f'"{name}"' in step for name in ("lock_blockers", "cancel_backends"))
+
+
+@pytest.mark.parametrize("name", ["pgbench-tpcb", "pgbench-select-only", "tpcc"])
+def test_postgresql_only_workloads_refuse_another_engine_in_one_sentence(name):
+    workload = registry.get(name)
+    with pytest.raises(CapmarkError) as refused:
+        registry.for_engine(workload, engines.named("mysql"), workload.resolve_params({}))
+    text = str(refused.value)
+    assert text.startswith(f"{name} cannot run on MySQL/MariaDB: ") and "PostgreSQL" in text
+    assert "\n" not in text and text.count(". ") == 1  # the reason, then where to look
+    assert registry.for_engine(workload, engines.named("postgresql"), workload.resolve_params({})) is workload

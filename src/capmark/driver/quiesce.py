@@ -78,7 +78,7 @@ def quiesce(conn: Any, engine: Engine, devices: list[str], host: HostSource,
     """Ask the engine for a checkpoint, then wait until the data devices (when this host sees them) are idle and
     the engine's background work on capmark's tables is done; at most limit_s. conn must be in autocommit mode."""
     started = time.monotonic()
-    checkpoint_done = engine.checkpoint(conn)
+    refused = engine.checkpoint(conn)  # '' when the checkpoint was written
     watch = _DeviceWatch(devices, host) if devices else None
     while True:
         busy = engine.background_work(conn)
@@ -86,6 +86,5 @@ def quiesce(conn: Any, engine: Engine, devices: list[str], host: HostSource,
             busy.insert(0, f"the data device {', '.join(devices)} was writing")
         elapsed = time.monotonic() - started
         if not busy or elapsed >= limit_s:
-            return Quiesced(elapsed, checkpoint_done, bool(busy), busy,
-                            "" if checkpoint_done else engine.checkpoint_refused)
+            return Quiesced(elapsed, not refused, bool(busy), busy, refused)
         time.sleep(POLL_S)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
+from capmark.errors import CapmarkError
 from capmark.results import WaitClass, WaitKey
 
 
@@ -43,18 +44,6 @@ class TargetInfo:
     def why_not(self, name: str) -> str:
         cap = self.capabilities.get(name)
         return cap.reason if cap else f"{name} is not known to capmark for this engine"
-
-
-class Target(Protocol):
-    """An engine adapter: connections, capabilities, statistics snapshots."""
-
-    info: TargetInfo
-
-    def connect(self, *, application_name: str = "capmark") -> Any: ...
-
-    def snapshot(self, conn: Any) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -126,7 +115,9 @@ class ActivitySample:
     transactions: int = 0  # transactions the sample itself committed (they count among the commits)
 
 
-Delta = dict[str, list[dict[str, Any]]]  # view -> rows of after - before (numeric columns), as stored with a step
+# open-ended: view -> its rows (after - before in the numeric columns), as stored with a step; the views and their
+# columns are the engine's own and differ by engine and version
+Delta = dict[str, list[dict[str, Any]]]
 
 
 class ClientSession(Protocol):
@@ -147,14 +138,17 @@ class ClientSession(Protocol):
 
 
 class Engine(Protocol):
-    """A database engine: everything measure, driver and runner need from it. Adding an engine is one subpackage
-    under capmark.engines that provides this, plus its SQL; nothing above the engines names an engine."""
+    """A database engine: what every engine does for measure, driver and runner (connect, prepare and run a unit,
+    read its counters, map its waits, describe the server). Adding an engine is one subpackage under capmark.engines
+    that provides this, plus its SQL; nothing above the engines names an engine. What only some engines can do is
+    an optional protocol below (RunsProcedures, WatchesLocks) or beside its user (collect.hosts.ReadsHostFiles),
+    asked for with isinstance."""
 
     name: str  # stored as TargetInfo.engine: "postgresql", "mysql"
     label: str  # for users: "PostgreSQL", "MySQL/MariaDB"
     schemes: tuple[str, ...]  # DSN URL schemes it serves
     error: type[Exception]  # base class of its driver's errors
-    server_side: bool  # can run the catalogue's units as server-side procedures
+    server_side: bool  # runs the catalogue's units as server-side procedures (and is RunsProcedures)
     log_label: str  # what users call its write-ahead log: "WAL", "redo log"
     advice: dict[str, list[str]]  # bottleneck signature -> what to try, naming the engine's settings and views
     reads_commit: bool  # capmark's own logins and statistics reads count as committed transactions
@@ -173,8 +167,6 @@ class Engine(Protocol):
 
     def connection_room(self, conn: Any) -> tuple[int, int]: ...
 
-    def is_superuser(self, conn: Any) -> bool: ...
-
     def terminated(self, err: BaseException) -> bool: ...
 
     def error_text(self, err: BaseException) -> str:
@@ -182,8 +174,6 @@ class Engine(Protocol):
         ...
 
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo: ...
-
-    def check_privileges(self, conn: Any) -> None: ...
 
     def backend_pid(self, conn: Any) -> int: ...
 
@@ -199,17 +189,16 @@ class Engine(Protocol):
 
     def warm_cache(self, conn: Any, tables: list[str], say: Callable[[str], None]) -> None: ...
 
-    def install_procedures(self, conn: Any, ddl: list[str]) -> None: ...
-
     def client_statement(self, name: str, postgres_sql: str) -> str | None: ...
 
     def session_settings(self, settings: dict[str, str]) -> dict[str, str] | str: ...
 
     def preparation(self, statements: tuple[str, ...]) -> tuple[str, ...] | str: ...
 
-    checkpoint_refused: str  # the sentence for a checkpoint the user may not request
-
-    def checkpoint(self, conn: Any) -> bool: ...
+    def checkpoint(self, conn: Any) -> str:
+        """Write the dirty pages of earlier work now, where the engine has a command for it: '' when done (or when it
+        has nothing to ask for), else the sentence saying why not (the role may not)."""
+        ...
 
     def background_work(self, conn: Any) -> list[str]: ...
 
@@ -245,3 +234,43 @@ class Engine(Protocol):
         """The neutral class (CPU, IO read or write, log flush, lock, client, other) of one of this engine's wait
         keys as its sampler stores them in StepResult.waits."""
         ...
+
+
+@runtime_checkable
+class RunsProcedures(Protocol):
+    """An engine that runs the catalogue's units as server-side procedures (PostgreSQL's PL/pgSQL); its server_side
+    says so. Not every engine can, so this is no member of Engine: procedures_of() asks for it."""
+
+    def install_procedures(self, conn: Any, ddl: list[str]) -> None: ...
+
+
+def procedures_of(engine: Engine) -> RunsProcedures:
+    """The engine as one that installs server-side procedures, or one sentence: it runs its workloads client-side."""
+    if not engine.server_side or not isinstance(engine, RunsProcedures):
+        raise CapmarkError(f"capmark runs {engine.label} workloads client-side only; drop --mode server.")
+    return engine
+
+
+class LockHolder(TypedDict):
+    """A session that keeps a step's jobs waiting on a lock, as the step's overrun watch stores it."""
+
+    pid: int
+    application_name: str
+    user: str
+    state: str
+    xact_start: str | None  # ISO time, local zone
+    query_start: str | None
+    query: str  # shortened, secrets masked
+    describe: str  # the session in words, for the step's sentence
+    relations: list[str]  # the tables it is waited on for
+    jobs: list[int]  # the jobs it blocks, numbered from 1
+
+
+@runtime_checkable
+class WatchesLocks(Protocol):
+    """An engine that names who holds the lock a step's jobs wait on and can cancel their statements by backend (the
+    driver's overrun watch, driver/step.py); an engine without it leaves the jobs to the barrier's timeout."""
+
+    def lock_blockers(self, conn: Any, pids: list[int]) -> list[LockHolder]: ...
+
+    def cancel_backends(self, conn: Any, pids: list[int]) -> None: ...

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from capmark.config import ROWS_PER_SCALE
-from capmark.engines.base import DataSize, Engine
+from capmark.engines.base import DataSize, Engine, procedures_of
 from capmark.engines.postgres.datamodel import PGBENCH_BIGINT_SCALE
 from capmark.engines.postgres.engine import POSTGRESQL
 
@@ -37,4 +37,4 @@ def warm_cache(conn: Any, tables: list[str], say: Callable[[str], None] = print,
 def install_procedures(conn: Any, ddl: list[str], engine: Engine = POSTGRESQL) -> None:
     """Create the server-side procedures of the workloads about to run (engines without them get none)."""
     if ddl:
-        engine.install_procedures(conn, ddl)
+        procedures_of(engine).install_procedures(conn, ddl)

@@ -8,11 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
-from capmark.engines.mysql import activity, catalogue, connection, datamodel, describe, grants, stats, waits
+from capmark.engines.mysql import activity, catalogue, connection, datamodel, describe, stats, waits
 from capmark.engines.mysql import advice as mysql_advice
 from capmark.engines.mysql import queries as q
 from capmark.engines.mysql.session import MysqlSession
-from capmark.errors import CapmarkError
 from capmark.results import WaitClass, WaitKey
 
 # MySQL's error for a statement that the server stopped: KILL QUERY, or max_execution_time (ER_QUERY_INTERRUPTED)
@@ -78,18 +77,12 @@ class MysqlEngine:
                                          "information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_CONNECTED')")
         return int(max_conn), int(used)
 
-    def is_superuser(self, conn: Any) -> bool:
-        return grants.ALL in grants.granted(grants.lines(conn))
-
     def terminated(self, err: BaseException) -> bool:
         """KILL (CONNECTION) by another session, or a server shutting down (ER_SERVER_SHUTDOWN)."""
         return _code(err) in (ER_CONNECTION_KILLED, ER_SERVER_SHUTDOWN)
 
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return describe.describe(conn, dsn, embedded=embedded)
-
-    def check_privileges(self, conn: Any) -> None:
-        datamodel.check_privileges(conn)
 
     def backend_pid(self, conn: Any) -> int:
         return int(conn.thread_id())
@@ -127,9 +120,6 @@ class MysqlEngine:
     def warm_cache(self, conn: Any, tables: list[str], say: Callable[[str], None]) -> None:
         datamodel.warm_cache(conn, tables, say)
 
-    def install_procedures(self, conn: Any, ddl: list[str]) -> None:
-        raise CapmarkError("capmark runs MySQL and MariaDB workloads client-side only; drop --mode server.")
-
     def client_statement(self, name: str, postgres_sql: str) -> str | None:
         return catalogue.client_statement(name, postgres_sql)
 
@@ -139,12 +129,10 @@ class MysqlEngine:
     def preparation(self, statements: tuple[str, ...]) -> tuple[str, ...] | str:
         return catalogue.preparation(statements)
 
-    checkpoint_refused = ""
-
-    def checkpoint(self, conn: Any) -> bool:
+    def checkpoint(self, conn: Any) -> str:
         """InnoDB has no checkpoint command: its page cleaner writes dirty pages in the background, so quiescing waits
         for the data device to fall idle and for purge to catch up."""
-        return True
+        return ""
 
     def background_work(self, conn: Any) -> list[str]:
         """Purge still working through the history of the previous test's changes."""

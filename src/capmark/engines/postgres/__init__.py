@@ -154,6 +154,10 @@ def _with_unit(setting: str, unit: str | None) -> str:
     return f"{size}B"
 
 
+def is_superuser(conn: psycopg.Connection) -> bool:
+    return bool(_scalar(conn, "select rolsuper from pg_roles where rolname = current_user"))
+
+
 def check_privileges(conn: psycopg.Connection) -> None:
     """capmark needs to create (or own) its schema; say so before touching anything."""
     exists = _scalar(conn, "select count(*) from pg_namespace where nspname = 'capmark'")

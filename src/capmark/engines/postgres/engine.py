@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from capmark.engines import postgres as pg
-from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
+from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, LockHolder, TargetInfo
 from capmark.engines.postgres import activity, datamodel, hostfiles, locks, maintenance, stats, waits
 from capmark.engines.postgres import advice as postgres_advice
 from capmark.engines.postgres import counters as pgcounters
@@ -61,9 +61,6 @@ class PostgresEngine:
                                         "where backend_type = 'client backend'"))[0])
         return max_conn, used
 
-    def is_superuser(self, conn: Any) -> bool:
-        return bool(one_row(conn.execute("select rolsuper from pg_roles where rolname = current_user"))[0])
-
     def terminated(self, err: BaseException) -> bool:
         return isinstance(err, psycopg.errors.AdminShutdown)
 
@@ -74,9 +71,6 @@ class PostgresEngine:
 
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return pg.describe(conn, dsn, embedded=embedded)
-
-    def check_privileges(self, conn: Any) -> None:
-        pg.check_privileges(conn)
 
     def backend_pid(self, conn: Any) -> int:
         return int(conn.info.backend_pid)
@@ -111,12 +105,13 @@ class PostgresEngine:
             datamodel.warm_cache(conn, tables, say=say)
 
     def install_procedures(self, conn: Any, ddl: list[str]) -> None:
+        """RunsProcedures (engines/base.py): PostgreSQL runs the catalogue's units as PL/pgSQL procedures."""
         with locks.bounded(conn, "to install its server-side procedures"):
             datamodel.install_procedures(conn, ddl)
 
-    # Not in the Engine protocol (an engine may lack them): what keeps a step's jobs waiting on a lock, and
-    # cancelling the jobs' statements by their backends (the driver's overrun watch, driver/step.py).
-    def lock_blockers(self, conn: Any, pids: list[int]) -> list[dict[str, Any]]:
+    # WatchesLocks (engines/base.py), no member of Engine: what keeps a step's jobs waiting on a lock, and cancelling
+    # the jobs' statements by their backends (the driver's overrun watch, driver/step.py).
+    def lock_blockers(self, conn: Any, pids: list[int]) -> list[LockHolder]:
         return locks.lock_blockers(conn, pids)
 
     def cancel_backends(self, conn: Any, pids: list[int]) -> None:
@@ -131,10 +126,8 @@ class PostgresEngine:
     def preparation(self, statements: tuple[str, ...]) -> tuple[str, ...] | str:
         return statements
 
-    checkpoint_refused = maintenance.CHECKPOINT_REFUSED
-
-    def checkpoint(self, conn: Any) -> bool:
-        return maintenance.checkpoint(conn)
+    def checkpoint(self, conn: Any) -> str:
+        return "" if maintenance.checkpoint(conn) else maintenance.CHECKPOINT_REFUSED
 
     def background_work(self, conn: Any) -> list[str]:
         return maintenance.busy_capmark_tables(conn)
@@ -160,7 +153,7 @@ class PostgresEngine:
         return stats.tracks_statements(info)
 
     def nested_statements(self, conn: Any, info: TargetInfo) -> dict[str, str] | str:
-        return stats.nested_statements(info, stats.tracks_statements(info) and self.is_superuser(conn))
+        return stats.nested_statements(info, stats.tracks_statements(info) and pg.is_superuser(conn))
 
     def flush_own_stats(self, conn: Any, info: TargetInfo) -> None:
         stats.flush_own_stats(conn, info)

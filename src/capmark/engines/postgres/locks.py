@@ -7,12 +7,13 @@ import datetime as dt
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from capmark.config import redact_text
+from capmark.engines.base import LockHolder
 from capmark.errors import LockBlocked
 
 # The longest capmark's control session waits for a lock (setup, warming the cache, preparing a test): a session
@@ -73,10 +74,23 @@ class Session:
             parts.append(f"its last query at {_when(self.query_start)}: '{shorten(self.query)}'")
         return f"pid {self.pid} ({', '.join(parts)})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "application_name": self.application, "user": self.user, "state": self.state,
-                "xact_start": _when(self.xact_start) if self.xact_start else None,
-                "query_start": _when(self.query_start) if self.query_start else None, "query": shorten(self.query)}
+    def holder(self) -> LockHolder:
+        """The session as the step's overrun watch stores it, waited on for no relation and by no job yet."""
+        return LockHolder(pid=self.pid, application_name=self.application, user=self.user, state=self.state,
+                          xact_start=_when(self.xact_start) if self.xact_start else None,
+                          query_start=_when(self.query_start) if self.query_start else None,
+                          query=shorten(self.query), describe=self.describe(), relations=[], jobs=[])
+
+
+@dataclass
+class Waiting:
+    """One backend as pg_stat_activity shows it waiting, and who keeps it waiting."""
+
+    state: str
+    wait: str  # "type:event", or "CPU" when it waits for nothing
+    relations: str  # the relations of the locks it waits on, comma separated
+    blockers: list[Session] = field(default_factory=list)  # sessions outside the backends asked about
+    behind: list[int] = field(default_factory=list)  # backends asked about that it queues behind
 
 
 def _when(t: dt.datetime) -> str:
@@ -128,39 +142,38 @@ def bounded(conn: Any, what: str) -> Iterator[None]:
         raise blocked(conn, what) from None
 
 
-def waits(conn: Any, pids: list[int]) -> dict[int, dict[str, Any]]:
+def waits(conn: Any, pids: list[int]) -> dict[int, Waiting]:
     """For each backend of pids: its state, wait event, the relations of the locks it waits on, and the sessions
     outside pids that block it (one more level up when it queues behind another of pids)."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, Waiting] = {}
     ours = set(pids)
     for pid, wtype, event, state, relations, bpid, *blocker in conn.execute(_BLOCKED_SQL, (pids,)).fetchall():
-        entry = out.setdefault(pid, {"state": state, "wait": f"{wtype}:{event}" if wtype else "CPU",
-                                     "relations": relations or "", "blockers": [], "behind": []})
+        entry = out.setdefault(pid, Waiting(state, f"{wtype}:{event}" if wtype else "CPU", relations or ""))
         if bpid is None:
             continue
         if bpid in ours:
-            entry["behind"].append(bpid)
-        elif all(s.pid != bpid for s in entry["blockers"]):
-            entry["blockers"].append(Session(bpid, *blocker))
+            entry.behind.append(bpid)
+        elif all(s.pid != bpid for s in entry.blockers):
+            entry.blockers.append(Session(bpid, *blocker))
     for entry in out.values():  # a job queued behind another job waits, in the end, for what that one waits for
-        for other in entry["behind"]:
-            for s in out.get(other, {}).get("blockers", []):
-                if all(x.pid != s.pid for x in entry["blockers"]):
-                    entry["blockers"].append(s)
+        for other in entry.behind:
+            for s in out[other].blockers if other in out else []:
+                if all(x.pid != s.pid for x in entry.blockers):
+                    entry.blockers.append(s)
     return out
 
 
-def lock_blockers(conn: Any, pids: list[int]) -> list[dict[str, Any]]:
+def lock_blockers(conn: Any, pids: list[int]) -> list[LockHolder]:
     """The sessions outside pids that keep any of pids waiting on a lock, each with the relations it is waited on
     for and the jobs it blocks (their indexes in pids, from 1)."""
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, LockHolder] = {}
     for pid, entry in waits(conn, pids).items():
-        if not entry["wait"].startswith("Lock:"):
+        if not entry.wait.startswith("Lock:"):
             continue
-        for s in entry["blockers"]:
-            holder = found.setdefault(s.pid, {**s.to_dict(), "describe": s.describe(), "relations": [], "jobs": []})
-            if entry["relations"] and entry["relations"] not in holder["relations"]:
-                holder["relations"].append(entry["relations"])
+        for s in entry.blockers:
+            holder = found.setdefault(s.pid, s.holder())
+            if entry.relations and entry.relations not in holder["relations"]:
+                holder["relations"].append(entry.relations)
             holder["jobs"].append(pids.index(pid) + 1)
     return list(found.values())
 
