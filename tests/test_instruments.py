@@ -26,7 +26,7 @@ from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines.postgres import connect, describe
 from capmark.engines.postgres.engine import POSTGRESQL
-from capmark.measure import kpm
+from capmark.measure import kpm, record
 from capmark.measure.demands import per_commit, sampler_cost, step_demands
 from capmark.measure.validity import interference_problems, problems, storage_problems
 from capmark.results import StepResult
@@ -58,8 +58,7 @@ def measure(ctx: StepContext, workload: str | Workload, *, mode: str = "server",
     w = registry.WORKLOADS[workload] if isinstance(workload, str) else workload
     plan = StepPlan(1, 1, 0.5, duration, mode, collectors, settings or {}, think, all_statements=all_statements)
     step = run_step(ctx, w, w.resolve_params({}), SIZE, plan)
-    values, reasons = kpm.compute(step)
-    step.kpm = {**values, "na_reasons": reasons}
+    step.measures = record.build(step)
     return step
 
 
@@ -151,7 +150,8 @@ def test_commits_per_unit_exclude_the_sampler(ctx):
     not show in the commits (think time keeps the units few, so they would be several per cent)."""
     step = measure(ctx, "tp-light", mode="client", think=0.002)
     assert step.units > 200
-    assert step.kpm["commits_per_s"] / step.kpm["throughput"] == pytest.approx(1.0, rel=0.01)
+    figures = step.measured.kpm
+    assert figures["commits_per_s"] / figures["throughput"] == pytest.approx(1.0, rel=0.01)
     cost = sampler_cost(step)
     assert cost["transactions"] >= 20  # 10 Hz for 2 s: they were there to be taken out
     assert step.process_cpu["capmark sampler"]["processes"] == 1  # its backend has a role of its own
@@ -209,7 +209,7 @@ def test_wal_figures_per_commit_divide_by_commits(ctx):
     assert pc["commits_per_unit"] == pytest.approx(2.0, rel=0.01)
     # one job, synchronous commit: every commit waits for one WAL flush of its own
     assert 0.9 < pc["wal_fsyncs_per_commit"] < 1.1
-    assert 0.9 < step.kpm["wal_fsyncs_per_commit"] < 1.1
+    assert 0.9 < step.measured.kpm["wal_fsyncs_per_commit"] < 1.1
 
 
 # --- a server cancel fails the step ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from capmark.driver import step as stepmod
 from capmark.driver.step import StepContext, StepPlan, run_step
 from capmark.engines.postgres import connect, describe
 from capmark.errors import CapmarkError
-from capmark.measure import kpm
+from capmark.measure import record
 from capmark.measure.demands import step_demands
 from capmark.plan.calibrate import calibrate
 from capmark.plan.dbmodel import solve
@@ -113,8 +113,7 @@ def _measure(ctx: StepContext, tee: Tee, workload: str, jobs: int) -> tuple[Step
         oscollect.relabel(after["procs"], pid, oscollect.SAMPLER_ROLE)
     local.process_cpu = oscollect.cpu_by_role(before["procs"], after["procs"])
     for s in (step, local):
-        values, reasons = kpm.compute(s)
-        s.kpm = {**values, "na_reasons": reasons}
+        s.measures = record.build(s)
     return step, local
 
 
@@ -220,7 +219,7 @@ def test_a_run_without_host_access_has_no_host_figures_and_says_why(unprivileged
     assert run.target["capabilities"]["os"]["available"] is False
     step = run.tests[0].steps[0]
     assert step.os == {} and step.process_cpu == {} and step.units > 0
-    assert "database host's CPU counters were not measured" in step.kpm["na_reasons"]["cpu_busy_pct"]
+    assert "database host's CPU counters were not measured" in step.measured.unavailable["cpu_busy_pct"]
     with pytest.raises(CapmarkError, match="no measurement of the database host's CPU"):
         api.calibrate(run.folder)
 

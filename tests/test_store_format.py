@@ -7,6 +7,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_a_run_of_format_1_still_opens_with_its_figures(tmp_path):
     assert run.status == "complete" and [t.workload for t in run.tests] == ["srv-query1", "tp-light"]
     units = {(t.workload, s.jobs): s.units for t in run.tests for s in t.steps}
     assert units == RECORDED_UNITS
-    stored = {(t.workload, s.jobs): s.kpm["throughput"] for t in run.tests for s in t.steps}
+    stored = {(t.workload, s.jobs): s.measured.kpm["throughput"] for t in run.tests for s in t.steps}
     for key, value in RECORDED_THROUGHPUT.items():
         assert stored[key] == pytest.approx(value, rel=1e-6)
     tp = run.test("tp-light").steps[0]
@@ -98,6 +99,14 @@ def _unpack_2(where: Path) -> Path:
     return folder
 
 
+def _kpm_column(folder: Path) -> dict[tuple[int, int], dict]:
+    """The step table's kpm column as stored, by (test ordinal, step ordinal)."""
+    db = sqlite3.connect(folder / DB_NAME)
+    rows = db.execute("select test_ordinal, ordinal, kpm from step").fetchall()
+    db.close()
+    return {(t, s): json.loads(kpm) for t, s, kpm in rows}
+
+
 def _edit_record(folder: Path, change: dict) -> None:
     """Change the stored record of srv-query1's first step, as a later capmark or a bug might have written it."""
     db = sqlite3.connect(folder / DB_NAME)
@@ -112,12 +121,15 @@ def _edit_record(folder: Path, change: dict) -> None:
 def test_a_run_of_format_1_gets_each_steps_record_from_the_figures_it_stored(tmp_path):
     """Migration on read: the figures a run reported when it was measured are the ones its record holds (a reader
     that recomputed them with today's code could report other figures for the same run)."""
-    run = api.open_run(str(_unpack(tmp_path)))
+    folder = _unpack(tmp_path)
+    run = api.open_run(str(folder))
+    stored = _kpm_column(folder)
     for test in run.tests:
         for step in test.steps:
             measured = step.measured
-            assert measured.kpm == {k: v for k, v in step.kpm.items() if k != "na_reasons"}
-            assert measured.unavailable == step.kpm.get("na_reasons", {})
+            column = stored[(test.ordinal, step.ordinal)]
+            assert measured.kpm == {k: v for k, v in column.items() if k != "na_reasons"}
+            assert measured.unavailable == column.get("na_reasons", {})
             assert measured.units == RECORDED_UNITS[(test.workload, step.jobs)]
             assert measured.latency.p95_s == step.latency.percentile(95) and measured.latency.count == step.units
             assert measured.problems == tuple(validity.problems(step))
@@ -155,3 +167,25 @@ def test_a_stored_record_of_the_wrong_shape_is_named(tmp_path):
     out = _cli("report", str(folder))
     assert out.returncode == 2 and "Traceback" not in out.stderr and "unexpected" not in out.stderr
     assert "step 1 of test 1" in out.stderr, out.stderr
+
+
+def test_the_kpm_column_is_written_from_the_record_and_read_back_into_it(tmp_path):
+    """The key figures live in the record only; the store writes them to the step's kpm column too, and a reader
+    that must rebuild the record (a layout it does not know) takes them from that column, not from today's code."""
+    run = api.open_run(str(_unpack_2(tmp_path / "recorded")))
+    test = run.tests[0]
+    step = test.steps[0]
+    step.measures = replace(step.measured, kpm={**step.measured.kpm, "throughput": 1234.5},
+                            unavailable={**step.measured.unavailable, "nopm": "a reason only the record holds"})
+    store = RunStore(tmp_path / "again" / run.run_id)
+    store.save_run(run)
+    store.save_test(run.run_id, test)
+    store.save_step(run.run_id, test, step)
+    store.close()
+    folder = tmp_path / "again" / run.run_id
+    column = _kpm_column(folder)[(test.ordinal, step.ordinal)]
+    assert column["throughput"] == 1234.5 and column["na_reasons"]["nopm"] == "a reason only the record holds"
+    _edit_record(folder, {"version": 0})  # a layout this capmark does not know: rebuilt, its figures from the column
+    rebuilt = api.open_run(str(folder)).tests[0].steps[0].measured
+    assert rebuilt.version == MEASURES_VERSION and rebuilt.throughput == 1234.5
+    assert rebuilt.unavailable["nopm"] == "a reason only the record holds"

@@ -117,7 +117,7 @@ class LiveObserver(api.RunObserver):
 
     def step_done(self, test: TestResult, step: StepResult) -> None:
         self.done += 1
-        k = step.kpm
+        k = step.measured.kpm
         rep = f", repetition {step.repeat}" if test.stepping.get("repeat", 1) > 1 else ""
         self.console.print(f"  {test.workload} step {step.ordinal} ({step.jobs} jobs{rep}): "
                            f"{k.get('throughput', 0):,.0f} {test.throughput_label}, "

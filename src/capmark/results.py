@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from capmark.histogram import LatencyHistogram, merge_all
 
@@ -42,14 +42,21 @@ class WaitClass(StrEnum):
     OTHER = "other"  # anything else (sleeps, replication, parallel-query coordination, events not known)
 
 
+def wait_counts(waits: Mapping[str, int], classify: Callable[[WaitKey], WaitClass]) -> dict[WaitClass, int]:
+    """How many session samples found each class (those on the client included): the counts behind the shares, for
+    a reader that needs samples rather than a share of the active ones. Arguments as for wait_shares."""
+    counts: dict[WaitClass, int] = {}
+    for key, count in waits.items():
+        if count > 0:
+            cls = classify(WaitKey.of(key))
+            counts[cls] = counts.get(cls, 0) + count
+    return counts
+
+
 def wait_shares(waits: Mapping[str, int], classify: Callable[[WaitKey], WaitClass]) -> dict[WaitClass, float]:
     """Each class's share of the active samples: those on the client (WaitClass.CLIENT) are left out, so the shares
     add up to 1; empty when no sample was active. `waits` is StepResult.waits, `classify` the engine's wait_class."""
-    shares: dict[WaitClass, float] = {}
-    for key, count in waits.items():
-        cls = classify(WaitKey.of(key))
-        if cls is not WaitClass.CLIENT and count > 0:
-            shares[cls] = shares.get(cls, 0.0) + count
+    shares = {cls: float(count) for cls, count in wait_counts(waits, classify).items() if cls is not WaitClass.CLIENT}
     active = sum(shares.values())
     return {cls: count / active for cls, count in shares.items()} if active else {}
 
@@ -123,6 +130,7 @@ class Measures:
         return not self.problems
 
     @classmethod
+    # open-ended: the stored record as parsed JSON (asdict of this class), not yet checked; the store names damage
     def from_dict(cls, d: dict[str, Any]) -> Measures:
         return cls(**{**d, "latency": Latency(**d["latency"]),
                       "latency_by_type": {k: Latency(**v) for k, v in d["latency_by_type"].items()},
@@ -143,32 +151,45 @@ class StepResult:
     errors: dict[str, int]
     series_units: list[int] = field(default_factory=list)  # completed units per second of the window
     series_errors: list[int] = field(default_factory=list)
+    # The raw material below is the engine's and the host's own counters, stored as read so that a later capmark
+    # can rebuild `measures` from it; their keys differ by engine, engine version, host source and capmark version,
+    # so they stay open dicts that only measure/ and the collectors read.
+    # open-ended: the engine's statistics views as read at the window's start (keys and columns differ by engine)
     db_before: dict[str, Any] = field(default_factory=dict)
+    # open-ended: the engine's statistics views as read at the window's end
     db_after: dict[str, Any] = field(default_factory=dict)
+    # open-ended: per view, the rows' counter differences over the window (engine.delta; its views and columns)
     db_delta: dict[str, Any] = field(default_factory=dict)
-    os: dict[str, Any] = field(default_factory=dict)  # cpu/disk/memory before-after and derived deltas
+    # open-ended: the host source's CPU, disk and memory counters before/after and their deltas (differ by source)
+    os: dict[str, Any] = field(default_factory=dict)
     process_cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     # the driver's CPU seconds (user_s, sys_s, database_host_s, ...) and its processes, each on its own
+    # open-ended: what it holds differs by driver (threads, worker processes, a Ray cluster's nodes)
     driver_cpu: dict[str, Any] = field(default_factory=dict)
     waits: dict[str, int] = field(default_factory=dict)
     wait_samples: int = 0
+    # open-ended: the host source's 1 s readings (run queue, CPU, per-CPU), as many fields as the source reads
     os_series: list[dict[str, Any]] = field(default_factory=list)
     round_trips: int = 0
     # the job connections' traffic in the window, summed (collect/netinfo.py): transport, connections and
     # bytes_sent, bytes_received, segments_out, segments_in, retransmits, or the reason they are n/a;
-    # empty in runs stored before it was measured
+    # open-ended: the kernel's socket counters as read (by transport and kernel); empty in runs stored before
     network: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    kpm: dict[str, Any] = field(default_factory=dict)
     pacing: dict[str, float] = field(default_factory=dict)  # client side: think_s, rate (0 = closed loop)
     schedule_lag: LatencyHistogram | None = None  # open loop: how late units started
     background_series: list[dict[str, float]] = field(default_factory=list)  # per second: checkpoint, autovacuum
-    memory_series: list[dict[str, Any]] = field(default_factory=list)  # per interval: rss of every instance process
-    interference: dict[str, Any] = field(default_factory=dict)  # other sessions and programs seen in the window
-    instruments: dict[str, Any] = field(default_factory=dict)  # capmark's own transactions, eviction, statements
+    # open-ended: per interval, the rss of every instance process by pid (the pids and roles of that run)
+    memory_series: list[dict[str, Any]] = field(default_factory=list)
+    # open-ended: other sessions and programs seen in the window, as the engine and the host source describe them
+    interference: dict[str, Any] = field(default_factory=dict)
+    # open-ended: capmark's own instruments by name (its transactions, eviction, statements, overrun, cluster)
+    instruments: dict[str, Any] = field(default_factory=dict)
     repeat: int = 1  # which repetition of the step plan (--repeat) measured it, from 1; runs stored before: 1
     # the typed record of what the step measured (measure/record.py), built when it ended; None in runs stored
-    # before it existed (results format < 2), which get it built on loading
+    # before it existed (results format < 2), which get it built on loading. Its key figures (measures.kpm) are
+    # the step's only ones: the store writes them to the step table's kpm column and reads that column only to
+    # build the record of an older run.
     measures: Measures | None = None
 
     @property
@@ -186,6 +207,7 @@ class StepResult:
             raise ValueError(f"step {self.ordinal} has no Measures record; capmark.measure.record.of(step) builds it")
         return self.measures
 
+    # open-ended: the stored form, JSON (this class's fields; the raw material above as read)
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["histograms"] = {k: h.to_dict() for k, h in self.histograms.items()}
@@ -193,6 +215,7 @@ class StepResult:
         return d
 
     @classmethod
+    # open-ended: the stored form as parsed JSON, checked field by field by the store before it gets here
     def from_dict(cls, d: dict[str, Any]) -> StepResult:
         d = dict(d)
         d["histograms"] = {k: LatencyHistogram.from_dict(h) for k, h in d["histograms"].items()}
@@ -202,6 +225,24 @@ class StepResult:
             d["measures"] = Measures.from_dict(d["measures"]) if d["measures"].get("version") == MEASURES_VERSION \
                 else None
         return cls(**d)
+
+
+class KneeRecord(TypedDict):
+    """Where automatic stepping stopped and why (measure/stepping.Knee as stored)."""
+
+    jobs: int | None  # the measured step at the knee (None: the bound came first)
+    rule: str  # "throughput flat" | "response time" | "bound"
+    stopped_at: int  # the most jobs measured
+    text: str
+
+
+class Stepping(TypedDict, total=False):
+    """How a test's steps were chosen, stored in its header (a key is absent in runs stored before it existed)."""
+
+    repeat: int  # runs of the step plan (--repeat)
+    auto: bool  # --jobs auto: stepped until the knee
+    max_jobs: int | None  # the bound of auto stepping
+    knee: KneeRecord  # where auto stepping stopped (only after auto stepping)
 
 
 @dataclass
@@ -222,18 +263,19 @@ class TestResult:
     status: str = "ok"  # ok | failed | interrupted
     reason: str = ""  # why the test is not ok, in words for the user
     quiesce_s: float = 0.0  # settling before the first step: CHECKPOINT, idle data device, no vacuum on capmark's tables
-    # how the steps were chosen: {"repeat": K, "auto": bool, "max_jobs": int, "knee": {...}} (empty in runs
-    # stored before repetitions and auto stepping existed)
-    stepping: dict[str, Any] = field(default_factory=dict)
+    # how the steps were chosen (empty in runs stored before repetitions and auto stepping existed)
+    stepping: Stepping = field(default_factory=lambda: Stepping())
     # what the test did besides its steps: its own data loaded, the variant it measured, checks after it
     notes: list[str] = field(default_factory=list)
 
+    # open-ended: the stored form, JSON (this class's fields)
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if k != "steps"}
         d["steps"] = [s.to_dict() for s in self.steps]
         return d
 
     @classmethod
+    # open-ended: the stored form as parsed JSON, checked field by field by the store before it gets here
     def from_dict(cls, d: dict[str, Any]) -> TestResult:
         d = dict(d)
         steps = [StepResult.from_dict(s) for s in d.pop("steps", [])]
@@ -246,8 +288,11 @@ class RunResult:
     created_at: str
     folder: str
     status: str  # running | complete | failed | interrupted; on loading also killed | abandoned (see store.py)
+    # open-ended: the run's settings as the capmark that measured it stored them (config.RunSpec of that version)
     spec: dict[str, Any]
+    # open-ended: facts about the platform (OS, CPU, memory, cluster), as many as the host source could read
     environment: dict[str, Any]
+    # open-ended: engines.base.TargetInfo of the capmark that measured it, with devices and started_at
     target: dict[str, Any]
     tests: list[TestResult] = field(default_factory=list)
     setup_notes: list[str] = field(default_factory=list)

@@ -356,7 +356,6 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                 step.notes.append(quiesced.note())
             step.repeat = repeat
             step.measures = record.build(step, test.per_unit)  # decided once, stored with the step
-            step.kpm = {**step.measures.kpm, "na_reasons": step.measures.unavailable}
             test.steps.append(step)
             where = f"while storing step {step_no} ({_jobs(jobs)}) of {workload.name}"
             store.save_step(run_result.run_id, test, step)
@@ -405,7 +404,7 @@ def _schedule(plan: TestPlan, test: TestResult) -> Iterator[tuple[int, int]]:
         yield 1, jobs
     knee = stepping.stop(_measured(test), plan.auto_max)
     if knee is not None:
-        test.stepping["knee"] = asdict(knee)
+        test.stepping["knee"] = knee.record()
     found = sorted({s.jobs for s in test.steps})
     yield from stepping.interleave(found, plan.repeat)[len(found):]
 

@@ -26,7 +26,8 @@ from typing import Any
 import psutil
 
 from capmark.errors import CapmarkError
-from capmark.measure.record import build as measured
+from capmark.measure import record
+from capmark.measure.kpm import Stored, stored_form
 from capmark.results import MEASURES_VERSION, Measures, RunResult, StepResult, TestResult
 
 DB_NAME = "results.sqlite"
@@ -142,10 +143,10 @@ class RunStore:
         self.db.commit()
 
     def save_step(self, run_id: str, test: TestResult, step: StepResult) -> None:
-        raw = step.to_dict()
-        kpm = raw.pop("kpm")
+        kpm = stored_form(record.of(step, test.per_unit))  # the record's key figures, also in their own column
         self.db.execute("insert or replace into step values (?,?,?,?,?,?,?)",
-                        (run_id, test.ordinal, step.ordinal, step.jobs, step.status, _dumps(kpm), _dumps(raw)))
+                        (run_id, test.ordinal, step.ordinal, step.jobs, step.status, _dumps(kpm),
+                         _dumps(step.to_dict())))
         self.db.commit()
 
     def save_derived(self, run_id: str, test_ordinal: int, kind: str, doc: Any) -> None:
@@ -348,8 +349,8 @@ def _is(value: Any, shape: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if shape is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(shape, type) and is_dataclass(shape):
-        return isinstance(value, dict)  # its own from_dict reads it
+    if isinstance(shape, type) and is_dataclass(shape) or typing.is_typeddict(shape):
+        return isinstance(value, dict)  # a dataclass's own from_dict reads it; a TypedDict's readers use .get
     return isinstance(value, shape) if isinstance(shape, type) else True
 
 
@@ -360,7 +361,7 @@ def _belongs(shape: Any) -> str:
     origin, args = typing.get_origin(shape), typing.get_args(shape)
     if origin in (types.UnionType, typing.Union):
         return " or ".join(_belongs(a) for a in args if a is not type(None))
-    if isinstance(shape, type) and is_dataclass(shape):
+    if isinstance(shape, type) and is_dataclass(shape) or typing.is_typeddict(shape):
         return "a table"
     return _BELONGS.get(origin or shape, "another value")
 
@@ -378,6 +379,7 @@ def _element_misfit(value: Any, shape: Any) -> tuple[str, Any, Any]:
     return "", value, shape
 
 
+# open-ended: a record as parsed JSON, before (and after) it is checked here against the fields of `cls`
 def _record(cls: type, value: dict[str, Any], what: str) -> dict[str, Any]:
     """A stored record (a test's header, a step; `what` names it) checked field by field against the dataclass it
     becomes."""
@@ -396,7 +398,7 @@ def _record(cls: type, value: dict[str, Any], what: str) -> dict[str, Any]:
     return value
 
 
-RUN_SCALARS: dict[str, Any] = {"run_id": str, "created_at": str | None, "status": str, "setup_s": float | None,
+RUN_SCALARS: dict[str, object] = {"run_id": str, "created_at": str | None, "status": str, "setup_s": float | None,
                                "reason": str | None, "pid": int | None, "pid_started": float | None,
                                "host": str | None, "heartbeat_at": str | None}
 
@@ -438,12 +440,11 @@ def _read_records(db: sqlite3.Connection, path: Path, folder: Path) -> tuple[Run
             where = f"step {step_no} of test {ordinal} ({test.workload})"
             values = _json_column(kpm, f"the kpm (key figures) of {where}", dict, "a table of figures")
             what = f"the record of {where}"
-            record = _record(StepResult, {**_json_column(raw, what, dict, "a table"), "kpm": values}, what)
-            step = _from_record(StepResult, record, what)
+            step = _from_record(StepResult, _record(StepResult, _json_column(raw, what, dict, "a table"), what), what)
             # stored before steps carried their record (format < 2), or by a capmark whose record had another layout:
             # built from the raw material as it reads
             if step.measures is None or step.measures.version != MEASURES_VERSION:
-                step.measures = _built(step, test.per_unit, what)
+                step.measures = _built(step, test.per_unit, values, what)
             test.steps.append(step)
         run.tests.append(test)
     return run, rec["pid_started"]
@@ -452,14 +453,16 @@ def _read_records(db: sqlite3.Connection, path: Path, folder: Path) -> tuple[Run
 R = typing.TypeVar("R", TestResult, StepResult)
 
 
-def _built(step: StepResult, per_unit: dict[str, float], what: str) -> Measures:
-    """The record of a step stored without one; raw material that cannot make one is named, as damage."""
+def _built(step: StepResult, per_unit: dict[str, float], stored: Stored, what: str) -> Measures:
+    """The record of a step stored without one, with the key figures its run stored (`stored`, the kpm column);
+    raw material that cannot make one is named, as damage."""
     try:
-        return measured(step, per_unit)
+        return record.build(step, per_unit, stored)
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError) as err:
         raise _Unreadable(f"{what} cannot be read ({type(err).__name__}: {err})") from None
 
 
+# open-ended: a record as parsed JSON, checked by _record
 def _from_record(cls: type[R], record: dict[str, Any], what: str) -> R:
     """The dataclass from a checked record; what its own reader still refuses (a histogram's bins) is named."""
     try:
@@ -506,7 +509,7 @@ def _silent_for(run: RunResult) -> float:
     return (dt.datetime.now(dt.UTC) - last).total_seconds()
 
 
-def _longest_step_s(spec: dict[str, Any]) -> float:
+def _longest_step_s(spec: dict[str, Any]) -> float:  # open-ended: RunResult.spec as stored
     try:
         return float(spec.get("warmup_s") or 0) + float(spec.get("soak_s") or spec.get("duration_s") or 0)
     except (TypeError, ValueError):  # a spec changed by hand: the margin alone

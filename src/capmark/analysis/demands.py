@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
-from capmark.analysis.document import Document, Payload, payload_of
-from capmark.measure.demands import demands_of_test
-from capmark.measure.reconcile import reconcile
+from capmark.analysis.document import Document, Payload
+from capmark.measure.demands import ComponentRow as ComponentRow  # a row of TestDemands, for its renderers
+from capmark.measure.demands import LatencyRealism, StatementCost, demands_of_test
+from capmark.measure.reconcile import Pair, reconcile
 from capmark.results import RunResult, TestResult
+
+
+class StepReconciliation(TypedDict):
+    """Whether the instruments agree at one step."""
+
+    jobs: int
+    pairs: list[Pair]
 
 
 @dataclass(kw_only=True)
@@ -20,16 +28,17 @@ class TestDemands(Payload):
 
     workload: str
     unit: str
+    log_label: str  # what the engine calls its write-ahead log ("WAL", "redo log")
     jobs: list[int]
-    components: list[dict[str, Any]]
-    per_commit: list[dict[str, Any]]
-    run_queue: list[dict[str, Any]]
-    sampler: list[dict[str, Any]]
-    devices: list[dict[str, Any]]
-    latency: list[dict[str, Any]]
-    statements: list[list[dict[str, Any]]]
+    components: list[ComponentRow]
+    per_commit: list[dict[str, float | None]]
+    run_queue: list[dict[str, float | None]]
+    sampler: list[dict[str, float | None]]
+    devices: list[dict[str, dict[str, float | None]]]
+    latency: list[LatencyRealism]
+    statements: list[list[StatementCost]]
     varies: list[str]
-    reconciliation: list[dict[str, Any]]
+    reconciliation: list[StepReconciliation]
 
 
 @dataclass(kw_only=True)
@@ -42,8 +51,8 @@ class DemandsDocument(Document):
 
 
 def demands_of(test: TestResult) -> TestDemands:
-    reconciliation = [{"jobs": s.jobs, "pairs": reconcile(s)} for s in test.steps]
-    return payload_of(TestDemands, {**demands_of_test(test), "reconciliation": reconciliation})
+    reconciliation = [StepReconciliation(jobs=s.jobs, pairs=reconcile(s)) for s in test.steps]
+    return TestDemands(**demands_of_test(test), reconciliation=reconciliation)
 
 
 def demands_document(run: RunResult, tests: list[TestResult]) -> DemandsDocument:

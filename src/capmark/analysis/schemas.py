@@ -36,6 +36,10 @@ def _type_text(hint: Any, depth: int) -> str:
         return _answer_text(args[0] if args else None, depth)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _fields_text(hint, depth)
+    if typing.is_typeddict(hint):  # a JSON-shaped record: its keys, those it may leave out marked
+        optional = hint.__optional_keys__
+        return _lines([(name, _type_text(h, depth + 1) + (" (not always present)" if name in optional else ""))
+                       for name, h in typing.get_type_hints(hint).items()], depth)
     if hint is type(None):
         return "null"
     if hint is Any:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from capmark.collect.os import ROLES
 from capmark.engines import registry
-from capmark.measure.kpm import counters, wal_io, wal_io_per_commit, workload_commits
-from capmark.results import StepResult, TestResult
+from capmark.measure.kpm import counters, log_label, wal_io, wal_io_per_commit, workload_commits
+from capmark.results import StepResult, TestResult, WaitClass, wait_counts
 
 BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum", "io workers", "postmaster",
               "other", "exited processes")
@@ -39,7 +39,7 @@ def host_busy_s(step: StepResult) -> float | None:
     secs = step.os.get("cpu_seconds")
     if not secs:
         return None
-    return sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0)
+    return float(sum(secs.values()) - secs.get("idle", 0.0) - secs.get("iowait", 0.0))
 
 
 def driver_on_host(step: StepResult) -> bool:
@@ -53,7 +53,7 @@ def driver_cpu_s(step: StepResult) -> float | None:
     """CPU seconds of capmark's driver process over the window, or None where it was not measured."""
     if not step.driver_cpu:
         return None
-    return step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0)
+    return float(step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0))
 
 
 REMAINDER_LABEL = "CPU OS overhead of the database host (remainder: host busy less every measured process)"
@@ -73,7 +73,7 @@ def driver_database_host_s(step: StepResult) -> float:
     """The driver's CPU that was the database host's: all of it where capmark ran there, none where it ran
     elsewhere, and on a cluster the part of the nodes that run the database host's kernel."""
     if "database_host_s" in step.driver_cpu:
-        return step.driver_cpu["database_host_s"]
+        return float(step.driver_cpu["database_host_s"])
     return (driver_cpu_s(step) or 0.0) if driver_on_host(step) else 0.0
 
 
@@ -184,7 +184,7 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
             unit="ms", scale=1e3, time=True)
 
     # the write-ahead log (PostgreSQL's WAL, InnoDB's redo log)
-    log = registry.of_delta(step.db_delta).log_label
+    log = log_label(step)
     put("wal_bytes", db.log_bytes, label=f"{log} generated", group="wal", unit="kB", scale=1 / 1024)
     if db.log_records is not None:
         put("wal_records", db.log_records, label=f"{log} records", group="wal", unit="records")
@@ -241,10 +241,11 @@ def wait_sampled_cpu_s(step: StepResult) -> float | None:
     session on CPU, times the time the jobs were sampled over (jobs x window), per unit. It sees the client
     backends only (not background processes, not the kernel's work outside them), and a session waiting for a
     core looks the same as one running, so it is an estimate, and fair only where the CPU is not saturated."""
-    samples = sum(step.waits.values())
+    counts = wait_counts(step.waits, registry.of_delta(step.db_delta).wait_class)
+    samples = sum(counts.values())  # the jobs' sessions on the client too: they are sampled over jobs x window
     if not samples or not step.units or not step.elapsed_s:
         return None
-    return step.waits.get("CPU", 0) / samples * step.jobs * step.elapsed_s / step.units
+    return counts.get(WaitClass.CPU, 0) / samples * step.jobs * step.elapsed_s / step.units
 
 
 def devices(step: StepResult) -> dict[str, dict[str, float | None]]:
@@ -304,28 +305,75 @@ def run_queue(step: StepResult) -> dict[str, float | None]:
     return {"runnable": runnable, "busy_cpus": busy_cpus, "waiting": max(0.0, runnable - busy_cpus)}
 
 
-def latency_realism(step: StepResult) -> dict[str, Any]:
+class LatencyRealism(TypedDict):
+    """A step's latency in ms, and whether its mean misleads (it sits far above the median)."""
+
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    mean_over_median: float | None
+    skewed: bool
+
+
+SKEWED = 1.5  # a mean 50 % above the median is pulled by a tail: the median and percentiles describe the step
+
+
+def latency_realism(step: StepResult) -> LatencyRealism:
     """Mean vs median vs tail; the mean alone misleads when it sits far from the median (Shallahamer, OraPub)."""
     lat = step.latency.summary()
+    ms = {k: v * 1000 if v is not None else None for k, v in lat.items()}
     mean, p50 = lat["mean_s"], lat["p50_s"]
     skew = mean / p50 if mean and p50 else None
-    return {**{k.replace("_s", "_ms"): (v * 1000 if v is not None else None) for k, v in lat.items()},
-            "mean_over_median": skew, "skewed": bool(skew and skew > 1.5)}
+    return LatencyRealism(mean_ms=ms["mean_s"], p50_ms=ms["p50_s"], p90_ms=ms["p90_s"], p95_ms=ms["p95_s"],
+                          p99_ms=ms["p99_s"], max_ms=ms["max_s"], mean_over_median=skew,
+                          skewed=bool(skew and skew > SKEWED))
 
 
-def top_statements(step: StepResult, n: int = 5) -> list[dict[str, Any]]:
+class StatementCost(TypedDict):
+    """One of the statements that took the most time in a step (pg_stat_statements), per call."""
+
+    query: str  # its text, cut to 120 characters
+    calls: int
+    mean_ms: float
+    rows_per_call: float
+    shared_blks_hit_per_call: float
+    shared_blks_read_per_call: float
+    shared_blks_dirtied_per_call: float
+    shared_blks_written_per_call: float
+    wal_bytes_per_call: float
+
+
+# pg_stat_statements' columns shown per call
+_PER_CALL = ("total_exec_time", "rows", "shared_blks_hit", "shared_blks_read", "shared_blks_dirtied",
+             "shared_blks_written", "wal_bytes")
+
+
+def top_statements(step: StepResult, n: int = 5) -> list[StatementCost]:
     rows = [r for r in step.db_delta.get("statements", []) if (r.get("calls") or 0) > 0]
     rows.sort(key=lambda r: r.get("total_exec_time") or 0.0, reverse=True)
     out = []
     for r in rows[:n]:
         calls = r["calls"]
-        out.append({"query": (r.get("query") or "")[:120], "calls": calls,
-                    "mean_ms": (r.get("total_exec_time") or 0.0) / calls,
-                    "rows_per_call": (r.get("rows") or 0) / calls,
-                    **{f"{k}_per_call": (r.get(k) or 0) / calls for k in
-                       ("shared_blks_hit", "shared_blks_read", "shared_blks_dirtied", "shared_blks_written")},
-                    "wal_bytes_per_call": float(r.get("wal_bytes") or 0) / calls})
+        each = {column: float(r.get(column) or 0) / calls for column in _PER_CALL}
+        out.append(StatementCost(query=(r.get("query") or "")[:120], calls=calls, mean_ms=each["total_exec_time"],
+                                 rows_per_call=each["rows"], shared_blks_hit_per_call=each["shared_blks_hit"],
+                                 shared_blks_read_per_call=each["shared_blks_read"],
+                                 shared_blks_dirtied_per_call=each["shared_blks_dirtied"],
+                                 shared_blks_written_per_call=each["shared_blks_written"],
+                                 wal_bytes_per_call=each["wal_bytes"]))
     return out
+
+
+class TrendRecord(TypedDict):
+    """A Trend as a component row holds it."""
+
+    key: str
+    direction: str
+    change_pct: float | None
+    note: str
 
 
 @dataclass
@@ -334,6 +382,9 @@ class Trend:
     direction: str  # rises | falls | steady
     change_pct: float | None  # last step vs first step
     note: str
+
+    def record(self) -> TrendRecord:
+        return TrendRecord(key=self.key, direction=self.direction, change_pct=self.change_pct, note=self.note)
 
 
 def trend(jobs: list[int], values: list[float | None], label: str, threshold_pct: float = 20.0,
@@ -371,14 +422,54 @@ def _floor(comp: Component) -> float:
     return 0.05
 
 
-def demands_of_test(test: TestResult) -> dict[str, Any]:
+class _Component(TypedDict):
+    key: str
+    label: str
+    group: str  # cpu | disk | dbio | wal | network | os
+    unit: str
+    scale: float  # stored value x scale = displayed value
+    time: bool
+    values: list[float | None]
+    mean: float | None
+    std: float | None
+    trend: TrendRecord
+
+
+# The keys a row may lack are declared in a class of their own, not as NotRequired: with postponed annotations
+# Python (before 3.14) cannot tell NotRequired keys at run time, where the JSON outlines (analysis/schemas.py) read them.
+class ComponentRow(_Component, total=False):
+    """One demand component over a test's steps: its per-unit value at each step (in the order of the jobs), their
+    mean and standard deviation, its share of its group's time and its trend with load."""
+
+    reason: str  # only where the component could not be measured
+    share_pct: float | None  # only on a time demand some step measured
+
+
+class DemandTable(TypedDict):
+    """A test's demands, per step in the order of `jobs` (the JSON document's fields, docs/json.md)."""
+
+    workload: str
+    unit: str
+    log_label: str  # what the engine calls its write-ahead log ("WAL", "redo log"): the wal rows' name
+    jobs: list[int]
+    components: list[ComponentRow]
+    per_commit: list[dict[str, float | None]]
+    run_queue: list[dict[str, float | None]]
+    sampler: list[dict[str, float | None]]
+    devices: list[dict[str, dict[str, float | None]]]
+    latency: list[LatencyRealism]
+    statements: list[list[StatementCost]]
+    varies: list[str]
+
+
+def demands_of_test(test: TestResult) -> DemandTable:
     """The demand table of a test: every component per step, with mean, standard deviation, share and trend."""
     per_step = [step_demands(s) for s in test.steps]
     comps: dict[str, Component] = {}
     for _, c in per_step:
         comps.update(c)
     jobs = [s.jobs for s in test.steps]
-    rows: list[dict[str, Any]] = []
+    rows: list[ComponentRow] = []
     for key, comp in comps.items():
         values = [d.get(key) for d, _ in per_step]
         present = [v for v in values if v is not None]
@@ -386,19 +477,23 @@ def demands_of_test(test: TestResult) -> dict[str, Any]:
             continue
         mean = sum(present) / len(present) if present else None
         std = math.sqrt(sum((v - mean) ** 2 for v in present) / len(present)) if mean is not None else None
-        rows.append({"key": key, "label": comp.label, "group": comp.group, "unit": comp.unit, "scale": comp.scale,
-                     "time": comp.time, "values": values, "mean": mean, "std": std,
-                     "trend": trend(jobs, values, comp.label, floor=_floor(comp)).__dict__,
-                     **({"reason": comp.reason} if comp.reason else {})})
+        row = ComponentRow(key=key, label=comp.label, group=comp.group, unit=comp.unit, scale=comp.scale,
+                           time=comp.time, values=values, mean=mean, std=std,
+                           trend=trend(jobs, values, comp.label, floor=_floor(comp)).record())
+        if comp.reason:
+            row["reason"] = comp.reason
+        rows.append(row)
     for group in {r["group"] for r in rows}:
-        timed = [r for r in rows if r["group"] == group and r["time"] and r["mean"] is not None]
-        group_total = sum(r["mean"] for r in timed)
-        for r in timed:
-            r["share_pct"] = 100 * r["mean"] / group_total if group_total > 0 else None
-    return {"workload": test.workload, "unit": test.unit, "jobs": jobs, "components": rows,
-            "per_commit": [per_commit(s) for s in test.steps], "run_queue": [run_queue(s) for s in test.steps],
-            "sampler": [sampler_cost(s) for s in test.steps],
-            "devices": [devices(s) for s in test.steps],
-            "latency": [latency_realism(s) for s in test.steps],
-            "statements": [top_statements(s) for s in test.steps],
-            "varies": [r["trend"]["note"] for r in rows if r["trend"]["note"]]}
+        timed = [(r, m) for r in rows if r["group"] == group and r["time"] and (m := r["mean"]) is not None]
+        group_total = sum(m for _, m in timed)
+        for r, m in timed:
+            r["share_pct"] = 100 * m / group_total if group_total > 0 else None
+    return DemandTable(workload=test.workload, unit=test.unit,
+                       log_label=log_label(test.steps[0]) if test.steps else registry.named(None).log_label,
+                       jobs=jobs, components=rows,
+                       per_commit=[per_commit(s) for s in test.steps], run_queue=[run_queue(s) for s in test.steps],
+                       sampler=[sampler_cost(s) for s in test.steps],
+                       devices=[devices(s) for s in test.steps],
+                       latency=[latency_realism(s) for s in test.steps],
+                       statements=[top_statements(s) for s in test.steps],
+                       varies=[r["trend"]["note"] for r in rows if r["trend"]["note"]])

@@ -8,7 +8,7 @@ from typing import Any
 
 from capmark.engines import registry
 from capmark.engines.base import DbCounters
-from capmark.results import StepResult, TestResult
+from capmark.results import Measures, StepResult, TestResult
 from capmark.workloads.tpcc import spec as tpcc_spec
 
 
@@ -90,6 +90,11 @@ def counters(step: StepResult) -> DbCounters:
     return registry.of_delta(step.db_delta).counters(step.db_delta)
 
 
+def log_label(step: StepResult) -> str:
+    """What the step's engine calls its write-ahead log, for text: PostgreSQL's "WAL", InnoDB's "redo log"."""
+    return registry.of_delta(step.db_delta).log_label
+
+
 def wal_io(step: StepResult) -> dict[str, float] | None:
     """Log writes, fsyncs and their times (ms) in the window; None where the server does not count them."""
     return _log_io(counters(step))
@@ -119,25 +124,38 @@ def workload_commits(step: StepResult) -> float | None:
     commits = counters(step).commits
     if commits is None:
         return None
-    own = sum((step.instruments or {}).get("capmark_transactions", {}).values())
+    own = float(sum((step.instruments or {}).get("capmark_transactions", {}).values()))
     return max(0.0, commits - own)
 
 
-def of(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """The step's KPMs as stored when the run measured it (computed from its raw record for a step that has
-    none stored), and for each None the reason."""
-    stored = step.kpm
+# KPM column (COLUMNS) -> value in the column's unit, None where the step could not measure it
+Values = dict[str, float | None]
+
+
+# open-ended: the step table's kpm column as stored (KPM column -> value, and "na_reasons"), of any capmark version
+Stored = dict[str, Any]
+
+
+def of(step: StepResult, per_unit: dict[str, float] | None = None, stored: Stored | None = None
+       ) -> tuple[Values, dict[str, str]]:
+    """The step's KPMs as stored when the run measured it (`stored`: the step table's kpm column; computed from
+    its raw record where there is none), and for each None the reason."""
     if stored and "throughput" in stored:
         return {k: v for k, v in stored.items() if k != "na_reasons"}, dict(stored.get("na_reasons") or {})
     return compute(step, per_unit)
 
 
-def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+def stored_form(measured: Measures) -> Stored:
+    """The step table's kpm column: the record's key figures, with the reasons for those that are n/a."""
+    return {**measured.kpm, "na_reasons": measured.unavailable}
+
+
+def compute(step: StepResult, per_unit: dict[str, float] | None = None) -> tuple[Values, dict[str, str]]:
     """KPM values (None where not measurable) and, for each None, the reason.
 
     per_unit holds what one unit of work stands for, as its workload declares it (rows, ops).
     """
-    values: dict[str, Any] = {"jobs": step.jobs, "elapsed_s": step.elapsed_s}
+    values: Values = {"jobs": step.jobs, "elapsed_s": step.elapsed_s}
     reasons: dict[str, str] = {}
     el = step.elapsed_s or float("nan")
 
@@ -192,17 +210,18 @@ WRITERS = {"ckpt_blocks_per_s": "checkpointer", "bgwriter_blocks_per_s": "backgr
            "backend_blocks_per_s": "backends"}
 
 
-def _writer_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], el: float) -> None:
+def _writer_kpms(step: StepResult, values: Values, reasons: dict[str, str], el: float) -> None:
     """Data blocks written by each writer, where the server says who wrote them."""
     c = counters(step)
     writes = c.data_writes
+    blocks: list[float] = []
     for key, who in WRITERS.items():
         if writes is not None and who in writes:
             values[key] = writes[who] / el
+            blocks.append(writes[who] / el)
         else:
             values[key] = None
             reasons[key] = "this server reports no writes per writer"
-    blocks = [values[k] for k in WRITERS if values[k] is not None]
     values["written_mb_per_s"] = sum(blocks) * c.page_bytes / 1e6 if blocks else None
 
 
@@ -214,7 +233,7 @@ def db_reads(step: StepResult) -> tuple[float, float, float | None] | None:
     return c.read_ios, c.read_bytes or 0.0, c.read_time_ms
 
 
-def _storage_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], el: float) -> None:
+def _storage_kpms(step: StepResult, values: Values, reasons: dict[str, str], el: float) -> None:
     got = db_reads(step)
     if got:
         reads, nbytes, read_ms = got
@@ -245,7 +264,7 @@ def _storage_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, s
         reasons["os_cache_read_pct"] = "the database read nothing from its data files"
 
 
-def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],
+def _family_kpms(step: StepResult, values: Values, reasons: dict[str, str], per_unit: dict[str, float],
                  el: float, units: int, wal: float | None, commits: float | None, hit: float | None,
                  read: float | None, db: DbCounters) -> None:
     values["scan_mb_per_s"] = ((hit or 0) + (read or 0)) * db.page_bytes / el / 1e6 if hit is not None else None
@@ -257,7 +276,7 @@ def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
     for key, value in wal_io_per_commit(step, commits).items():
         values[key] = value
         if value is None:
-            reasons[key] = ("this server reports no WAL write/fsync counts" if not wal_io(step)
+            reasons[key] = (f"this server reports no {log_label(step)} write/fsync counts" if not wal_io(step)
                             else "the workload committed nothing in the window" if not commits
                             else "this server does not time its log writes and flushes (MySQL and MariaDB time them "
                                  "in performance_schema, which is off)")
@@ -274,7 +293,7 @@ def _family_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, st
 NEW_ORDER_TYPE, ROLLED_BACK_TYPE = tpcc_spec.TYPES[tpcc_spec.NEW_ORDER], tpcc_spec.TYPES[tpcc_spec.ROLLBACK]
 
 
-def _order_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str], per_unit: dict[str, float],
+def _order_kpms(step: StepResult, values: Values, reasons: dict[str, str], per_unit: dict[str, float],
                 el: float) -> None:
     """NOPM (committed new orders per minute), TPM (transactions per minute), per core of the database host, the
     share of new orders rolled back, and NOPM against the specification's ceiling when users key and think."""
@@ -285,17 +304,18 @@ def _order_kpms(step: StepResult, values: dict[str, Any], reasons: dict[str, str
         return
     committed = step.histograms[NEW_ORDER_TYPE].total
     rolled_back = step.histograms[ROLLED_BACK_TYPE].total if ROLLED_BACK_TYPE in step.histograms else 0
-    values["nopm"] = committed / el * 60
+    nopm = committed / el * 60
+    values["nopm"] = nopm
     values["tpm"] = step.units / el * 60
     cores = (step.os or {}).get("cores")
-    values["nopm_per_core"] = values["nopm"] / cores if cores else None
+    values["nopm_per_core"] = nopm / cores if cores else None
     if not cores:
         reasons["nopm_per_core"] = "the database host's cores are not known (no host-metrics source)"
     values["rollback_pct"] = 100.0 * rolled_back / (committed + rolled_back) if committed + rolled_back else None
     if values["rollback_pct"] is None:
         reasons["rollback_pct"] = "no new order in the window"
     ceiling = per_unit.get("max_nopm")
-    values["efficiency_pct"] = 100.0 * values["nopm"] / ceiling if ceiling else None
+    values["efficiency_pct"] = 100.0 * nopm / ceiling if ceiling else None
     if not ceiling:
         reasons["efficiency_pct"] = ("only with keying and think times (--param keying=on), which bound NOPM at "
                                      "12.86 per warehouse")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from scipy import stats
 
-from capmark.measure import kpm, record
+from capmark.measure import record
 from capmark.measure.validity import full_seconds
 from capmark.results import StepResult
 
@@ -132,9 +132,9 @@ def analyse(steps: list[StepResult], kpm_keys: list[str], per_unit: dict[str, fl
         mine = sorted((s for s in steps if s.jobs == jobs), key=repeat_of)
         good = [s for s in mine if record.of(s, per_unit).valid]
         noise = JobNoise(jobs, [repeat_of(s) for s in mine], [repeat_of(s) for s in good])
-        values = [kpm.of(s, per_unit)[0] for s in (good or mine)]
+        values = [record.of(s, per_unit).kpm for s in (good or mine)]
         for key in kpm_keys:
-            got = [v[key] for v in values if isinstance(v.get(key), int | float) and math.isfinite(v[key])]
+            got = [x for v in values if isinstance(x := v.get(key), int | float) and math.isfinite(x)]
             if key != "jobs" and len(got) == len(values) and got:
                 noise.kpms[key] = t_interval(got)
         noise.within = {repeat_of(s): batch_means(s.series_units) for s in mine}

@@ -13,14 +13,17 @@ from capmark.measure.validity import problems
 from capmark.results import MEASURES_VERSION, HostCpu, Latency, Measures, StepResult, Traffic, wait_shares
 
 
-def build(step: StepResult, per_unit: dict[str, float] | None = None) -> Measures:
-    """The record of a step; its key figures as the step stored them where it did (a run measured by an earlier
-    capmark keeps the figures it reported), else computed from the raw counters."""
-    values, reasons = kpm.of(step, per_unit)
+def build(step: StepResult, per_unit: dict[str, float] | None = None, stored: kpm.Stored | None = None) -> Measures:
+    """The record of a step; its key figures as the step stored them where it did (`stored`, the kpm column of a
+    run measured by an earlier capmark, which keeps the figures it reported), else computed from the raw counters."""
+    values, reasons = kpm.of(step, per_unit, stored)
+    throughput = values.get("throughput")
+    if throughput is None:
+        raise ValueError("its key figures hold no throughput")
     network = step.network or {}
     return Measures(
         version=MEASURES_VERSION, units=step.units, errors=sum(step.errors.values()), elapsed_s=step.elapsed_s,
-        throughput=float(values["throughput"]), latency=Latency.of(step.latency),
+        throughput=float(throughput), latency=Latency.of(step.latency),
         latency_by_type={name: Latency.of(h) for name, h in step.histograms.items()},
         host_cpu=_host_cpu(step), traffic=Traffic(step.round_trips, _number(network.get("bytes_sent")),
                                                   _number(network.get("bytes_received"))),

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from capmark.results import KneeRecord
+
 # A rise below 5 % is within what steps on a quiet 2-core host repeat to (their 1 s throughput varies by up to
 # 18 %, averaged over a 15 s window to a few %): the curve has stopped rising, it is not still climbing slowly.
 FLAT_RISE = 0.05
@@ -75,6 +77,10 @@ class Knee:
     rule: str  # "throughput flat" | "response time" | "bound"
     stopped_at: int  # the most jobs measured
     text: str
+
+    def record(self) -> KneeRecord:
+        """As the test's header stores it (TestResult.stepping["knee"])."""
+        return KneeRecord(jobs=self.jobs, rule=self.rule, stopped_at=self.stopped_at, text=self.text)
 
 
 def _knee(pts: list[Point]) -> Knee | None:

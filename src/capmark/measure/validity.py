@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from capmark.measure.demands import host_busy_s
 from capmark.results import StepResult
@@ -172,7 +172,8 @@ def cluster_problems(step: StepResult) -> list[str]:
     return out
 
 
-def _driver_process(p: dict, processes: int) -> str:
+# open-ended: one process of StepResult.driver_cpu as the driver recorded it (its CPU, and its jobs where known)
+def _driver_process(p: dict[str, Any], processes: int) -> str:
     if processes == 1:
         return "driver "
     jobs = p.get("jobs") or []

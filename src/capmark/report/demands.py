@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 
-from capmark.analysis.demands import TestDemands
+from capmark.analysis.demands import ComponentRow, TestDemands
 from capmark.report.console import fmt, fmt_scaled
 from capmark.report.fit import Col, FittedTable, sayer
 
 
-def sampler_line(cost: dict[str, Any]) -> str:
+def sampler_line(cost: dict[str, float | None]) -> str:
     """capmark's sampling cost in one line (its CPU and transactions are kept out of the workload's)."""
     cpu = f"{fmt(cost['cpu_ms_per_s'], 2)} ms CPU per second" if cost["cpu_ms_per_s"] is not None else "CPU unknown"
     return (f"capmark sampler: {cpu} and {cost['transactions'] or 0} transactions in the window, kept out of the "
             "client backends' CPU and the commits")
 
 
-def component_label(row: dict[str, Any]) -> str:
+def component_label(row: ComponentRow) -> str:
     """A component's name, with the reason beside it when it could not be measured."""
     return f"{row['label']} ({row['reason']})" if row.get("reason") else row["label"]
 
@@ -57,21 +55,23 @@ def print_demands(doc: TestDemands, console: Console) -> None:
     lat = FittedTable("latency realism (ms)", [Col("jobs"), Col("mean"), Col("p50"), Col("p90", rank=3), Col("p99"),
                                               Col("max", rank=2), Col("mean/\nmedian", rank=1),
                                               Col("", justify="left", rank=1, name="skew")])
-    for j, r in zip(jobs, doc.latency, strict=True):
-        lat.add_row(str(j), *(fmt(r[k], 3) for k in ("mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms")),
-                    fmt(r["mean_over_median"], 2), "skewed" if r["skewed"] else "")
+    for j, real in zip(jobs, doc.latency, strict=True):
+        lat.add_row(str(j), *(fmt(v, 3) for v in (real["mean_ms"], real["p50_ms"], real["p90_ms"], real["p99_ms"],
+                                                  real["max_ms"])),
+                    fmt(real["mean_over_median"], 2), "skewed" if real["skewed"] else "")
     if any(r["skewed"] for r in doc.latency):
         lat.notes.append("skewed: the mean is well above the median and misleads; read the median and percentiles")
     console.print(lat)
-    pc = FittedTable("per commit", [Col("jobs"), Col("commits\n/unit", rank=1), Col("WAL\nkB"), Col("WAL\nwrites", rank=2),
-                                    Col("WAL\nfsyncs"), Col("WAL flush\nms"), Col("commit\nlatency ms"),
-                                    Col("WAL written\n/generated", rank=3)])
-    for j, r in zip(jobs, doc.per_commit, strict=True):
-        pc.add_row(str(j), fmt(r.get("commits_per_unit"), 3),
-                   fmt(r["wal_bytes_per_commit"] / 1024 if r["wal_bytes_per_commit"] is not None else None, 2),
-                   fmt(r["wal_writes_per_commit"], 3), fmt(r["wal_fsyncs_per_commit"], 3),
-                   fmt(r["wal_flush_ms_per_commit"], 3), fmt(r["commit_latency_ms"], 3),
-                   fmt(r["wal_written_over_generated"], 2))
+    log = doc.log_label  # PostgreSQL's WAL, InnoDB's redo log
+    pc = FittedTable("per commit", [Col("jobs"), Col("commits\n/unit", rank=1), Col(f"{log}\nkB"),
+                                    Col(f"{log}\nwrites", rank=2), Col(f"{log}\nfsyncs"), Col(f"{log} flush\nms"),
+                                    Col("commit\nlatency ms"), Col(f"{log} written\n/generated", rank=3)])
+    for j, c in zip(jobs, doc.per_commit, strict=True):
+        pc.add_row(str(j), fmt(c.get("commits_per_unit"), 3),
+                   fmt(c["wal_bytes_per_commit"] / 1024 if c["wal_bytes_per_commit"] is not None else None, 2),
+                   fmt(c["wal_writes_per_commit"], 3), fmt(c["wal_fsyncs_per_commit"], 3),
+                   fmt(c["wal_flush_ms_per_commit"], 3), fmt(c["commit_latency_ms"], 3),
+                   fmt(c["wal_written_over_generated"], 2))
     console.print(pc)
     for j, rq, devs in zip(jobs, doc.run_queue, doc.devices, strict=True):
         dev = "; ".join(f"{d}: {fmt(v['utilization_pct'], 1)} % busy, {fmt(v['service_ms'], 3)} ms/op, queue "
@@ -96,11 +96,12 @@ def print_demands(doc: TestDemands, console: Console) -> None:
     if stmts:
         st = FittedTable(f"top statements at {jobs[-1]} jobs (pg_stat_statements, per call)",
                          [Col("calls"), Col("mean ms"), Col("rows", rank=3), Col("hit", rank=1), Col("read", rank=2),
-                          Col("dirtied", rank=5), Col("written", rank=4), Col("WAL B", rank=3),
+                          Col("dirtied", rank=5), Col("written", rank=4), Col(f"{log} B", rank=3),
                           Col("statement", justify="left", wrap=True)])
-        for r in stmts:
-            st.add_row(f"{r['calls']:,}", fmt(r["mean_ms"], 3), fmt(r["rows_per_call"], 1),
-                       *(fmt(r[f"shared_blks_{k}_per_call"], 2) for k in ("hit", "read", "dirtied", "written")),
-                       fmt(r["wal_bytes_per_call"], 0), " ".join(r["query"][:60].split()))
+        for sc in stmts:
+            st.add_row(f"{sc['calls']:,}", fmt(sc["mean_ms"], 3), fmt(sc["rows_per_call"], 1),
+                       *(fmt(v, 2) for v in (sc["shared_blks_hit_per_call"], sc["shared_blks_read_per_call"],
+                                             sc["shared_blks_dirtied_per_call"], sc["shared_blks_written_per_call"])),
+                       fmt(sc["wal_bytes_per_call"], 0), " ".join(sc["query"][:60].split()))
         console.print(st)
 
