@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 
+import psutil
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
@@ -23,6 +24,7 @@ from capmark.collect import os as oscollect
 from capmark.config import RunSpec
 from capmark.driver import step as stepmod
 from capmark.driver.step import StepContext, StepPlan, run_step
+from capmark.engines import registry as engines
 from capmark.engines.postgres import connect, describe
 from capmark.errors import CapmarkError
 from capmark.measure import record
@@ -237,3 +239,21 @@ def test_asking_for_sql_metrics_from_an_engine_that_cannot_read_files_says_so():
         hosts.choose("sql", "mysql://capmark@db.remote.example/capmark", None, None, None)
     with pytest.raises(CapmarkError, match="MySQL/MariaDB does not have"):
         hosts.sql_source("mysql://capmark@db.remote.example/capmark")
+
+
+@needs_pg15
+def test_local_host_metrics_for_a_server_on_another_host_are_refused_naming_the_host():
+    """The engine finds the server's process on this machine; for a host that is not this one it must find none,
+    or capmark would report this machine's CPU as the database host's."""
+    with connect(REMOTE_LOOKING) as conn:
+        with pytest.raises(CapmarkError) as err:
+            hosts.choose("local", REMOTE_LOOKING, conn, None, connect)
+        auto = hosts.choose("auto", REMOTE_LOOKING, conn, None, connect)
+        auto.close()
+        assert auto.name == "sql"
+    assert str(err.value) == ("--host-metrics local cannot see the server: the database host 'db.remote.example' is "
+                              "remote, so OS counters of the database host are not visible; use --host-metrics sql "
+                              "or --node-exporter URL.")
+    with connect(LOCAL_PG) as conn:
+        postmaster, why = engines.for_dsn(LOCAL_PG).server_process(conn, LOCAL_PG)
+        assert why == "" and postmaster == psutil.Process(conn.info.backend_pid).ppid()

@@ -262,17 +262,6 @@ def _facts(source: str, reader: ProcReader, kernel: str | None) -> procfs.HostFa
         boot_id=(texts["/proc/sys/kernel/random/boot_id"] or "").strip() or None)
 
 
-def local_backend_parent(backend_pid: int) -> int | None:
-    """The postmaster of a backend running on this machine (its parent), or None if the pid is not visible here
-    or is not a PostgreSQL process (another PID namespace, or another host)."""
-    texts = LocalReader().read([f"/proc/{backend_pid}/stat", f"/proc/{backend_pid}/cmdline"])
-    st = procfs.parse_pid_stat(texts[f"/proc/{backend_pid}/stat"] or "")
-    cmdline = (texts[f"/proc/{backend_pid}/cmdline"] or "").replace("\0", " ").lower()
-    if st is None or not ("postgres" in cmdline or "postgres" in st.comm.lower()):
-        return None
-    return st.ppid
-
-
 def local_source(postmaster_pid: int, threaded_role: str | None = None) -> ProcHost:
     return ProcHost("local", LocalReader(), postmaster_pid, _facts("local", LocalReader(), platform.release()),
                     driver_on_host=True, threaded_role=threaded_role)
@@ -307,10 +296,6 @@ def _no_sql_files(label: str) -> str:
             "have; use --host-metrics local on the database host, or --node-exporter URL.")
 
 
-def dsn_is_local(host: str) -> bool:
-    return host.startswith("/") or host in ("", "localhost", "127.0.0.1", "::1")
-
-
 def choose(mode: str, dsn: str, control: Any, data_directory: str | None, connect: Callable[..., Any] | None,
            node_exporter: str | None = None, threaded: ThreadedServer | None = None,
            node_exporter_token: str | None = None) -> HostSource:
@@ -323,15 +308,12 @@ def choose(mode: str, dsn: str, control: Any, data_directory: str | None, connec
         return NoHost("host metrics are off (--host-metrics none)")
     if mode == "sql" and not isinstance(engine := registry.for_dsn(dsn), ReadsHostFiles):
         raise CapmarkError(_no_sql_files(engine.label))
-    postmaster = threaded.pid if threaded is not None else _visible_postmaster(control)
+    postmaster, not_here = ((threaded.pid, threaded.why_not_local) if threaded is not None
+                            else registry.for_dsn(dsn).server_process(control, dsn))
     if mode == "local" or (mode == "auto" and postmaster is not None and not node_exporter):
-        if postmaster is None and threaded is not None:
-            raise CapmarkError(f"--host-metrics local cannot see the server: {threaded.why_not_local}; use "
-                               "--node-exporter URL.")
-        if postmaster is None:
-            raise CapmarkError(f"The server at {control.info.host or 'its socket'} does not run on this machine (its "
-                               "processes are not visible here), so --host-metrics local cannot see it; use "
-                               "--host-metrics sql or --node-exporter URL.")
+        if postmaster is None:  # a threaded server's /proc is not readable through SQL (choose's docstring)
+            instead = "--node-exporter URL" if threaded is not None else "--host-metrics sql or --node-exporter URL"
+            raise CapmarkError(f"--host-metrics local cannot see the server: {not_here}; use {instead}.")
         return local_source(postmaster, threaded_role=threaded.role if threaded is not None else None)
     if node_exporter:
         return node_exporter_source(node_exporter, data_directory, node_exporter_token)
@@ -359,11 +341,3 @@ class ThreadedServer:
         """The described server as host metrics need it; None for an engine whose connections are processes."""
         return None if engine.backend_is_process else ThreadedServer(info.postmaster_pid, info.local_reason,
                                                                      engine.server_role)
-
-
-def _visible_postmaster(control: Any) -> int | None:
-    """The postmaster's pid when the server runs on this machine, in this machine's process namespace."""
-    host = control.info.host or ""
-    if not dsn_is_local(host):
-        return None
-    return local_backend_parent(control.info.backend_pid)

@@ -49,7 +49,7 @@ def check_version(version: str) -> None:
         raise CapmarkError(f"The server runs {name} {v[0]}.{v[1]}; capmark supports {SUPPORTED}.")
 
 
-def _local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
+def local_server_pid(conn: Any, host_is_local: bool) -> tuple[int | None, str]:
     """The server process when it runs on this host (from its pid file, else by program name), else the reason."""
     if not host_is_local:
         return None, "the database host is remote, so OS counters of the database host are not visible"
@@ -109,7 +109,7 @@ def describe(conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
                                    + ", ".join(f"'{n}'" for n in KEY_SETTINGS) + ")"):
         settings[str(name)] = str(value)
     granted = grants.lines(conn)
-    pid, why = _local_server_pid(conn, target.local)
+    pid, why = local_server_pid(conn, target.local)
     caps = detect_capabilities(conn, settings, granted, pid is not None, why)
     flavour = "MariaDB" if is_mariadb(version) else "MySQL"
     return TargetInfo(engine="mysql", version=f"{flavour} {version}", version_num=v[0] * 10000 + v[1] * 100 + v[2],

@@ -84,6 +84,9 @@ class MysqlEngine:
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return describe.describe(conn, dsn, embedded=embedded)
 
+    def server_process(self, conn: Any, dsn: str) -> tuple[int | None, str]:
+        return describe.local_server_pid(conn, connection.parse(dsn).local)
+
     def backend_pid(self, conn: Any) -> int:
         return int(conn.thread_id())
 

@@ -65,12 +65,13 @@ def _scalar(conn: psycopg.Connection, sql: str, params: Any = None) -> Any:
     return row[0] if row else None
 
 
-def _find_local_postmaster(conn: psycopg.Connection) -> tuple[int | None, str]:
-    """The postmaster's PID when the server runs on this host, else None and the reason."""
+def local_postmaster(conn: psycopg.Connection) -> tuple[int | None, str]:
+    """The postmaster's PID when the server runs on this host, in this PID namespace (the parent of the connection's
+    backend), else None and the reason."""
     host = conn.info.host or ""
     if not (host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
         return None, f"the database host '{host}' is remote, so OS counters of the database host are not visible"
-    backend_pid = _scalar(conn, "select pg_backend_pid()")
+    backend_pid = conn.info.backend_pid
     try:
         proc = psutil.Process(backend_pid)
         parent = proc.parent()
@@ -127,7 +128,7 @@ def describe(conn: psycopg.Connection, dsn: str, *, embedded: bool) -> TargetInf
     data_dir = None
     with contextlib.suppress(psycopg.Error):  # needs pg_read_all_settings
         data_dir = _scalar(conn, "select current_setting('data_directory')")
-    pid, why = _find_local_postmaster(conn)
+    pid, why = local_postmaster(conn)
     caps = detect_capabilities(conn, version_num, settings, pid is not None, why)
     statements_view = _scalar(conn, _STATEMENTS_VIEW_SQL) or "pg_stat_statements"
     return TargetInfo(engine="postgresql", version=version, version_num=version_num, dsn_redacted=redact_dsn(dsn),

@@ -72,6 +72,9 @@ class PostgresEngine:
     def describe(self, conn: Any, dsn: str, *, embedded: bool) -> TargetInfo:
         return pg.describe(conn, dsn, embedded=embedded)
 
+    def server_process(self, conn: Any, dsn: str) -> tuple[int | None, str]:
+        return pg.local_postmaster(conn)
+
     def backend_pid(self, conn: Any) -> int:
         return int(conn.info.backend_pid)
 
