@@ -11,8 +11,8 @@ from pathlib import Path
 from capmark.collect import hosts
 from capmark.config import default_jobs
 from capmark.driver.step import StepContext, StepPlan, run_step
-from capmark.engines import embedded
 from capmark.engines import registry as engines
+from capmark.engines.postgres import embedded
 from capmark.measure import kpm
 from capmark.results import StepResult
 from capmark.workloads import datamodel, registry

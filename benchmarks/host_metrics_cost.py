@@ -16,8 +16,7 @@ import argparse
 import time
 
 from capmark.collect import hosts
-from capmark.engines import embedded
-from capmark.engines.postgres import connect, describe
+from capmark.engines.postgres import connect, describe, embedded
 
 GOAL_SHARE_OF_ONE_CORE = 0.01
 

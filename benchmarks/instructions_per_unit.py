@@ -25,8 +25,7 @@ import psycopg
 from server_loop_overhead import MINIMAL
 
 from capmark.driver.sampling import IN_LOOP_FACTOR, SliceSampling
-from capmark.engines import embedded
-from capmark.engines.postgres import connect
+from capmark.engines.postgres import connect, embedded
 from capmark.workloads import datamodel, registry
 from capmark.workloads.base import slice_call
 

@@ -21,8 +21,7 @@ from typing import Any
 
 from capmark import api
 from capmark.config import RunSpec
-from capmark.engines import embedded
-from capmark.engines.postgres import connect
+from capmark.engines.postgres import connect, embedded
 from capmark.measure import kpm
 from capmark.workloads.tpcc import load, spec
 

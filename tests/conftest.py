@@ -12,7 +12,7 @@ import mysqlserver
 import psycopg
 import pytest
 
-from capmark.engines import embedded
+from capmark.engines.postgres import embedded
 
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 

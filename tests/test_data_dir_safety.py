@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from capmark.config import EMBEDDED_SERVER_USER
-from capmark.engines import embedded
+from capmark.engines.postgres import embedded
 from capmark.errors import CapmarkError
 
 pytestmark = pytest.mark.db
@@ -216,7 +216,7 @@ def test_a_server_on_another_installs_programs_held_by_a_run_is_refused(base: Pa
     copy = _start_on_a_copy(base, data_dir)
     pid = embedded.status(data_dir).pid
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from pathlib import Path; from capmark.engines import embedded\n"
+        [sys.executable, "-c", "import time; from pathlib import Path; from capmark.engines.postgres import embedded\n"
                                f"with embedded.exclusive_run(Path({str(data_dir)!r}), 'run-a'):\n"
                                "    print('held', flush=True); time.sleep(600)"],
         env=CHILD_ENV, stdout=subprocess.PIPE, text=True)

@@ -18,7 +18,7 @@ import pytest
 
 from capmark import api
 from capmark.config import RunSpec
-from capmark.engines import embedded
+from capmark.engines.postgres import embedded
 from capmark.errors import CapmarkError
 
 pytestmark = pytest.mark.db
@@ -128,7 +128,7 @@ def test_ctrl_c_during_the_restart_leaves_the_server_running(data_dir: Path):
     _run_with_max_connections(data_dir, 200)
     old_pid = _postmaster_pid(data_dir)
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from capmark.engines import embedded; "
+        [sys.executable, "-c", "import sys; from pathlib import Path; from capmark.engines.postgres import embedded; "
                                f"embedded.start(Path({str(data_dir)!r})); print('returned', flush=True)"],
         env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + RESTART_WINDOW_TIMEOUT_S
@@ -146,7 +146,7 @@ def test_ctrl_c_during_the_restart_leaves_the_server_running(data_dir: Path):
 
 def _hold_run_lock(folder: Path, run_id: str) -> subprocess.Popen:
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from capmark.engines import embedded\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from capmark.engines.postgres import embedded\n"
                                f"with embedded.exclusive_run(Path({str(folder)!r}), {run_id!r}):\n"
                                "    print('held', flush=True); time.sleep(600)"],
         env=CHILD_ENV, stdout=subprocess.PIPE, text=True)

@@ -22,7 +22,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from storedrows import stored
 
-from capmark.engines import embedded
+from capmark.engines.postgres import embedded
 
 pytestmark = pytest.mark.db
 SRC = str(Path(__file__).resolve().parents[1] / "src")

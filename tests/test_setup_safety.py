@@ -11,8 +11,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from capmark.engines import embedded
-from capmark.engines.postgres import describe
+from capmark.engines.postgres import describe, embedded
 from capmark.errors import CapmarkError
 from capmark.workloads import datamodel
 from capmark.workloads.base import DataSize

@@ -27,8 +27,8 @@ from capmark.analysis.planning import (
     whatif_document,
 )
 from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, check_data_dir_is_capmarks
-from capmark.engines import embedded
 from capmark.engines import registry as engines
+from capmark.engines.postgres import embedded
 from capmark.errors import CapmarkError
 from capmark.results import RunResult, TestResult
 

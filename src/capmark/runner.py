@@ -24,9 +24,9 @@ from capmark.driver import cluster
 from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepPlan, run_step
-from capmark.engines import embedded
 from capmark.engines import registry as engines
 from capmark.engines.base import Capability, Engine, TargetInfo
+from capmark.engines.postgres import embedded
 from capmark.errors import CapmarkError, LockBlocked, RunFailed, RunInterrupted
 from capmark.measure import record, stepping
 from capmark.results import RunResult, StepResult, TestResult
