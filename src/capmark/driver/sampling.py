@@ -20,11 +20,12 @@ TIMING_SHARE = 0.02  # timing may cost at most 2 % of a unit's time
 SAMPLE_TARGET = 10_000  # a type's percentiles rest on at least this many timed units per step...
 SAMPLE_MARGIN = 2.0  # ...even if its rate halves after the estimate (a shared machine drifts by +-15 %)
 MAX_EVERY = 1_000  # a sampled slice checks its deadline at timed units only: this bounds its overrun
-# The slice calibrates timing in a tight loop, where the interpreter's code and data stay in the CPU's caches;
-# between real units the same statements cost about 2.7 times as much (srv-query1 on a 2-core VM: callgrind
-# counts about 5,900 instructions per timed unit, 21 % of a 28,000-instruction lookup, where the calibration
-# measures 0.72 us of a 9.3 us lookup, 7.7 %; benchmarks/instructions_per_unit.py).
-IN_LOOP_FACTOR = 2.7
+# The slice calibrates timing on a round around an empty unit; between real units a round costs no more: the timed
+# unit runs through the same statements as the others, so only the round's own statements are added (srv-query1 on
+# a 2-core VM: callgrind counts about 8,400 instructions per round, 30 % of a 28,000-instruction lookup, where the
+# calibration measures 1.2 us of a 3.4 us lookup, 36 %; benchmarks/instructions_per_unit.py). It was 2.7 while the
+# timed unit was a separate copy of the unit and the calibration timed the clock reads alone.
+IN_LOOP_FACTOR = 1.0
 
 
 def every_for(timing_s: float, mean_unit_s: float, expected_units: Sequence[float] | None) -> int:

@@ -163,17 +163,26 @@ def kpms(*extra: str, drop: tuple[str, ...] = ()) -> tuple[str, ...]:
 # for a systematic sample instead: every k-th unit is timed, every unit counted, and the busy time still
 # runs from the first unit's start to the last one's end, so counts and mean stay exact (driver/sampling.py).
 
-CLOCK = "date_part('epoch', clock_timestamp())"
+# A reading is the time since the slice began, taken as the interval between two timestamps: both hold whole
+# microseconds, and so does their difference, which a float8 of a few seconds keeps to 1e-16 s. The epoch itself
+# (1.8e9 s) would round every reading to a multiple of 2^-22 s (0.238 us), so that a unit of 2 us could read only
+# 1.907 or 2.146 us. A reading still costs one expression, as much as the epoch's did.
+CLOCK = "date_part('epoch', clock_timestamp() - t_origin)"
 _LN_US = BUCKETS_PER_E * math.log(1e6)
+CLOCK_RESOLUTION_S = 1e-6  # PostgreSQL's timestamps count whole microseconds
 
 
 def record(t_new: str, t_old: str, type_index: int = 0) -> str:
     """PL/pgSQL that reads the clock into t_new and counts the unit that began at t_old."""
-    offset = f"{type_index * N_BUCKETS} + " if type_index else ""
+    return _record(t_new, t_old, f"{type_index * N_BUCKETS} + " if type_index else "")
+
+
+def _record(t_new: str, t_old: str, offset: str, hist: str = "h") -> str:
+    """record() with the type's offset into the histogram as PL/pgSQL ('' for the first type)."""
     return (f"{t_new} := {CLOCK};\n"
             f"      b := {offset}least({N_BUCKETS}, floor(ln(greatest({t_new} - {t_old}, 1e-6::float8)) * "
             f"{BUCKETS_PER_E}::float8 + {_LN_US!r}::float8)::int + 1);\n"
-            f"      h[b] := h[b] + 1;")
+            f"      {hist}[b] := {hist}[b] + 1;")
 
 
 SLICE_SIGNATURE = ("p_secs float8, p_params jsonb, OUT o_hist int[], OUT o_errors bigint[], "
@@ -192,8 +201,8 @@ def _drop_older_slice(name: str) -> str:
   end if;
 end $drop$;"""
 
-# A slice measures what timing one unit costs (the statements a sampled unit adds, on a scratch histogram) so that
-# the driver can choose how many units to time: 32 rounds of ~2 us span ~64 clock ticks of 1 us, and cost a
+# A slice measures what timing one unit costs (a sampled round around an empty unit, on a scratch histogram) so
+# that the driver can choose how many units to time: 32 rounds of ~2 us span ~64 clock ticks of 1 us, and cost a
 # 1 s slice less than 0.01 %.
 CALIBRATION_ROUNDS = 32
 
@@ -248,12 +257,27 @@ def weighted_mix(branches: list[tuple[str, Unit]]) -> tuple[str, str]:
     return decl, body
 
 
-def _counted(t: int, ntypes: int, timed: bool) -> str:
-    """PL/pgSQL that counts a unit of type t in a sampled slice. A single type needs no statement per unit:
-    the timed unit counts its whole round of p_every units at once."""
-    if ntypes == 1:
-        return "nu_0 := nu_0 + p_every;" if timed else ""
-    return f"nu_{t} := nu_{t} + 1;"
+def _sampled_round(unit: str, ntypes: int, hist: str, count: str, refill: str) -> str:
+    """PL/pgSQL for one round of a sampled slice: slice_n units untimed, then one timed, both times through the
+    very same statements. A copy of the unit kept for the timed one would be a biased sample: its plans, caches
+    and branch history are its own, and it would run once per round, cold. The timed unit's type is the one whose
+    counter moved (slice_w weighs the counters before it); `count` then counts, `refill` sets the next round."""
+    weights = " + ".join(f"{t} * nu_{t}" for t in range(1, ntypes))
+    before = f"slice_w := {weights};\n          " if ntypes > 1 else ""
+    offset = f"({weights} - slice_w) * {N_BUCKETS} + " if ntypes > 1 else ""
+    return f"""for slice_pass in 1..2 loop
+        for i in 1..slice_n loop
+          {unit}
+        end loop;
+        if slice_pass = 1 then
+          slice_n := 1;
+          {before}t0 := {CLOCK};
+        else
+          {_record("t1", "t0", offset, hist)}
+          {count}
+          slice_n := {refill};
+        end if;
+      end loop;"""
 
 
 def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: int = 1, prologue: str = "") -> str:
@@ -275,12 +299,11 @@ def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: in
             out = out.replace(rec_marker(i), record(t_new, t_old, i))
         return out
 
-    def sampled(timed_unit: bool) -> str:
-        out = unit
-        for i in range(ntypes):
-            rec = f"{record('t1', 't0', i)}\n      " if timed_unit else ""
-            out = out.replace(rec_marker(i), rec + _counted(i, ntypes, timed_unit))
-        return out
+    untimed = unit
+    for i in range(ntypes):
+        untimed = untimed.replace(rec_marker(i), f"nu_{i} := nu_{i} + 1;" if ntypes > 1 else "")
+    # a single type counts its whole round at once, at the timed unit; several count each unit as it ends
+    round_count = "nu_0 := nu_0 + p_every;" if ntypes == 1 else ""
 
     counters = " ".join(f"nu_{t} bigint := 0;" for t in range(ntypes))
     units = ", ".join(f"nu_{t}" for t in range(ntypes))
@@ -289,27 +312,27 @@ def procedure_sql(name: str, declare: str, unit: str, ntypes: int = 1, batch: in
                 f"from unnest(h[slice_g.slice_type * {N_BUCKETS} + 1:(slice_g.slice_type + 1) * {N_BUCKETS}]) "
                 f"slice_h(slice_count)) from generate_series(0, {ntypes - 1}) slice_g(slice_type) "
                 "order by slice_g.slice_type)")
-    calibrate = record("t1", "t0").replace("h[b]", "hc[b]")
+    # the calibration's round: an empty unit, the assignment that notes where round 1 began in place of the count
+    calibrate = _sampled_round("", ntypes, "hc", "t_first := case when slice_round = 0 then t1 else t_first end;", "1")
     return f"""
 {_drop_older_slice(name)}
 create or replace procedure capmark.{name}({SLICE_SIGNATURE})
 language plpgsql as $proc$
 declare
+  t_origin timestamptz := clock_timestamp();
   h int[] := array_fill(0, array[{ntypes * N_BUCKETS}]); b int; t0 float8; t1 float8; t_first float8;
+  slice_n int := 1; slice_w bigint;
   p_until float8; p_every int := greatest(coalesce((p_params->>'every')::int, 1), 1);
   hc int[] := array_fill(0, array[{N_BUCKETS}]); {counters}
   {declare}
 begin
   o_errors := array_fill(0::bigint, array[{ntypes}]);
   {prologue}
-  -- what a timed unit adds in a sampled slice: a clock read before it, one after, bucket, count (here the
-  -- assignment that notes where round 1 began), deadline check. Round 0 is not counted: a session's first call
-  -- plans every expression in it, which takes up to a millisecond.
-  for i in 0..{CALIBRATION_ROUNDS} loop
-    t0 := {CLOCK};
+  -- what timing a unit adds in a sampled slice: a round around an empty unit, with its deadline check. Round 0
+  -- is not counted: a session's first call plans every expression in it, which takes up to a millisecond.
+  for slice_round in 0..{CALIBRATION_ROUNDS} loop
     {calibrate}
-    t_first := case when i = 1 then t0 else t_first end;
-    exit when t1 < 0;
+    exit when t1 < -1e9::float8;
   end loop;
   t0 := {CLOCK};
   o_timing_s := (t0 - t_first) / {CALIBRATION_ROUNDS};
@@ -325,12 +348,9 @@ begin
     end loop;
     o_units := {per_type};
   else
+    slice_n := p_every - 1;
     loop
-      for i in 2..p_every loop
-        {sampled(False)}
-      end loop;
-      t0 := {CLOCK};
-      {sampled(True)}
+      {_sampled_round(untimed, ntypes, "h", round_count, "p_every - 1")}
       exit when t1 >= p_until;
     end loop;
     t0 := t1;
