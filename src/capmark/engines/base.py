@@ -115,9 +115,10 @@ class ActivitySample:
     transactions: int = 0  # transactions the sample itself committed (they count among the commits)
 
 
-# open-ended: view -> its rows (after - before in the numeric columns), as stored with a step; the views and their
-# columns are the engine's own and differ by engine and version
-Delta = dict[str, list[dict[str, Any]]]
+# One row of a statistics view, column -> value, as read and as stored with a step.
+# open-ended: the views and their columns are the engine's own and differ by engine and version
+Row = dict[str, Any]
+Delta = dict[str, list[Row]]  # view -> its rows (after - before in the numeric columns), as stored with a step
 
 
 class ClientSession(Protocol):

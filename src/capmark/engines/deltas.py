@@ -6,7 +6,7 @@ import datetime as dt
 import decimal
 from typing import Any
 
-from capmark.engines.base import Delta
+from capmark.engines.base import Delta, Row
 
 
 def plain(value: Any) -> Any:
@@ -22,8 +22,8 @@ def numeric(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _sum_by_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple, dict[str, Any]]:
-    out: dict[tuple, dict[str, Any]] = {}
+def _sum_by_key(rows: list[Row], keys: tuple[str, ...]) -> dict[tuple[Any, ...], Row]:
+    out: dict[tuple[Any, ...], Row] = {}
     for row in rows:
         k = tuple(row.get(c) for c in keys)
         if k not in out:
@@ -37,7 +37,7 @@ def _sum_by_key(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple
 
 def delta(before: Delta, after: Delta, keys_of: dict[str, tuple[str, ...]]) -> Delta:
     """after - before for every numeric column, matching rows of each view by its key columns (keys_of)."""
-    out: dict[str, list[dict]] = {}
+    out: Delta = {}
     for view, rows_after in after.items():
         keys = keys_of.get(view, ())
         b = _sum_by_key(before.get(view, []), keys)
@@ -57,7 +57,7 @@ def delta(before: Delta, after: Delta, keys_of: dict[str, tuple[str, ...]]) -> D
     return out
 
 
-def total(rows: list[dict], column: str, **where: Any) -> float | None:
+def total(rows: list[Row], column: str, **where: Any) -> float | None:
     """Sum of a column over rows matching where; None when no row has the column."""
     values = [r[column] for r in rows if column in r and numeric(r[column])
               and all(r.get(k) == v for k, v in where.items())]

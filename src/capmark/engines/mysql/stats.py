@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from capmark.engines import deltas
-from capmark.engines.base import DbCounters, Delta, TargetInfo
+from capmark.engines.base import DbCounters, Delta, Row, TargetInfo
 from capmark.engines.deltas import numeric, plain, total
 
 ENGINE = "mysql"  # registry.ENGINE_VIEW names this engine in every snapshot
@@ -50,7 +50,7 @@ DATA_FILE = "wait/io/file/innodb/innodb_data_file"
 LOG_FILE = "wait/io/file/innodb/innodb_log_file"
 
 
-def _rows(conn: Any, sql: str, params: Any = None) -> list[dict[str, Any]]:
+def _rows(conn: Any, sql: str, params: Any = None) -> list[Row]:
     cur = conn.cursor()
     try:
         cur.execute(sql, params)
@@ -84,12 +84,12 @@ def status(conn: Any) -> dict[str, int | float]:
     return out
 
 
-def _enabled(row: dict[str, Any]) -> bool:
+def _enabled(row: Row) -> bool:
     """MariaDB marks an enabled metric ENABLED = 1, MySQL 8 STATUS = 'enabled'."""
     return row.get("enabled") in (1, "1") or str(row.get("status", "")).lower() == "enabled"
 
 
-def innodb_metrics(conn: Any) -> list[dict[str, Any]]:
+def innodb_metrics(conn: Any) -> list[Row]:
     return [{"name": r["name"], "subsystem": r["subsystem"], "count": r["count"]}
             for r in _rows(conn, "SELECT * FROM information_schema.INNODB_METRICS") if _enabled(r)]
 
@@ -164,7 +164,8 @@ def counters(delta: Delta) -> DbCounters:
     - io_time_ms: performance_schema, every InnoDB file's read, write and misc time
     """
     st = (delta.get("status") or [{}])[0]
-    metrics = {r["name"]: r.get("count") for r in delta.get("innodb_metrics", []) if "name" in r}
+    metrics = {r["name"]: float(r["count"]) for r in delta.get("innodb_metrics", [])
+               if "name" in r and numeric(r.get("count"))}  # the enabled metrics' counts, by name
     files = delta.get("files", [])
 
     def var(*names: str) -> float | None:
@@ -202,17 +203,14 @@ def counters(delta: Delta) -> DbCounters:
     )
 
 
-def _commits(metrics: dict[str, Any], handler_commit: float | None) -> float | None:
-    if all(numeric(metrics.get(name)) for name in TRX_METRICS):
-        return float(sum(metrics[name] for name in TRX_METRICS))
+def _commits(metrics: dict[str, float], handler_commit: float | None) -> float | None:
+    if all(name in metrics for name in TRX_METRICS):
+        return sum(metrics[name] for name in TRX_METRICS)
     return handler_commit
 
 
-def _log_bytes(lsn: float | None, metrics: dict[str, Any]) -> float | None:
-    if lsn is not None:
-        return lsn
-    growth = metrics.get("log_lsn_current")
-    return float(growth) if growth is not None and numeric(growth) else None
+def _log_bytes(lsn: float | None, metrics: dict[str, float]) -> float | None:
+    return lsn if lsn is not None else metrics.get("log_lsn_current")
 
 
 DEFAULT_PAGE = 16384  # InnoDB's default page size (innodb_page_size), for deltas that do not name theirs

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from capmark.engines.base import DbCounters, Delta
+from capmark.engines.base import DbCounters, Delta, Row
 from capmark.engines.deltas import total
 
 BLOCK = 8192  # PostgreSQL's block size as built by every distribution capmark meets
@@ -46,11 +46,11 @@ def counters(delta: Delta) -> DbCounters:
     )
 
 
-def _reads(relation: list[dict], blks_read: float | None) -> float | None:
+def _reads(relation: list[Row], blks_read: float | None) -> float | None:
     return (total(relation, "reads") or 0.0) if relation else blks_read
 
 
-def _read_bytes(relation: list[dict], blks_read: float | None) -> float | None:
+def _read_bytes(relation: list[Row], blks_read: float | None) -> float | None:
     if relation:
         if any("read_bytes" in r for r in relation):
             return total(relation, "read_bytes") or 0.0
@@ -58,7 +58,7 @@ def _read_bytes(relation: list[dict], blks_read: float | None) -> float | None:
     return blks_read * BLOCK if blks_read is not None else None
 
 
-def _written_bytes(relation: list[dict], bgwriter: list[dict]) -> float | None:
+def _written_bytes(relation: list[Row], bgwriter: list[Row]) -> float | None:
     """Data-file bytes written, extensions included: pg_stat_io (16+), else the writers' blocks (14-15)."""
     if relation:
         written = ((total(relation, "write_bytes") or 0.0) if any("write_bytes" in r for r in relation)
@@ -70,7 +70,7 @@ def _written_bytes(relation: list[dict], bgwriter: list[dict]) -> float | None:
     return None
 
 
-def _extend_bytes(relation: list[dict]) -> float | None:
+def _extend_bytes(relation: list[Row]) -> float | None:
     if not relation:
         return None
     if any("extend_bytes" in r for r in relation):
@@ -78,7 +78,7 @@ def _extend_bytes(relation: list[dict]) -> float | None:
     return float(sum((r.get("extends") or 0) * (r.get("op_bytes") or BLOCK) for r in relation))
 
 
-def _writes(relation: list[dict], bgwriter: list[dict]) -> dict[str, float] | None:
+def _writes(relation: list[Row], bgwriter: list[Row]) -> dict[str, float] | None:
     if relation:
         return {who: total(relation, "writes", backend_type=backend_type) or 0.0
                 for backend_type, who in WRITERS.items()}

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 import platformdirs
@@ -175,16 +175,23 @@ def status(data_dir: Path | None = None) -> EmbeddedStatus:
     return EmbeddedStatus(data_dir, initialized, True, info.pid, _url(info))
 
 
-def _as_server() -> dict[str, Any]:
+class _RunAs(TypedDict, total=False):
+    """subprocess.run's arguments for the user a program runs as."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def _as_server() -> _RunAs:
     """subprocess arguments that run a program as the server's user with that user's own groups (PostgreSQL refuses
     to run as root, and root's groups are none of the server's business); nothing when capmark is not root."""
     if os.geteuid() != 0:
-        return {}
+        return _RunAs()
     import pwd
 
     entry = pwd.getpwnam(EMBEDDED_SERVER_USER)
-    return {"user": entry.pw_uid, "group": entry.pw_gid,
-            "extra_groups": os.getgrouplist(entry.pw_name, entry.pw_gid)}
+    return _RunAs(user=entry.pw_uid, group=entry.pw_gid, extra_groups=os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 def _run_program(name: str, args: list[str], timeout: float) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 
 from capmark.engines import deltas
-from capmark.engines.base import Delta, TargetInfo
+from capmark.engines.base import Delta, Row, TargetInfo
 from capmark.engines.deltas import plain, total
 
 # view -> columns identifying a row (rows are matched on these when taking deltas)
@@ -25,7 +25,7 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _rows(conn: psycopg.Connection, sql: str, params: Any = None) -> list[dict[str, Any]]:
+def _rows(conn: psycopg.Connection, sql: str, params: Any = None) -> list[Row]:
     cur = conn.execute(sql, params)
     names = [c.name for c in cur.description or []]
     return [{n: plain(v) for n, v in zip(names, row, strict=True)} for row in cur.fetchall()]
@@ -63,7 +63,7 @@ def nested_statements(info: TargetInfo, superuser: bool) -> dict[str, str] | str
 
 
 def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int] | None = None,
-             all_statements: bool = False) -> dict[str, list[dict[str, Any]]]:
+             all_statements: bool = False) -> Delta:
     """One consistent reading of every view this server has; missing views are simply absent.
 
     The reading is one transaction that publishes its own statistics as it ends (PostgreSQL 15+), so that
@@ -76,9 +76,9 @@ def snapshot(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int]
 
 
 def _read_views(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[int] | None,
-                all_statements: bool) -> dict[str, list[dict[str, Any]]]:
+                all_statements: bool) -> Delta:
     conn.execute("select pg_stat_clear_snapshot()")
-    snap: dict[str, list[dict[str, Any]]] = {
+    snap: Delta = {
         "database": _rows(conn, "select * from pg_stat_database where datname = current_database()"),
         "wal": _rows(conn, "select * from pg_stat_wal"),
         "bgwriter": _rows(conn, "select * from pg_stat_bgwriter"),
