@@ -20,7 +20,7 @@ import numpy as np
 from capmark.driver.sampling import SliceSampling
 from capmark.engines import registry
 from capmark.engines.base import ClientSession, TargetInfo
-from capmark.engines.rows import one_row
+from capmark.engines.postgres.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.histogram import LatencyHistogram, bucket_bounds
 from capmark.workloads.base import ClientUnit, DataSize, ParamValue, Workload, slice_call

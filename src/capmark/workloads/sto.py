@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from capmark.engines.rows import one_row
+from capmark.engines.postgres.rows import one_row
 from capmark.workloads.base import Workload, kpms, percent, procedure_sql
 
 STO_KPMS = kpms("db_read_iops", "db_read_ms", "device_iops", "device_mb_per_s", "device_read_ms",

@@ -16,7 +16,7 @@ import psycopg
 
 from capmark.engines.base import DataSize
 from capmark.engines.postgres import check_privileges
-from capmark.engines.rows import one_row
+from capmark.engines.postgres.rows import one_row
 from capmark.errors import CapmarkError
 
 MODEL_VERSION = 4  # 4: pgbench's tables (a model of version 3 lacks them, so it is rebuilt)

@@ -12,8 +12,8 @@ from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, En
 from capmark.engines.postgres import activity, datamodel, hostfiles, locks, maintenance, stats, waits
 from capmark.engines.postgres import advice as postgres_advice
 from capmark.engines.postgres import counters as pgcounters
+from capmark.engines.postgres.rows import one_row
 from capmark.engines.postgres.session import ClientSession
-from capmark.engines.rows import one_row
 from capmark.results import WaitClass, WaitKey
 
 CONTROL_CLIENT_CHECK = "2s"  # how often the server checks that capmark's control connection is still there

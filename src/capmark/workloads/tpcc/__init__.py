@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from capmark.engines.postgres.engine import POSTGRESQL
-from capmark.engines.rows import one_row
+from capmark.engines.postgres.rows import one_row
 from capmark.workloads.base import DataSize, ParamSpec, ParamValue, UserModel, Workload, kpms
 from capmark.workloads.tpcc import checks, client, load, server, spec
 from capmark.workloads.tpcc.schema import TABLES

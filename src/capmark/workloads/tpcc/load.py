@@ -16,7 +16,7 @@ import psycopg
 
 from capmark.engines.postgres import connect
 from capmark.engines.postgres.datamodel import refuse_if_others_depend
-from capmark.engines.rows import one_row
+from capmark.engines.postgres.rows import one_row
 from capmark.workloads.tpcc import rows, schema, spec
 
 COPY_CHUNK_ROWS = 5_000  # rows joined per write: large enough that the Python per write is noise
