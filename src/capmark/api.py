@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capmark import runner
 from capmark.analysis.catalogue import Catalogue, catalogue
@@ -36,6 +36,9 @@ from capmark.results import RunResult, TestResult
 from capmark.runner import RunObserver, plan_tests, sigterm_as_interrupt  # noqa: F401
 from capmark.store import DB_NAME, RunStore, load_run, resolve_run
 
+if TYPE_CHECKING:
+    from capmark.analysis.report import ReportDocuments
+
 
 def list_workloads() -> Catalogue:
     return catalogue()
@@ -65,6 +68,13 @@ def _report_of_stored_run(folder: Path) -> str:
         lines = str(err).strip().splitlines()
         return f"report.html could not be written ({lines[0] if lines else type(err).__name__})"
     return ""
+
+
+def report_documents(folder: Path) -> ReportDocuments:
+    """What report.html shows of the run stored in `folder` (the console's at-a-glance table is its headlines)."""
+    from capmark.analysis.report import stored_report_documents
+
+    return stored_report_documents(folder)
 
 
 def write_run_report(folder: Path) -> Path:

@@ -35,7 +35,7 @@ from capmark.config import (
     redact_text,
 )
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
-from capmark.report.console import knee_line, kpm_tables, print_run, repeatability_table, type_table
+from capmark.report.console import knee_line, print_glance, print_run, print_test
 from capmark.results import StepResult, TestResult
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -94,11 +94,14 @@ SolverOpt = Annotated[Solver, typer.Option("--solver", help="mva: mean-value ana
 
 
 class LiveObserver(api.RunObserver):
-    """Shows which test and step runs and the time left; prints each test's table when it ends."""
+    """Shows which test and step runs and the time left; prints each test's tables when it ends (with `verbose`,
+    every table; what ± means once, under the first repeatability table)."""
 
-    def __init__(self, console: Console, show_tables: bool) -> None:
+    def __init__(self, console: Console, show_tables: bool, verbose: bool = False) -> None:
         self.console = console
         self.show_tables = show_tables
+        self.verbose = verbose
+        self.explained = False  # what ± means has been printed
         self.live = Live(Text(""), console=console, refresh_per_second=4, transient=True)
         self.plan: list[int] = []
         self.done = 0
@@ -126,13 +129,21 @@ class LiveObserver(api.RunObserver):
     def test_done(self, test: TestResult) -> None:
         self.live.stop()
         if self.show_tables:
-            for table in kpm_tables(test, self.console.width):
-                self.console.print(table)
-            for extra in (repeatability_table(test), type_table(test)):
-                if extra:
-                    self.console.print(extra)
-        if knee_line(test):
+            self.explained |= print_test(test, self.console, verbose=self.verbose, explain=not self.explained)
+        elif knee_line(test):
             self.console.print(knee_line(test), markup=False, highlight=False)
+
+
+def print_ending(folder: Path, console: Console, verbose: bool = False) -> None:
+    """What a run prints once it is stored: where it is, and last, so that the screen it leaves answers, the
+    at-a-glance table (with `verbose`, each test's diagnosis summary before it)."""
+    docs = api.report_documents(folder)
+    if verbose:
+        for t in docs.diagnosis.tests:
+            console.print(f"Diagnosis of {t.workload}: {t.summary}", highlight=False, markup=False)
+    console.print(f"Stored with its report: {Path(folder) / 'report.html'} (capmark report prints every table, "
+                  "capmark diagnose the evidence)", markup=False, highlight=False)
+    print_glance(docs.headlines, console)
 
 
 @app.command()
@@ -207,9 +218,15 @@ def run(
                                                   "default 1).")] = None,
     allow_shell: Annotated[bool, typer.Option("--allow-shell", help="Let scripts run \\shell and \\setshell "
                                               "commands.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every table as each test ends (per "
+                                          "transaction type, per command) and each diagnosis summary; capmark "
+                                          "report prints them for a stored run.")] = False,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Measure workloads (or suites: quick, full) at stepped concurrency and store the run."""
+    """Measure workloads (or suites: quick, full) at stepped concurrency and store the run; it ends with one line
+    per workload: the peak, the knee, the bottleneck, the headroom and the diagnosis.
+
+    With --repeat, ± is the 95 % confidence half-width across the repetitions of each job count."""
     auto = jobs is not None and jobs.strip().lower() == AUTO_JOBS
     spec = RunSpec(workloads=list(workloads or []), jobs=parse_jobs(jobs) if jobs is not None and not auto else None,
                    warmup_s=parse_duration(warmup, "warm-up"), duration_s=parse_duration(duration, "duration"),
@@ -224,14 +241,11 @@ def run(
                    query_mode=query_mode, max_tries=max_tries, allow_shell=allow_shell, repeat=repeat,
                    jobs_auto=auto, max_jobs=max_jobs)
     console = err_console if fmt == Format.json else Console(emoji=False)
-    result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table))
+    result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table, verbose=verbose))
     if fmt == Format.json:
         print(json_text(api.export(result.folder).to_json()))
     else:
-        for t in api.diagnose(result.folder).tests:
-            console.print(f"Diagnosis of {t.workload}: {t.summary}", highlight=False, markup=False)
-        console.print(f"Run {result.run_id} stored in {result.folder}; report: {Path(result.folder) / 'report.html'}"
-                      " (capmark diagnose for the evidence)", markup=False, highlight=False)
+        print_ending(Path(result.folder), console, verbose)
     if result.status != "complete":
         _say(f"the run is stored but {result.status}: {result.reason}.")
         raise typer.Exit(RunFailed.exit_code)
@@ -277,9 +291,11 @@ def report(
     if fmt == Format.json:
         print(json_text(api.export(result.folder).to_json()))
         return
-    print_run(result)
+    console = Console(emoji=False)
+    print_run(result, console)
     if not report_file.problem:
-        Console(emoji=False).print(f"Report: {report_file.path}", markup=False, highlight=False)
+        console.print(f"Report: {report_file.path}", markup=False, highlight=False)
+    print_glance(api.report_documents(Path(result.folder)).headlines, console)
 
 
 @app.command()

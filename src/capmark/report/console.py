@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
+from capmark.analysis.headline import Headline
 from capmark.measure import kpm, noise
 from capmark.report.fit import Col, FittedTable, sayer
-from capmark.results import RunResult, TestResult
+from capmark.results import RunResult, StepResult, TestResult
 
 
 def fmt(value: object, digits: int) -> str:
@@ -42,12 +46,6 @@ def _kpm_rank(key: str, family_keys: list[str]) -> int:
         i = family_keys.index(key)
         return _FAMILY_FIRST_RANK + i if i < 2 else 8 + i
     return _KPM_RANKS.get(key, 19)
-
-
-def kpm_tables(test: TestResult, width: int | None = None) -> list[FittedTable]:
-    """The KPM table as one piece that fits where it is printed (the columns that do not fit are named under it);
-    a list, and the width unused, for callers written when the table was cut into parts."""
-    return [kpm_table(test)]
 
 
 def plus_minus(interval: noise.Interval | None, digits: int) -> str:
@@ -85,6 +83,10 @@ def repeatability_rows(test: TestResult) -> tuple[list[str], list[list[str]]] | 
 
 
 def repeatability_table(test: TestResult) -> FittedTable | None:
+    """The repeatability of a test whose steps were repeated (--repeat); what ± means is printed once per run
+    (REPEATABILITY_NOTE). A single repetition's within-step interval is in the HTML report and the JSON export."""
+    if noise.repeats_of(test.steps) < 2:
+        return None
     got = repeatability_rows(test)
     if got is None:
         return None
@@ -92,9 +94,7 @@ def repeatability_table(test: TestResult) -> FittedTable | None:
     last = len(headers) - 1
     cols = [Col(h, justify="left" if i == last else "right", rank=0 if i < 3 else (9 if i == last else i),
                 wrap=i == last, name=h.split("\n")[0]) for i, h in enumerate(headers)]
-    table = FittedTable(f"{test.workload}: repeatability (95 % confidence intervals)", cols, rows,
-                        notes=[REPEATABILITY_NOTE])
-    return table
+    return FittedTable(f"{test.workload}: repeatability (95 % confidence intervals)", cols, rows)
 
 
 def knee_line(test: TestResult) -> str | None:
@@ -147,7 +147,7 @@ def type_table(test: TestResult) -> FittedTable | None:
     return table
 
 
-def command_rows(step) -> list[dict]:
+def command_rows(step: StepResult) -> list[dict[str, Any]]:
     """Per script command: runs and mean latency in the window (pgbench -r), with its retries and failures."""
     scripts = ((step.instruments or {}).get("unit_stats") or {}).get("scripts") or {}
     return [{"script": name, **c} for name, s in scripts.items() for c in s["commands"]]
@@ -167,7 +167,7 @@ def command_table(test: TestResult) -> FittedTable | None:
     return table
 
 
-def type_rows(step) -> list[dict]:
+def type_rows(step: StepResult) -> list[dict[str, Any]]:
     rows = []
     for name, hist in step.histograms.items():
         lat = hist.summary()
@@ -183,23 +183,81 @@ def short_version(version: str) -> str:
     return version.split(" on ")[0].split(",")[0]
 
 
+def print_test(test: TestResult, console: Console, *, verbose: bool = True, explain: bool = True) -> bool:
+    """One test's tables, as a run prints them when the test ends: its key figures, the repeatability of repeated
+    steps (followed by what ± means where `explain`), and with `verbose` the tables per transaction type and per
+    command; then where automatic stepping found the knee. Whether it printed a repeatability table."""
+    console.print(kpm_table(test))
+    repeatability = repeatability_table(test)
+    if repeatability:
+        console.print(repeatability)
+        if explain:
+            console.print(Text(REPEATABILITY_NOTE + ".", style="dim"))
+    if verbose:
+        for extra in (type_table(test), command_table(test)):
+            if extra:
+                console.print(extra)
+    if knee_line(test):
+        console.print(knee_line(test), markup=False, highlight=False)
+    return repeatability is not None
+
+
 def print_run(run: RunResult, console: Console | None = None) -> None:
+    """Every table of a stored run (capmark report), what ± means once, each test's and step's notes."""
     console = console or Console(emoji=False)
     console.print(f"[bold]capmark run {escape(run.run_id)}[/] ({escape(run.status)}) — "
                   f"{escape(short_version(str(run.target.get('version', ''))))}")
     if run.reason:
         console.print(f"{run.status}: {run.reason}", highlight=False, markup=False)
+    explained = False
     for test in run.tests:
-        for table in kpm_tables(test, console.width):
-            console.print(table)
-        for extra in (repeatability_table(test), type_table(test), command_table(test)):
-            if extra:
-                console.print(extra)
-        if knee_line(test):
-            console.print(knee_line(test), markup=False, highlight=False)
+        explained |= print_test(test, console, explain=not explained)
         for note in test.notes:
             console.print(f"{test.workload}: {note}.", markup=False, highlight=False)
         for step in test.steps:
             for note in step.notes:
                 sayer(console)(f"  step {step.ordinal} ({step.jobs} jobs): {note}")
     console.print(f"Stored in {run.folder}", markup=False, highlight=False)
+
+
+GLANCE_TITLE = "At a glance"
+
+
+def _ms(seconds: float | None) -> str:
+    return fmt(seconds * 1000 if seconds is not None else None, 3)
+
+
+def glance_table(headlines: list[Headline]) -> FittedTable:
+    """The run's answer, one row per workload, as report.html opens with it: the peak and per core, the knee, the
+    bottleneck, the headroom and the diagnosis. At 80 columns the figures at the knee and the capacity give way."""
+    cols = [Col("Workload", justify="left"), Col("Peak"), Col("At\njobs", rank=3, name="Peak jobs"),
+            Col("Per\ncore"), Col("Knee\njobs"), Col("Knee p50\n[ms]", rank=2, name="Knee p50"),
+            Col("Knee p95\n[ms]", rank=1, name="Knee p95"), Col("Bottleneck", justify="left"),
+            Col("Capacity", rank=4), Col("Head-\nroom"), Col("Diagnosis", justify="left", wrap=True)]
+    table = FittedTable(GLANCE_TITLE, cols, title_style="bold")
+    for h in headlines:
+        modelled = h.capacity is not None
+        peak = f"{fmt(h.peak_throughput, 0)} {h.throughput_label}" if h.peak_throughput is not None else "n/a"
+        headroom = ("n/a" if h.headroom_pct is None else "0 %" if abs(h.headroom_pct) < 0.5
+                    else f"{h.headroom_pct:+.0f} %")
+        diagnosis = h.diagnosis + (f"; {h.valid_steps} of {h.steps} steps passed the self-checks"
+                                   if h.valid_steps < h.steps else "")
+        table.add_row(h.workload, peak + ("*" if h.peak_at_highest_step else ""), fmt(h.peak_jobs, 0),
+                      fmt(h.per_core, 0), str(h.knee_jobs) if h.knee_jobs is not None else "none" if modelled
+                      else "n/a", _ms(h.knee_typical_s), _ms(h.knee_p95_s), h.bottleneck or "n/a",
+                      fmt(h.capacity, 0), headroom, diagnosis)
+    legend = ["Peak: the highest throughput of a valid step"
+              + (" (*: at the plan's highest load, more jobs may go faster)" if any(h.peak_at_highest_step
+                                                                                      for h in headlines) else ""),
+              "knee: the jobs at which the model's response time doubles",
+              "headroom: the model's capacity beyond the peak"]
+    if any(h.capacity is None for h in headlines):
+        legend.append("n/a: capmark calibrate says why")
+    table.notes.append("; ".join(legend) + ".")
+    return table
+
+
+def print_glance(headlines: list[Headline], console: Console) -> None:
+    """The at-a-glance table: the last thing a run prints, so that the screen left behind answers."""
+    if headlines:
+        console.print(glance_table(headlines))
