@@ -1,10 +1,9 @@
-"""capmark compare: the statistics against scipy, and real runs on the embedded server (a commit-bound workload
-with synchronous_commit on and off must differ; identical runs must not)."""
+"""capmark compare: the statistics against scipy, and real runs as stored (a commit-bound workload with
+synchronous_commit on and off, measured with repetitions, must differ; identical runs measured once get no verdict)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import gzip
 import json
 import math
@@ -18,20 +17,18 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-import psycopg
 import pytest
 from commandline import assert_one_sentence, invoke
 from scipy import stats
+from storedruns import unpack
 
-from capmark import api, runner
+from capmark import api
 from capmark.analysis import significance as sig
 from capmark.analysis.compare import Comparison, compare_tests, environment_differences, match_tests
 from capmark.analysis.significance import Better, Change, Verdict
-from capmark.config import RunSpec
-from capmark.driver import quiesce
 from capmark.histogram import LatencyHistogram
 from capmark.results import RunResult, StepResult, TestResult
-from capmark.store import DB_NAME
+from capmark.store import DB_NAME, load_run
 
 # Two samples whose variances differ tenfold: Student's pooled test and Welch's give clearly different p-values.
 BASE = [100.0, 101.5, 99.2, 100.8, 98.9]
@@ -224,52 +221,35 @@ def test_steps_match_by_jobs_and_the_rest_is_listed():
     assert test.baseline_curve.jobs == [1, 2, 4] and test.candidate_curve.throughput == pytest.approx([1000, 2600])
 
 
-# --- real runs on the embedded server -----------------------------------------------------------------------
+# --- real runs, stored (tests/fixtures/README.md; no database) -------------------------------------------------
 
-# short, stable server-side workloads for the false-positive check; a commit-bound one for the real change
-STEADY = ["srv-query1", "srv-query25", "pls-add"]
+# stress-update (commit-bound) and wal-lat1, three repetitions each, with the server's synchronous_commit on, then
+# off; two runs of pls-add and srv-query1 with nothing changed between them, each step measured once
+SYNC_ON, SYNC_OFF = "compare-sync-on", "compare-sync-off"
+UNCHANGED = ("compare-unchanged-1", "compare-unchanged-2")
+STEADY = ["pls-add", "srv-query1"]
 COMMIT_BOUND = "stress-update"
-# 7 s windows: 6 full seconds, 3 batch means of 2 s per step
-SHORT = {"warmup_s": 1.0, "duration_s": 7.0, "jobs": [1]}
-BATCHES_PER_STEP = 3
-QUICK_SETTLE_S = 5.0  # the tests' quiesce limit: a device kept busy by other programs is not waited out for 30 s
+REPEATS = 3  # the repetitions each job count of the synchronous_commit runs was measured with
 
 
-def _set_synchronous_commit(dsn: str, value: str | None) -> str:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        if value is None:
-            conn.execute("alter system reset synchronous_commit")
-        else:
-            conn.execute(f"alter system set synchronous_commit = '{value}'")
-        conn.execute("select pg_reload_conf()")
-    with psycopg.connect(dsn) as conn:  # a new session reads the reloaded configuration
-        return conn.execute("show synchronous_commit").fetchone()[0]
+@pytest.fixture
+def runs(tmp_path) -> tuple[Path, str, str, str, str]:
+    """The results folder; the runs with synchronous_commit on and off; the two unchanged runs."""
+    results = tmp_path / "results"
+    return (results, *unpack(results, SYNC_ON, SYNC_OFF), *unpack(results, *UNCHANGED))
 
 
-@pytest.fixture(scope="module")
-def runs(embedded_dsn, tmp_path_factory):
-    """Run A: the steady workloads and the commit-bound one (synchronous_commit on); run B: the steady ones again,
-    nothing changed; run C: the commit-bound one with synchronous_commit off (restored afterwards)."""
-    results = tmp_path_factory.mktemp("compare")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "quiesce", functools.partial(quiesce.quiesce, limit_s=QUICK_SETTLE_S))
-        assert _set_synchronous_commit(embedded_dsn, None) == "on"
-        a = api.run(RunSpec(workloads=[*STEADY, COMMIT_BOUND], dsn=embedded_dsn, results_dir=results, **SHORT))
-        b = api.run(RunSpec(workloads=STEADY, dsn=embedded_dsn, results_dir=results, **SHORT))
-        try:
-            assert _set_synchronous_commit(embedded_dsn, "off") == "off"
-            c = api.run(RunSpec(workloads=[COMMIT_BOUND], dsn=embedded_dsn, results_dir=results, **SHORT))
-        finally:
-            assert _set_synchronous_commit(embedded_dsn, None) == "on"
-    for run in (a, b, c):
-        assert run.status == "complete", run.reason
-    return results, a, b, c
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture
 def comparison(runs) -> Comparison:
-    results, a, b, c = runs
-    return api.compare(a.run_id, [b.run_id, c.run_id], results)
+    """synchronous_commit on (baseline) against off."""
+    results, on, off, _, _ = runs
+    return api.compare(on, [off], results)
+
+
+@pytest.fixture
+def unchanged(runs) -> Comparison:
+    results, _, _, first, second = runs
+    return api.compare(first, [second], results)
 
 
 def _test(doc: Comparison, candidate: str, workload: str):
@@ -281,21 +261,23 @@ def _figures(test) -> dict[str, object]:
     return {k.kpm: k for s in test.steps for k in s.kpms}
 
 
-@pytest.mark.db
 def test_synchronous_commit_off_is_significantly_faster(runs, comparison):
-    _, a, _, c = runs
-    test = _test(comparison, c.run_id, COMMIT_BOUND)
+    results, on, off, _, _ = runs
+    test = _test(comparison, off, COMMIT_BOUND)
     figures = _figures(test)
     tput, rt = figures["throughput"], figures["rt_mean_ms"]
     print(f"sync off: throughput {tput.change_pct:+.0f} % p={tput.p_value:.2g}; mean RT {rt.change_pct:+.0f} %")
-    assert tput.test == sig.WELCH_BATCHES and tput.n_baseline == tput.n_candidate == BATCHES_PER_STEP
+    # tested across the repetitions: each run's three values, not the batches of one window
+    values = [[s.measured.throughput for t in load_run(results / run).tests if t.workload == COMMIT_BOUND
+               for s in t.steps] for run in (on, off)]
+    assert tput.test == sig.WELCH_REPETITIONS and tput.n_baseline == tput.n_candidate == REPEATS
+    assert tput.p_value == pytest.approx(stats.ttest_ind(_logs(values[1]), _logs(values[0]), equal_var=False).pvalue,
+                                         rel=1e-9)
     # a commit that waits for its WAL flush against one that does not: several times the rate
     assert tput.verdict == Verdict.FASTER and tput.change_pct > 100 and tput.ci_low_pct > 50
     assert rt.verdict == Verdict.FASTER and rt.change_pct < -50
-    assert figures["rt_p95_ms"].verdict == Verdict.UNTESTED  # one value per step without repetitions
-    env = {d.key: (d.baseline, d.candidate) for d in _candidate(comparison, c.run_id).environment}
+    env = {d.key: (d.baseline, d.candidate) for d in _candidate(comparison, off).environment}
     assert env["database.settings.synchronous_commit"] == ("on", "off")
-    assert {k.split(" (")[0] for k in _candidate(comparison, c.run_id).baseline_only_tests} == set(STEADY)
     moved = [d.key for s in test.steps for d in s.moved]
     assert moved, "a commit without its flush must move a service demand (device or WAL time per unit)"
 
@@ -304,41 +286,30 @@ def _candidate(doc: Comparison, run_id: str):
     return next(c for c in doc.candidates if c.run == run_id)
 
 
-@pytest.mark.db
-@pytest.mark.xfail(strict=False, reason=(
-    "open defect: without --repeat the verdict comes from one run per side, whose 1 s batch means do not see the "
-    "drift between runs; in CI pls-add measured +17.3 % (p < 0.001) between two unchanged runs"))
-def test_identical_runs_show_no_significant_change(runs, comparison):
-    """Judged where both runs' steps passed their self-checks: a step that shared the host with other busy programs
-    measured them too (capmark says so and leaves it out of models); then something did change between the runs."""
-    _, _, b, _ = runs
-    lines, judged = [], []
+def test_identical_runs_show_no_significant_change(runs, unchanged):
+    """Two runs with nothing changed between them, each step measured once on a busy host: the drift between them
+    (more than half of srv-query1's throughput) is no verdict, and every figure says how to get one."""
+    _, _, _, _, second = runs
+    lines = []
     for workload in STEADY:
-        test = _test(comparison, b.run_id, workload)
-        tested = [k for k in _figures(test).values() if k.p_value is not None]
-        assert {k.kpm for k in tested} >= {"throughput", "rt_mean_ms"}
-        valid = not any(s.invalid for s in test.steps)
-        lines += [f"{workload} {k.kpm}: {k.change_pct:+.1f} % p={k.p_value:.3f} (Holm {k.p_adjusted:.3f}) "
-                  f"{k.verdict}{'' if valid else ' [a step failed its self-checks]'}" for k in tested]
-        if valid:
-            judged += [line for line in lines if line.startswith(workload)]
-        else:
-            lines += [f"  {why}" for s in test.steps for why in s.invalid]
+        figures = _figures(_test(unchanged, second, workload))
+        lines += [f"{workload} {k.kpm}: {k.change_pct:+.1f} % {k.verdict} ({k.reason})" for k in figures.values()
+                  if k.change_pct is not None]
+        assert {k.verdict for k in figures.values()} == {Verdict.UNTESTED}, "\n".join(lines)
+        for key in ("throughput", "rt_mean_ms", "rt_p95_ms"):
+            assert figures[key].repeats_needed and "measure both runs with --repeat 3" in figures[key].reason
     print("\n".join(lines))
-    flagged = [line for line in judged if not line.endswith(Verdict.NO_CHANGE.value)]
-    assert not flagged, flagged
-    if len({line.split()[0] for line in judged}) < len(STEADY):
-        pytest.skip("steps of the unchanged runs failed their self-checks on this busy machine:\n" + "\n".join(lines))
+    assert _figures(_test(unchanged, second, "srv-query1"))["throughput"].change_pct < -50
+    assert unchanged.regressions(0) == []
 
 
-@pytest.mark.db
 def test_document_is_strict_json_with_its_schema(comparison):
     doc = json.loads(json.dumps(comparison.to_json(), allow_nan=False))
     assert doc["schema"] == "capmark.compare/1"
     assert [c["run"] for c in doc["candidates"]] == [c.run for c in comparison.candidates]
-    step = doc["candidates"][1]["tests"][0]["steps"][0]
+    step = doc["candidates"][0]["tests"][0]["steps"][0]
     assert {"kpm", "baseline", "candidate", "change_pct", "ci_low_pct", "ci_high_pct", "p_value", "p_adjusted",
-            "test", "verdict"} <= set(step["kpms"][0])
+            "test", "verdict", "repeats_needed"} <= set(step["kpms"][0])
 
 
 def _main(args: list[str], monkeypatch, capsys) -> tuple[int, str]:
@@ -351,47 +322,47 @@ def _main(args: list[str], monkeypatch, capsys) -> tuple[int, str]:
     return ended.value.code, out.out + out.err
 
 
-@pytest.mark.db
 def test_fail_on_regression_exit_codes(runs, monkeypatch, capsys):
-    results, a, _, c = runs
+    results, on, off, _, _ = runs
     where = ["--results-dir", str(results)]
     # synchronous_commit off as the baseline: the run with it on is a significant slow-down
-    code, text = _main(["compare", c.run_id, a.run_id, "--fail-on-regression", "20", *where], monkeypatch, capsys)
+    code, text = _main(["compare", off, on, "--fail-on-regression", "20", *where], monkeypatch, capsys)
     assert code == 1 and f"{COMMIT_BOUND} at 1 jobs: throughput" in text
-    code, _ = _main(["compare", c.run_id, a.run_id, "--fail-on-regression", "1000000", *where], monkeypatch, capsys)
+    code, _ = _main(["compare", off, on, "--fail-on-regression", "1000000", *where], monkeypatch, capsys)
     assert code == 0  # no slow-down that large
-    code, _ = _main(["compare", a.run_id, c.run_id, "--fail-on-regression", "0", *where], monkeypatch, capsys)
+    code, _ = _main(["compare", on, off, "--fail-on-regression", "0", *where], monkeypatch, capsys)
     assert code == 0  # faster is not a regression
-    code, text = _main(["compare", a.run_id, "no-such-run", *where], monkeypatch, capsys)
+    code, text = _main(["compare", on, "no-such-run", *where], monkeypatch, capsys)
     assert code == 2 and "no-such-run" in text and "Traceback" not in text and len(text.strip().splitlines()) == 1
-    code, text = _main(["compare", a.run_id, a.run_id, *where], monkeypatch, capsys)
+    code, text = _main(["compare", on, on, *where], monkeypatch, capsys)
     assert code == 2 and "both the baseline and a candidate" in text
 
 
-@pytest.mark.db
 def test_html_has_the_overlaid_plots_and_both_runs(runs, tmp_path, monkeypatch, capsys):
-    results, a, _, c = runs
+    results, on, off, _, _ = runs
     out = tmp_path / "cmp.html"
-    code, _ = _main(["compare", a.run_id, c.run_id, "--format", "html", "--output", str(out), "--results-dir",
+    code, _ = _main(["compare", on, off, "--format", "html", "--output", str(out), "--results-dir",
                      str(results)], monkeypatch, capsys)
     page = out.read_text()
-    assert code == 0 and page.count("<svg") == 2  # one matched test: throughput and latency vs jobs
-    assert f"baseline {a.run_id}" in page and f"candidate {c.run_id}" in page  # the plots' legends
+    assert code == 0 and page.count("<svg") == 4  # two matched tests: throughput and latency vs jobs each
+    assert f"baseline {on}" in page and f"candidate {off}" in page  # the plots' legends
     assert "synchronous_commit" in page
     assert "<link" not in page and "<script" not in page and 'src="http' not in page  # one offline file
 
 
-@pytest.mark.db
-def test_console_fits_80_columns(comparison):
+def test_console_fits_80_columns(comparison, unchanged):
     from rich.console import Console
 
     from capmark.report.compare_console import print_comparison
 
-    console = Console(record=True, width=80, emoji=False)
-    print_comparison(comparison, console)
-    text = console.export_text()
-    assert all(len(line) <= 80 for line in text.splitlines())
-    assert "faster" in text and "synchronous_commit: on -> off" in text
+    texts = []
+    for doc in (comparison, unchanged):
+        console = Console(record=True, width=80, emoji=False)
+        print_comparison(doc, console)
+        texts.append(console.export_text())
+        assert all(len(line) <= 80 for line in texts[-1].splitlines())
+    assert "faster" in texts[0] and "synchronous_commit: on -> off" in texts[0]
+    assert "measure both runs with --repeat 3" in " ".join(texts[1].split())
 
 
 def test_bad_threshold_is_one_sentence(tmp_path, monkeypatch, capsys):

@@ -516,6 +516,8 @@ def compare(
         print_comparison(doc, Console(emoji=False))
     if fail_on_regression is not None:
         found = doc.regressions(fail_on_regression)
+        if doc.unjudged_sentence(fail_on_regression):
+            _say(doc.unjudged_sentence(fail_on_regression))
         if found:
             listed = "; ".join(r.sentence() for r in found)
             _say(f"significant slow-down of at least {fail_on_regression:g} %: {listed}.")

@@ -5,6 +5,11 @@ never guessed. For every matched step each key performance metric gets its chang
 (capmark.analysis.significance); beside them the environment's differences, which service-demand components moved,
 the calibrated models' maximum throughput and knee, and the diagnosis findings that appeared or vanished.
 From stored runs only: no database, no rendering.
+
+A change is tested only across repetitions (`--repeat`): one step's window does not see the drift from one run to
+the next (a checkpoint, the machine's other load: 15 % and more on a shared host), so the batch means of one step per
+run would call that drift a change. A job count that either run measured once gets its change without a verdict,
+and the advice to measure both runs again with repetitions.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 from capmark.analysis import significance as sig
 from capmark.analysis.document import Document
+from capmark.analysis.sessions import overridden, same_value, server_settings, session_settings
 from capmark.analysis.significance import Better, Change, Verdict
 from capmark.errors import CapmarkError
 from capmark.measure import kpm, record
@@ -25,16 +31,21 @@ from capmark.measure.demands import Component, step_demands
 from capmark.measure.noise import repeat_of
 from capmark.results import RunResult, StepResult, TestResult
 
-# Figures that are better higher: work done per second.
-HIGHER_BETTER = ("throughput", "throughput_per_job", "rows_per_s", "mops", "scan_mb_per_s", "commits_per_s",
-                 "logical_reads_per_s", "wal_mb_per_s")
-# Figures that are better lower: times, per unit of work or per operation.
+# Figures that are better higher: work done per second (the workload's units, rows, operations, data scanned).
+HIGHER_BETTER = ("throughput", "throughput_per_job", "rows_per_s", "mops", "scan_mb_per_s")
+# Figures that are better lower: times, and what the database did per unit of work.
 LOWER_BETTER = ("rt_mean_ms", "rt_p50_ms", "rt_p95_ms", "rt_p99_ms", "rt_max_ms", "rt_mean_s", "db_read_ms",
-                "device_read_ms", "wal_flush_ms_per_commit", "lag_p99_ms", "lag_max_ms")
-# Proportional to the 1 s throughput series: they share its batch means.
-FROM_SERIES = ("throughput", "throughput_per_job", "rows_per_s", "mops")
-# The mean response time follows from the 1 s throughput by Little's law (closed loop only).
-FROM_LITTLE = {"rt_mean_ms": 1e3, "rt_mean_s": 1.0}
+                "device_read_ms", "wal_flush_ms_per_commit", "lag_p99_ms", "lag_max_ms", "wal_kb_per_txn",
+                "logical_reads_per_unit", "wal_kb_per_unit")
+# Rates of the database's own activity are not performance: more logical reads per second at the same throughput
+# are more reads per query (a worse plan), and WAL MB/s and commits/s follow the throughput and what each unit
+# writes. They are shown with their change, never judged (and not counted among a test's hypotheses); where a
+# per-unit figure follows from them (PER_UNIT), that one is judged, lower being better.
+NO_DIRECTION = ("logical_reads_per_s", "wal_mb_per_s", "commits_per_s")
+NOT_PERFORMANCE = ("rates of the database's own work, not of performance: shown, never judged; logical reads and WAL "
+                   "are judged per unit of work")
+# Exactly proportional to the throughput at a given job count: with repetitions their tests are the throughput's.
+PROPORTIONAL = ("throughput", "throughput_per_job", "rows_per_s", "mops")
 # Not compared: the step plan's own figures.
 SKIPPED = ("jobs", "elapsed_s")
 # A service-demand component "moved" when it changed by at least this much (the demands report's threshold for a
@@ -50,6 +61,29 @@ VOLATILE = ("database_host.boot_id", "spec.results_dir", "spec.data_dir", "spec.
 # What of the run specification describes the measurement (the rest is where it was stored).
 SPEC_KEYS = ("warmup_s", "duration_s", "mode", "scale", "params", "collectors", "think_s", "rate",
              "nested_statements", "host_metrics", "driver_procs", "query_mode", "max_tries", "repeat")
+# The repetitions to advise for a verdict: with two a side Welch's test has about one degree of freedom and needs a
+# change of several times the runs' spread; with three it sees a change of about twice the run-to-run drift.
+ADVISED_REPEAT = 3
+# Where the environment's server settings are (their keys follow as database.settings.<name>).
+SETTINGS_PREFIX = "database.settings."
+
+
+@dataclass(frozen=True)
+class PerUnit:
+    """A figure per unit of work that follows from a rate and the throughput of the same window (both per second
+    of it): rate x scale / throughput."""
+
+    key: str
+    rate: str  # the KPM it is derived from
+    label: str  # {unit}: the workload's unit of work
+    unit: str
+    digits: int
+    scale: float
+    same_as: str = ""  # a KPM of the workload that already is this figure; then it is not derived
+
+
+PER_UNIT = (PerUnit("logical_reads_per_unit", "logical_reads_per_s", "Logical reads per {unit}", "blocks", 1, 1.0),
+            PerUnit("wal_kb_per_unit", "wal_mb_per_s", "WAL per {unit}", "kB", 2, 1e6 / 1024, "wal_kb_per_txn"))
 
 
 def better_of(key: str) -> Better:
@@ -78,7 +112,8 @@ class KpmChange:
     n_baseline: int
     n_candidate: int
     verdict: str
-    reason: str = ""
+    reason: str = ""  # why not tested
+    repeats_needed: bool = False  # not tested because a run measured the step once: --repeat would test it
 
 
 @dataclass
@@ -160,6 +195,19 @@ class Curve:
 
 
 @dataclass
+class SessionSetting:
+    """A server setting the test's workload set for its own sessions where a run's server had another value: the
+    server's value did not apply to this test (a change of it between the runs is no change for the test)."""
+
+    setting: str
+    baseline_session: str | None  # what the workload set in the baseline (None: nothing)
+    baseline_server: str | None  # the baseline server's value (None: not recorded)
+    candidate_session: str | None
+    candidate_server: str | None
+    sentence: str  # "wal-lat1 ran its sessions with synchronous_commit = on; the candidate server's off did not apply"
+
+
+@dataclass
 class TestComparison:
     __test__ = False  # not a pytest class
 
@@ -182,6 +230,7 @@ class TestComparison:
     diagnosis: DiagnosisChange
     baseline_curve: Curve
     candidate_curve: Curve
+    session_settings: list[SessionSetting] = field(default_factory=list)
 
 
 @dataclass
@@ -189,6 +238,17 @@ class EnvironmentDifference:
     key: str  # dotted path in the run's environment (or spec.* for the measurement's settings)
     baseline: Any
     candidate: Any
+    # the compared tests whose workloads set this server setting for their own sessions: the change did not apply
+    # to them
+    not_applied_to: list[str] = field(default_factory=list)
+
+    def sentence(self) -> str:
+        """The difference on one line, with the tests it did not reach."""
+        text = f"{self.key}: {self.baseline} -> {self.candidate}"
+        if self.not_applied_to:
+            text += (f" (not in effect for {', '.join(self.not_applied_to)}, which set"
+                     f"{'s' if len(self.not_applied_to) == 1 else ''} it for its sessions)")
+        return text
 
 
 @dataclass
@@ -232,15 +292,36 @@ class Comparison(Document):
     baseline_reason: str  # why it is not complete, in words
     candidates: list[CandidateComparison]
     alpha: float = sig.ALPHA
-    method: str = ("Welch's t-test on the logarithms of the repetition values where both runs repeated a job count, "
-                   "else of batch means of the 1 s throughput series (figures that follow from it only); p-values "
-                   "Holm-adjusted per test; the change's 95 % interval is Welch's, of the ratio")
+    method: str = ("Welch's t-test on the logarithms of the repetition values, where both runs measured a job count "
+                   "at least twice (--repeat); a job count either run measured once is not tested (one window does "
+                   f"not see the drift between runs: measure both with --repeat {ADVISED_REPEAT}); p-values "
+                   "Holm-adjusted per test; the change's 95 % interval is Welch's, of the ratio; rates of the "
+                   "database's own work (logical reads/s, WAL MB/s, commits/s) are judged per unit of work")
 
     def regressions(self, threshold_pct: float = 0.0) -> list[Regression]:
         """Every significant slow-down of at least threshold_pct (in the figure's own change)."""
         return [Regression(c.run, t.workload, s.jobs, k.kpm, k.change_pct, bool(s.invalid))
                 for c in self.candidates for t in c.tests for s in t.steps for k in s.kpms
                 if k.verdict == Verdict.SLOWER and k.change_pct is not None and abs(k.change_pct) >= threshold_pct]
+
+    def unjudged(self, threshold_pct: float = 0.0) -> list[Regression]:
+        """Every figure that got worse by at least threshold_pct but was not tested, because a run measured its step
+        once: no verdict, so --fail-on-regression does not count it."""
+        return [Regression(c.run, t.workload, s.jobs, k.kpm, k.change_pct, bool(s.invalid))
+                for c in self.candidates for t in c.tests for s in t.steps for k in s.kpms
+                if k.repeats_needed and k.change_pct is not None and abs(k.change_pct) >= threshold_pct
+                and _worse(k)]
+
+    def unjudged_sentence(self, threshold_pct: float = 0.0) -> str:
+        """For --fail-on-regression: the changes for the worse it cannot judge, and what to do; empty when none."""
+        found = sorted(self.unjudged(threshold_pct), key=lambda r: -abs(r.change_pct))
+        if not found:
+            return ""
+        shown = "; ".join(r.sentence() for r in found[:UNJUDGED_SHOWN])
+        more = f"; and {len(found) - UNJUDGED_SHOWN} more" if len(found) > UNJUDGED_SHOWN else ""
+        return (f"not tested, so not counted as regressions: {len(found)} figure{'s' if len(found) > 1 else ''} "
+                f"worse by at least {threshold_pct:g} % ({shown}{more}), measured once in a run, where the drift "
+                f"between runs cannot be told from a change; measure both runs with --repeat {ADVISED_REPEAT}.")
 
     def incomplete(self) -> list[tuple[str, str, str]]:
         """The runs that are not complete: (run id, status, reason), the baseline first."""
@@ -266,6 +347,14 @@ class Comparison(Document):
 
 
 COMPLETE = "complete"
+UNJUDGED_SHOWN = 3  # changes named in the sentence about untested ones; the rest are counted
+
+
+def _worse(change: KpmChange) -> bool:
+    if change.baseline is None or change.candidate is None or change.candidate == change.baseline:
+        return False
+    return (change.candidate > change.baseline) == (change.better == Better.LOWER.value) \
+        and change.better != Better.NEITHER.value
 
 
 def clause(text: str) -> str:
@@ -310,9 +399,10 @@ def match_tests(baseline: RunResult, candidate: RunResult
 
 
 def used_steps(steps: list[StepResult]) -> list[StepResult]:
-    """The valid repetitions of a job count, or all of them when none is valid (compared, and said so)."""
+    """The valid repetitions of a job count where at least two are (enough to test a change across), else all of
+    them (compared, and said so): one valid repetition of three would leave no spread to judge by."""
     good = [s for s in steps if record.of(s).valid]
-    return sorted(good or steps, key=repeat_of)
+    return sorted(good if len(good) >= min(2, len(steps)) else steps, key=repeat_of)
 
 
 def finished(step: StepResult) -> bool:
@@ -360,74 +450,81 @@ def _mean(values: list[float | None]) -> float | None:
     return statistics.fmean(got) if len(got) == len(values) and got else None
 
 
-def _series_samples(steps: list[StepResult], key: str, values: list[float]) -> list[float]:
-    """Batch means for a figure that follows from the 1 s series, each step's scaled to its own figure."""
-    out: list[float] = []
-    for step, value in zip(steps, values, strict=True):
-        batches = sig.batch_means(step.series_units)
-        if key in FROM_LITTLE:
-            if step.pacing.get("rate"):
-                return []  # open loop: Little's law gives the arrival rate, not the response time
-            times = sig.little_response_times(batches, step.jobs, step.pacing.get("think_s", 0.0)) if batches else None
-            batches = times or []
-        if len(batches) < 2:
-            return []
-        out += sig.scaled_to(batches, value)
-    return out
+def repeat_advice(base_used: int, cand_used: int) -> str:
+    """Why a step's figures are not tested for want of repetitions, and what to do."""
+    once = [name for name, used in (("the baseline", base_used), ("the candidate", cand_used)) if used < 2]
+    who = "each run" if len(once) == 2 else once[0] if once else "a run"
+    return (f"{who} measured this step once, and one measurement cannot tell a change from the drift between runs: "
+            f"measure both runs with --repeat {ADVISED_REPEAT}")
 
 
-def _figure_change(key: str, base_steps: list[StepResult], cand_steps: list[StepResult],
-                   base_values: list[float | None], cand_values: list[float | None]) -> Change:
+def _figure_change(key: str, base_values: list[float | None], cand_values: list[float | None], once: str) -> Change:
+    """The change of a figure's mean over the repetitions used, tested across them where both runs have two or more
+    (the spread between repetitions is the drift between runs); else untested, saying why (once). A rate of the
+    database's own work is shown, never judged."""
     b, c = _mean(base_values), _mean(cand_values)
     if b is None or c is None:
         return sig.untested(b, c, "not measured in " + ("either run" if b is None and c is None else
                                                          "the baseline" if b is None else "the candidate"))
     bv = [float(v) for v in base_values if v is not None]  # all present: _mean is None otherwise
     cv = [float(v) for v in cand_values if v is not None]
+    if key in NO_DIRECTION:
+        return sig.untested(b, c, NOT_PERFORMANCE, len(bv), len(cv))
     if len(bv) >= 2 and len(cv) >= 2:
         return sig.compare_samples(bv, cv, b, c, sig.WELCH_REPETITIONS)
-    if key in FROM_SERIES or key in FROM_LITTLE:
-        bs = _series_samples(base_steps, key, bv)
-        cs = _series_samples(cand_steps, key, cv)
-        if bs and cs:
-            return sig.compare_samples(bs, cs, b, c, sig.WELCH_BATCHES)
-        return sig.untested(b, c, "the steps' 1 s series are too short for two batches (or the loop was open)")
-    return sig.untested(b, c, "one value per step: measure both runs with --repeat (3 or more) to test it")
+    return sig.untested(b, c, once, len(bv), len(cv))
+
+
+def _per_unit(values: dict[str, Any], figure: PerUnit) -> float | None:
+    rate, throughput = values.get(figure.rate), values.get("throughput")
+    if not isinstance(rate, int | float) or not isinstance(throughput, int | float) or throughput <= 0:
+        return None
+    return float(rate) * figure.scale / float(throughput)
+
+
+def _figures(test: TestResult) -> list[tuple[str, str, str, int]]:
+    """The figures compared for a test, in its table's order: (key, label, unit, digits); each per-unit figure
+    right after the rate it follows from."""
+    out = []
+    for key in dict.fromkeys(test.kpms):
+        if key in SKIPPED or key not in kpm.COLUMNS:
+            continue
+        column = kpm.COLUMNS[key]
+        out.append((key, column.label, kpm.unit_of(column, test.throughput_label), column.digits))
+        out += [(f.key, f.label.format(unit=test.unit or "unit"), f.unit, f.digits) for f in PER_UNIT
+                if f.rate == key and f.same_as not in test.kpms]
+    return out
 
 
 def _step_comparison(test: TestResult, cand_test: TestResult, jobs: int, base_steps: list[StepResult],
                      cand_steps: list[StepResult]) -> StepComparison:
     base_used, cand_used = used_steps(base_steps), used_steps(cand_steps)
     invalid = [f"{name}: {'; '.join(dict.fromkeys(p for s in steps for p in record.of(s).problems))}"
-               for name, steps in (("baseline", base_steps), ("candidate", cand_steps))
-               if not any(record.of(s).valid for s in steps)]
-    base_kpms = [record.of(s, test.per_unit).kpm for s in base_used]
-    cand_kpms = [record.of(s, cand_test.per_unit).kpm for s in cand_used]
+               for name, steps in (("baseline", base_used), ("candidate", cand_used))
+               if not all(record.of(s).valid for s in steps)]
+    base_kpms = [dict(record.of(s, test.per_unit).kpm) for s in base_used]
+    cand_kpms = [dict(record.of(s, cand_test.per_unit).kpm) for s in cand_used]
+    for values in base_kpms + cand_kpms:
+        values.update({f.key: _per_unit(values, f) for f in PER_UNIT})
+    once = repeat_advice(len(base_used), len(cand_used))
     out = StepComparison(jobs, [repeat_of(s) for s in base_used], [repeat_of(s) for s in cand_used], invalid)
-    for key in dict.fromkeys(test.kpms):
-        if key in SKIPPED or key not in kpm.COLUMNS:
-            continue
-        change = _figure_change(key, base_used, cand_used, [v.get(key) for v in base_kpms],
-                                [v.get(key) for v in cand_kpms])
+    for key, label, unit, digits in _figures(test):
+        change = _figure_change(key, [v.get(key) for v in base_kpms], [v.get(key) for v in cand_kpms], once)
         if change.baseline is None and change.candidate is None:
             continue
-        column = kpm.COLUMNS[key]
-        out.kpms.append(KpmChange(key, column.label, kpm.unit_of(column, test.throughput_label), column.digits,
-                                  better_of(key).value,
+        out.kpms.append(KpmChange(key, label, unit, digits, better_of(key).value,
                                   change.baseline, change.candidate, change.change_pct, change.ci_low_pct,
                                   change.ci_high_pct, change.p_value, None, change.test, change.n_baseline,
-                                  change.n_candidate, Verdict.UNTESTED.value, change.reason))
+                                  change.n_candidate, Verdict.UNTESTED.value, change.reason,
+                                  change.reason == once))
     out.demands = demand_changes(base_used, cand_used)
     return out
 
 
 def _hypothesis(jobs: int, change: KpmChange) -> tuple[int, str]:
-    """What a p-value tests: every figure computed from a step's batch means of the 1 s series (throughput, the
-    figures proportional to it, the mean response time by Little's law, which on the log scale is the same test when
-    there is no think time) tests one hypothesis; with repetitions every figure is measured apart."""
-    if change.test == sig.WELCH_BATCHES:
-        return jobs, "1 s series"
-    return jobs, "throughput" if change.kpm in FROM_SERIES else change.kpm
+    """What a p-value tests: the figures proportional to the throughput have the throughput's repetition values up
+    to a constant, so the same test; every other figure is measured apart."""
+    return jobs, "throughput" if change.kpm in PROPORTIONAL else change.kpm
 
 
 def _adjust(steps: list[StepComparison]) -> None:
@@ -539,7 +636,42 @@ def compare_tests(baseline: RunResult, base_test: TestResult, candidate: RunResu
         sorted(set(cand_jobs) - set(base_jobs) - base_unfinished), skipped,
         model_change(baseline, base_test, candidate, cand_test),
         diagnosis_change(base_test, cand_test), measured_curve(baseline, base_test),
-        measured_curve(candidate, cand_test))
+        measured_curve(candidate, cand_test), session_setting_changes(baseline, base_test, candidate, cand_test))
+
+
+# --- settings the workloads set for their own sessions ----------------------------------------------------------
+
+def session_setting_changes(baseline: RunResult, base_test: TestResult, candidate: RunResult, cand_test: TestResult
+                            ) -> list[SessionSetting]:
+    """The server settings the test's sessions set to another value than a run's server had, each with its
+    sentence."""
+    runs = ((baseline, base_test), (candidate, cand_test))
+    names = dict.fromkeys(o.setting for run, test in runs for o in overridden(run, test))
+    sessions = [session_settings(run, test) for run, test in runs]
+    servers = [server_settings(run) for run, _ in runs]
+    out = []
+    for name in names:
+        (bs, cs), (bv, cv) = [d.get(name) for d in sessions], [d.get(name) for d in servers]
+        out.append(SessionSetting(name, bs, bv, cs, cv, _session_sentence(base_test.workload, name, bs, bv, cs, cv)))
+    return out
+
+
+def _session_sentence(workload: str, name: str, base_session: str | None, base_server: str | None,
+                      cand_session: str | None, cand_server: str | None) -> str:
+    """"wal-lat1 ran its sessions with synchronous_commit = on; the candidate server's off did not apply"."""
+    runs = (("baseline", base_session, base_server), ("candidate", cand_session, cand_server))
+    missed = [(run, server) for run, session, server in runs
+              if session is not None and server is not None and not same_value(session, server)]
+    if base_session is None or cand_session is None or not same_value(base_session, cand_session):
+        return "; ".join(f"in the {run} {workload} ran its sessions with {name} = {session}; the server's {server} "
+                         "did not apply" for run, session, server in runs if (run, server) in missed)
+    head = f"{workload} ran its sessions with {name} = {base_session}"
+    if len(missed) == 1:
+        return f"{head}; the {missed[0][0]} server's {missed[0][1]} did not apply"
+    (_, first), (_, second) = missed
+    if same_value(first, second):
+        return f"{head}; the server's {first} did not apply"
+    return f"{head}; neither the baseline server's {first} nor the candidate server's {second} applied"
 
 
 # --- environment ------------------------------------------------------------------------------------------------
@@ -561,9 +693,20 @@ def described(run: RunResult) -> dict[str, Any]:
     return {k: v for k, v in out.items() if k not in VOLATILE}
 
 
-def environment_differences(baseline: RunResult, candidate: RunResult) -> list[EnvironmentDifference]:
+def environment_differences(baseline: RunResult, candidate: RunResult,
+                            pairs: list[tuple[TestResult, TestResult]] | None = None) -> list[EnvironmentDifference]:
+    """What differs in what the runs recorded; a server setting that a compared test's workload set for its own
+    sessions in both runs names that test (the change did not reach it)."""
     b, c = described(baseline), described(candidate)
-    return [EnvironmentDifference(k, b.get(k), c.get(k)) for k in sorted(b.keys() | c.keys()) if b.get(k) != c.get(k)]
+    own: dict[str, list[str]] = {}
+    for base_test, cand_test in pairs or []:
+        both = session_settings(baseline, base_test).keys() & session_settings(candidate, cand_test).keys()
+        for name in sorted(both):
+            own.setdefault(SETTINGS_PREFIX + name, [])
+            if base_test.workload not in own[SETTINGS_PREFIX + name]:
+                own[SETTINGS_PREFIX + name].append(base_test.workload)
+    return [EnvironmentDifference(k, b.get(k), c.get(k), own.get(k, [])) for k in sorted(b.keys() | c.keys())
+            if b.get(k) != c.get(k)]
 
 
 # --- the document -----------------------------------------------------------------------------------------------
@@ -579,7 +722,8 @@ def compare_run(baseline: RunResult, candidate: RunResult, progress: Progress | 
             progress(f"comparing {b.workload} with run {candidate.run_id}")
         tests.append(compare_tests(baseline, b, candidate, c))
     return CandidateComparison(candidate.run_id, candidate.created_at, candidate.status, candidate.reason,
-                               environment_differences(baseline, candidate), tests, baseline_only, candidate_only)
+                               environment_differences(baseline, candidate, pairs), tests, baseline_only,
+                               candidate_only)
 
 
 def compare_runs(baseline: RunResult, candidates: list[RunResult], progress: Progress | None = None) -> Comparison:

@@ -86,6 +86,7 @@ def _below(test: TestComparison) -> list[str]:
                 if k.label not in reasons[k.reason]:
                     reasons[k.reason].append(k.label)
     lines += [f"not tested ({why}): {', '.join(labels)}" for why, labels in reasons.items()]
+    lines += [s.sentence for s in test.session_settings]
     lines += _demand_lines(test.steps)
     m = test.model
     if m.answered and m.baseline and m.candidate:
@@ -142,7 +143,7 @@ def print_candidate(doc: Comparison, cand: CandidateComparison, console: Console
     if cand.environment:
         console.print("environment differences:", highlight=False, markup=False)
         for diff in cand.environment:
-            console.print(f"  {diff.key}: {diff.baseline} -> {diff.candidate}", highlight=False, markup=False)
+            console.print(f"  {diff.sentence()}", highlight=False, markup=False)
     else:
         console.print("environment: no difference in what the runs recorded", highlight=False, markup=False)
 
