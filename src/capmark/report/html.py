@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from capmark.analysis.report import ReportDocuments, TestReport
 from capmark.measure import kpm
-from capmark.report import plots
+from capmark.report import clock, plots
 from capmark.report.console import (
     REPEATABILITY_NOTE,
     command_rows,
@@ -55,8 +55,8 @@ def diagnosis_section(docs: ReportDocuments) -> Section | None:
     doc = docs.diagnosis
     if not doc.tests:
         return None
-    charts = {(i, j): Markup(plots.finding_chart(f.to_json())) for i, t in enumerate(doc.tests)
-              for j, f in enumerate(t.findings) if f.chart}
+    charts = {(i, j): Markup(plots.finding_chart(f.name, f.chart)) for i, t in enumerate(doc.tests)
+              for j, f in enumerate(t.findings) if f.chart is not None}
     return Section("Diagnosis", _render("diagnosis.html.j2", doc=doc, charts=charts), "diagnosis")
 
 
@@ -75,7 +75,7 @@ def test_section(part: TestReport) -> Section:
     for step in test.steps:
         values, why = step.measured.kpm, step.measured.unavailable
         reasons.update(why)
-        rows.append([fmt(values.get(c.key), c.digits) for c in cols])
+        rows.append([clock.cell(fmt(values.get(c.key), c.digits), test, c.key, values.get(c.key)) for c in cols])
     headers = [(c.label, kpm.unit_of(c, test.throughput_label)) for c in cols]
     charts = []
     if test.steps:
@@ -93,7 +93,8 @@ def test_section(part: TestReport) -> Section:
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts,
                    invalid=part.invalid, cautions=part.cautions,
                    step_charts=step_charts, types=types, commands=commands, repeatability=repeatability,
-                   repeatability_note=REPEATABILITY_NOTE, knee=knee_line(test), fmt=fmt)
+                   repeatability_note=REPEATABILITY_NOTE, knee=knee_line(test), fmt=fmt,
+                   lat=lambda row, key: clock.cell(fmt(row[key], 3), test, key, row[key]), clock_note=clock.note(test))
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 
@@ -104,7 +105,8 @@ def demands_section(part: TestReport) -> Section | None:
     html = _render("demands.html.j2", doc=doc, latency_rows=list(zip(doc.jobs, doc.latency, strict=True)),
                    commit_rows=list(zip(doc.jobs, doc.per_commit, strict=True)),
                    device_rows=list(zip(doc.jobs, doc.run_queue, doc.devices, strict=True)),
-                   top_statements=doc.statements[-1] if doc.statements else [], fmt=fmt, val=fmt_scaled)
+                   top_statements=doc.statements[-1] if doc.statements else [], fmt=fmt, val=fmt_scaled,
+                   lat=lambda row, key: clock.cell(fmt(row[key], 3), test, key, row[key]), clock_note=clock.note(test))
     return Section(f"Service demands: {test.workload}", html, f"demands-{test.ordinal}")
 
 
