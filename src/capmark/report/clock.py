@@ -15,8 +15,7 @@ SERVER_CLOCK_TICK_S = 1e-6  # PostgreSQL's timestamps count whole microseconds
 # below this a clock tick is wider than a histogram bucket: the clock, not the histogram, limits the percentile
 RESOLVED_FROM_S = SERVER_CLOCK_TICK_S / RELATIVE_WIDTH
 MARK = "≈"
-NOTE = (f"{MARK}: timed by the database server's clock, which counts whole microseconds; a percentile below "
-        f"{RESOLVED_FROM_S * 1e6:.0f} µs may be off by one microsecond")
+NOTE = f"{MARK}: timed by the server's clock in whole microseconds, so it may be off by 1 µs"
 # the columns that hold a latency percentile in milliseconds: the KPM table's and the per-type tables'
 PERCENTILE_KEYS = frozenset({"rt_p50_ms", "rt_p95_ms", "rt_p99_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms"})
 
@@ -32,10 +31,11 @@ def cell(text: str, test: TestResult, key: str, value_ms: object) -> str:
     return MARK + text if coarse(test, key, value_ms) else text
 
 
-def note(test: TestResult) -> str | None:
-    """The note under a test's tables when one of its percentiles is marked (its medians are its smallest)."""
+def note(test: TestResult, by_type: bool = False) -> str | None:
+    """The note under a table of the test's percentiles, overall or by transaction type, when one of them is marked
+    (a distribution's median is its smallest percentile shown)."""
     if test.mode != "server":
         return None
     medians = [latency.p50_s for step in test.steps if step.measures is not None
-               for latency in (step.measures.latency, *step.measures.latency_by_type.values())]
+               for latency in (step.measures.latency_by_type.values() if by_type else [step.measures.latency])]
     return NOTE if any(m is not None and m < RESOLVED_FROM_S for m in medians) else None

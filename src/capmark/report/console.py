@@ -10,6 +10,7 @@ from rich.text import Text
 
 from capmark.analysis.headline import Headline
 from capmark.measure import kpm, noise
+from capmark.report import clock
 from capmark.report.fit import Col, FittedTable, sayer
 from capmark.results import RunResult, StepResult, TestResult
 
@@ -120,10 +121,12 @@ def kpm_table(test: TestResult) -> FittedTable:
     for step in test.steps:
         values, why = step.measured.kpm, step.measured.unavailable
         reasons.update({k: v for k, v in why.items() if k in keys})
-        table.add_row(*([str(noise.repeat_of(step))] if repeated else []), *(fmt(values.get(k), kpm.COLUMNS[k].digits)
-                                                                             for k in keys))
+        table.add_row(*([str(noise.repeat_of(step))] if repeated else []),
+                      *(clock.cell(fmt(values.get(k), kpm.COLUMNS[k].digits), test, k, values.get(k)) for k in keys))
     if reasons:
         table.notes.append("n/a: " + "; ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
+    if clock_note := clock.note(test):
+        table.notes.append(clock_note)
     return table
 
 
@@ -142,8 +145,11 @@ def type_table(test: TestResult) -> FittedTable | None:
     for step in test.steps:
         for row in type_rows(step):
             table.add_row(str(step.jobs), row["type"], fmt(row["share_pct"], 1), fmt(row["throughput"], 0),
-                          *(fmt(row[k], 3) for k in ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")),
+                          *(clock.cell(fmt(row[k], 3), test, k, row[k])
+                            for k in ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")),
                           str(row["errors"]))
+    if clock_note := clock.note(test, by_type=True):
+        table.notes.append(clock_note)
     return table
 
 

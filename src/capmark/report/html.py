@@ -94,7 +94,8 @@ def test_section(part: TestReport) -> Section:
                    invalid=part.invalid, cautions=part.cautions,
                    step_charts=step_charts, types=types, commands=commands, repeatability=repeatability,
                    repeatability_note=REPEATABILITY_NOTE, knee=knee_line(test), fmt=fmt,
-                   lat=lambda row, key: clock.cell(fmt(row[key], 3), test, key, row[key]), clock_note=clock.note(test))
+                   lat=lambda row, key: clock.cell(fmt(row[key], 3), test, key, row[key]), clock_note=clock.note(test),
+                   clock_type_note=clock.note(test, by_type=True))
     return Section(f"Test {test.ordinal}: {test.workload}", html, f"test-{test.ordinal}")
 
 
