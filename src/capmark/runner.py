@@ -148,7 +148,7 @@ def _run(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObs
 
 
 def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer: RunObserver, on_stored: OnStored,
-                dsn: str, is_embedded: bool, joined: dict[str, Any] | None) -> RunResult:
+                dsn: str, is_embedded: bool, joined: cluster.Cluster | None) -> RunResult:
     engine = engines.for_dsn(dsn)
     control = engine.connect(dsn, application_name="capmark control")
     host: hosts.HostSource | None = None
@@ -222,7 +222,7 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
                 host.close()
 
 
-def _join_cluster(spec: RunSpec, plans: list[TestPlan], observer: RunObserver) -> dict[str, Any] | None:
+def _join_cluster(spec: RunSpec, plans: list[TestPlan], observer: RunObserver) -> cluster.Cluster | None:
     """Join the Ray cluster before anything is created, and say where the client-side jobs will run."""
     if not spec.cluster:
         return None

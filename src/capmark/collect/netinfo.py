@@ -12,8 +12,8 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, NotRequired, TypedDict
 
 # Offsets of the fields read in struct tcp_info, from the Linux uapi header <linux/tcp.h>; checked with
 # offsetof() against /usr/include/linux/tcp.h of Debian 12 (the layout only ever grows at its end).
@@ -54,6 +54,19 @@ class NetReading:
     reason: str = ""
 
 
+class NetworkRecord(TypedDict):
+    """The traffic as StepResult.network stores it: TcpCounters' fields, or the reason they are missing."""
+
+    transport: str
+    connections: int
+    reason: NotRequired[str]
+    bytes_sent: NotRequired[int]
+    bytes_received: NotRequired[int]
+    segments_out: NotRequired[int]
+    segments_in: NotRequired[int]
+    retransmits: NotRequired[int]
+
+
 @dataclass(frozen=True)
 class NetworkDelta:
     """The traffic of a set of connections between two readings, summed over them."""
@@ -63,13 +76,15 @@ class NetworkDelta:
     counters: TcpCounters | None
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> NetworkRecord:
         """The form StepResult.network stores: the counters' fields, or the reason they are missing."""
-        out: dict[str, Any] = {"transport": self.transport, "connections": self.connections}
-        if self.counters is None:
+        out = NetworkRecord(transport=self.transport, connections=self.connections)
+        c = self.counters
+        if c is None:
             out["reason"] = self.reason
         else:
-            out.update(asdict(self.counters))
+            out["bytes_sent"], out["bytes_received"] = c.bytes_sent, c.bytes_received
+            out["segments_out"], out["segments_in"], out["retransmits"] = c.segments_out, c.segments_in, c.retransmits
         return out
 
 

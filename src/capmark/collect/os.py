@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import psutil
 
@@ -103,8 +103,22 @@ class HostProcesses:
     taken_at: float = 0.0
 
 
+class ProgramCpu(TypedDict):
+    pid: int
+    name: str
+    cpu_s: float
+
+
+class OtherPrograms(TypedDict):
+    """The CPU of the host's other programs over the window, as the step stores it (interference.processes)."""
+
+    cpu_s: float  # all of them together
+    kernel_threads_s: float
+    top: list[ProgramCpu]  # the busiest few, busiest first
+
+
 def other_processes_cpu(before: HostProcesses, after: HostProcesses, exclude: set[int],
-                        top: int = 5) -> dict[str, Any]:
+                        top: int = 5) -> OtherPrograms:
     """CPU the host's other programs used between two samples: their total and the busiest few by name.
 
     Processes of the instance and the driver are excluded by pid. A process that started in the interval
@@ -122,9 +136,9 @@ def other_processes_cpu(before: HostProcesses, after: HostProcesses, exclude: se
         if cpu > 0:
             used.append((cpu, pid, name))
     used.sort(reverse=True)
-    return {"cpu_s": sum(c for c, _p, _n in used),
-            "kernel_threads_s": max(0.0, after.kernel_threads_s - before.kernel_threads_s),
-            "top": [{"pid": pid, "name": name, "cpu_s": cpu} for cpu, pid, name in used[:top]]}
+    return OtherPrograms(cpu_s=sum(c for c, _p, _n in used),
+                         kernel_threads_s=max(0.0, after.kernel_threads_s - before.kernel_threads_s),
+                         top=[ProgramCpu(pid=pid, name=name, cpu_s=cpu) for cpu, pid, name in used[:top]])
 
 
 def own_cpu_seconds() -> tuple[float, float]:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
@@ -20,6 +20,26 @@ from capmark.engines.base import Engine, TargetInfo
 from capmark.errors import CapmarkError
 
 CAPMARK_APPLICATION = "capmark"  # every capmark connection's application_name starts with this
+
+
+class OtherSessionsRecord(TypedDict):
+    """Other client sessions in the window, as the step stores them (interference.sessions)."""
+
+    samples: int
+    active_samples: int
+    most_active: int
+    active_share: float | None  # of the samples (None: no sample taken)
+    by_application: dict[str, int]  # the five most active, "application (role)" -> samples
+    capmark_samples: int
+    capmark_by_application: dict[str, int]
+    hidden_samples: int
+
+
+class MemorySample(TypedDict):
+    """The instance's processes' memory at one instant, as the step stores it (memory_series)."""
+
+    t: float  # seconds into the window
+    rss: dict[str, list[str | int]]  # pid -> [role, RSS bytes, private bytes (RSS less shared pages)]
 
 
 @dataclass
@@ -32,9 +52,9 @@ class OtherSessions:
     samples: int = 0
     active_samples: int = 0  # samples in which at least one other session was active
     most_active: int = 0  # the most other sessions active in one sample
-    by_application: Counter = field(default_factory=Counter)  # "application (role)" -> samples it was active in
+    by_application: Counter[str] = field(default_factory=Counter)  # "application (role)" -> samples it was active in
     capmark_samples: int = 0  # samples in which another capmark run's session was active
-    capmark_by_application: Counter = field(default_factory=Counter)
+    capmark_by_application: Counter[str] = field(default_factory=Counter)
     hidden_samples: int = 0  # samples with sessions whose state this role may not see (needs pg_read_all_stats)
 
     def count(self, rows: list[tuple[str | None, str, str]]) -> None:
@@ -54,24 +74,26 @@ class OtherSessions:
             self.capmark_samples += 1
             self.capmark_by_application.update(set(ours))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "active_samples": self.active_samples, "most_active": self.most_active,
-                "active_share": self.active_samples / self.samples if self.samples else None,
-                "by_application": dict(self.by_application.most_common(5)),
-                "capmark_samples": self.capmark_samples,
-                "capmark_by_application": dict(self.capmark_by_application.most_common(5)),
-                "hidden_samples": self.hidden_samples}
+    def to_dict(self) -> OtherSessionsRecord:
+        return OtherSessionsRecord(samples=self.samples, active_samples=self.active_samples,
+                                   most_active=self.most_active,
+                                   active_share=self.active_samples / self.samples if self.samples else None,
+                                   by_application=dict(self.by_application.most_common(5)),
+                                   capmark_samples=self.capmark_samples,
+                                   capmark_by_application=dict(self.capmark_by_application.most_common(5)),
+                                   hidden_samples=self.hidden_samples)
 
 
 @dataclass
 class Samples:
-    waits: Counter = field(default_factory=Counter)  # "type:event" (or "CPU" when not waiting) -> samples
+    waits: Counter[str] = field(default_factory=Counter)  # "type:event" (or "CPU" when not waiting) -> samples
     wait_samples: int = 0
-    os_series: list[dict[str, Any]] = field(default_factory=list)
+    # per second: t, cpu_<state>_pct for each CPU state and busy, procs_running, procs_blocked, ctxt
+    os_series: list[dict[str, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     # per second of the window: [samples, checkpointer busy, autovacuum running]
     background: dict[int, list[int]] = field(default_factory=dict)
-    memory_series: list[dict[str, Any]] = field(default_factory=list)  # {"t", "rss": {pid: [role, rss, private]}}
+    memory_series: list[MemorySample] = field(default_factory=list)
     others: OtherSessions = field(default_factory=OtherSessions)
     transactions: int = 0  # transactions the sampler's own session committed (they count in xact_commit)
 
@@ -166,8 +188,8 @@ class Sampler(threading.Thread):
         procs = sample.procs if sample is not None else {}
         if not procs:
             return
-        self.samples.memory_series.append({"t": round(t, 1), "rss": {
-            str(pid): [role, rss, max(0, rss - shared)] for pid, (role, _u, _s, rss, shared) in procs.items()}})
+        self.samples.memory_series.append(MemorySample(t=round(t, 1), rss={
+            str(pid): [role, rss, max(0, rss - shared)] for pid, (role, _u, _s, rss, shared) in procs.items()}))
 
     def _sample_waits(self, conn: Any) -> None:
         try:

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import platformdirs
 
@@ -48,7 +48,31 @@ LOG_DIR_ENV = "CAPMARK_LOG_DIR"  # where Ray's log file goes (default: capmark's
 LOG_NAME = "ray.log"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-_joined: dict[str, Any] = {"address": None, "log": None}  # the cluster this process joined (Ray's state is global)
+@dataclass
+class _Joined:
+    """The cluster this process joined (Ray's state is global): its address, and where Ray's log goes."""
+
+    address: str | None = None
+    log: Path | None = None
+
+
+_joined = _Joined()
+
+
+class ClusterNode(TypedDict):
+    """A node of the cluster as the run records it (its environment's cluster.nodes)."""
+
+    node_id: str
+    address: str
+    cpus: int  # Ray's logical CPUs on it
+
+
+class Cluster(TypedDict):
+    """The cluster a run joined, as stored in its environment (`cluster`)."""
+
+    address: str
+    nodes: list[ClusterNode]  # those alive when the run joined
+    ray_version: str
 
 
 def _ray() -> Any:
@@ -64,14 +88,14 @@ def _ray() -> Any:
     return ray
 
 
-def join(address: str) -> dict[str, Any]:
+def join(address: str) -> Cluster:
     """Join the Ray cluster at address (ray://HEAD:10001, or auto for the cluster this host has joined) once per
     run; returns what the run records about it. One sentence when it cannot."""
     ray = _ray()
     if not ray.is_initialized():
         _answers(address)
         log = _ray_to_log_file(address)
-        _joined.update(log=log)
+        _joined.log = log
         sigterm = signal.getsignal(signal.SIGTERM)  # ray.init puts its own in, which exits at once
         try:
             # configure_logging: Ray sets its format and level on its logger's handlers (the log file's); without
@@ -87,12 +111,12 @@ def join(address: str) -> dict[str, Any]:
                 signal.signal(signal.SIGTERM, sigterm)  # capmark's: a run ends interrupted, exit 130
         _attach(log)  # again: the loggers of Ray's client modules that ray.init imported
         _client_stream_to_log(ray)
-        _joined.update(address=address)
+        _joined.address = address
     with lost_as_one_sentence():
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-    return {"address": address, "nodes": [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"],
-                                            "cpus": int(n.get("Resources", {}).get("CPU", 0))} for n in nodes],
-            "ray_version": ray.__version__}
+    return Cluster(address=address, nodes=[ClusterNode(node_id=n["NodeID"], address=n["NodeManagerAddress"],
+                                                       cpus=int(n.get("Resources", {}).get("CPU", 0))) for n in nodes],
+                   ray_version=ray.__version__)
 
 
 # A head that has just started answers on its client port before its client server can start a session for a new
@@ -184,8 +208,8 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
                   line: str | None = None) -> None:
     """Ray's warnings to its log file; every other warning as before."""
     if f"{os.sep}ray{os.sep}" in filename:
-        if _joined["log"]:
-            _attach(_joined["log"])
+        if _joined.log:
+            _attach(_joined.log)
         logging.getLogger("ray").warning("%s", warnings.formatwarning(message, category, filename, lineno, line).strip())
     else:
         _show_warning.previous(message, category, filename, lineno, file, line)  # type: ignore[attr-defined]
@@ -206,7 +230,7 @@ def _gone() -> bool:
             return True
     except Exception:  # noqa: BLE001 - Ray's client raises when its connection is closed
         return True
-    address = _joined["address"]
+    address = _joined.address
     if address and address != "auto":
         try:
             _answers(address)
@@ -216,10 +240,10 @@ def _gone() -> bool:
 
 
 def _lost(err: BaseException) -> ClusterLost:
-    logging.getLogger("ray").warning("capmark: the Ray cluster at %s is gone: %s: %s", _joined["address"],
+    logging.getLogger("ray").warning("capmark: the Ray cluster at %s is gone: %s: %s", _joined.address,
                                      type(err).__name__, err)
-    return ClusterLost(f"the Ray cluster at {_joined['address'] or 'auto'} stopped answering (its head node is gone or "
-                       f"unreachable; Ray's own messages are in {_joined['log'] or log_file()}); start the cluster "
+    return ClusterLost(f"the Ray cluster at {_joined.address or 'auto'} stopped answering (its head node is gone or "
+                       f"unreachable; Ray's own messages are in {_joined.log or log_file()}); start the cluster "
                        "again and rerun")
 
 
@@ -259,7 +283,7 @@ def leave() -> None:
     with contextlib.suppress(Exception):  # Ray's client raises on a connection that is already closed
         if ray.is_initialized():
             ray.shutdown()
-    _joined.update(address=None)
+    _joined.address = None
 
 
 def cluster_cpus() -> int:
@@ -268,16 +292,40 @@ def cluster_cpus() -> int:
         return int(_ray().available_resources().get("CPU", 0))
 
 
-def _node_facts() -> dict[str, Any]:
+@dataclass(frozen=True)
+class NodeFacts:
+    """The node an actor runs on, as the actor sees it."""
+
+    node_id: str  # Ray's
+    address: str
+    hostname: str
+    cores: int
+    boot_id: str | None  # the running kernel's: the same on the database host means the same machine
+
+    @property
+    def named(self) -> str:
+        return f"{self.hostname or '?'} ({self.address}, Ray node {self.node_id[:8]})"
+
+
+def _node_facts() -> NodeFacts:
     import ray
 
     try:
         with open(BOOT_ID) as f:
-            boot_id = f.read().strip()
+            boot_id: str | None = f.read().strip()
     except OSError:
         boot_id = None
-    return {"node_id": ray.get_runtime_context().get_node_id(), "address": ray.util.get_node_ip_address(),
-            "hostname": socket.gethostname(), "cores": os.cpu_count() or 1, "boot_id": boot_id}
+    return NodeFacts(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), socket.gethostname(),
+                     os.cpu_count() or 1, boot_id)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """An actor's answer once its jobs are connected: why they could not be, or their backends, and its node."""
+
+    error: str | None
+    pids: list[int]
+    node: NodeFacts
 
 
 class JobHost:
@@ -295,8 +343,8 @@ class JobHost:
         except Exception as err:  # noqa: BLE001 - the runner reports it for these jobs
             self.error = first_line(err)
 
-    def ready(self) -> dict[str, Any]:
-        return {"error": self.error, "pids": self.jobs.backend_pids if self.jobs else [], "node": _node_facts()}
+    def ready(self) -> Ready:
+        return Ready(self.error, self.jobs.backend_pids if self.jobs else [], _node_facts())
 
     def now(self) -> float:
         return time.time()
@@ -353,7 +401,7 @@ class Placed:
 
     handle: Any
     spec: WorkerSpec
-    node: dict[str, Any]
+    node: NodeFacts | None  # None until it answered
     pids: list[int]
 
 
@@ -365,8 +413,26 @@ def jobs_named(jobs: list[int]) -> str:
     return f"job {jobs[0]}" if len(jobs) == 1 else "jobs " + ", ".join(str(j) for j in jobs)
 
 
-def node_named(node: dict[str, Any]) -> str:
-    return f"{node.get('hostname') or '?'} ({node.get('address')}, Ray node {str(node.get('node_id'))[:8]})"
+@dataclass(frozen=True)
+class ClockOffset:
+    """A node's clock less the runner's, known to within half the fastest round trip."""
+
+    offset_s: float
+    uncertainty_s: float
+
+
+class NodeLayout(TypedDict):
+    """How a step's jobs were spread: one node, its jobs and job processes, and its clock (instruments.cluster)."""
+
+    node_id: str
+    address: str
+    hostname: str
+    cores: int
+    boot_id: str | None
+    jobs: list[int]
+    processes: int
+    offset_s: NotRequired[float]  # where the clock was measured
+    uncertainty_s: NotRequired[float]
 
 
 class RayJobs:
@@ -378,7 +444,7 @@ class RayJobs:
         self.specs = specs
         self.placed: list[Placed] = []
         self.group: Any = None
-        self.clocks: dict[str, dict[str, float]] = {}  # node id -> offset_s, uncertainty_s
+        self.clocks: dict[str, ClockOffset] = {}  # by node id
 
     def start(self) -> list[int]:
         with lost_as_one_sentence():
@@ -398,14 +464,14 @@ class RayJobs:
         handles = [actor.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i),
                                  name=None).remote(spec) for i, spec in enumerate(self.specs)]
         answers = self._get([h.ready.remote() for h in handles], READY_TIMEOUT_S,
-                            [Placed(h, s, {}, []) for h, s in zip(handles, self.specs, strict=True)])
+                            [Placed(h, s, None, []) for h, s in zip(handles, self.specs, strict=True)])
         for handle, spec, answer in zip(handles, self.specs, answers, strict=True):
-            self.placed.append(Placed(handle, spec, answer["node"], answer["pids"]))
-        for p, answer in zip(self.placed, answers, strict=True):
-            if answer["error"]:
-                raise RuntimeError(f"{jobs_named(p.spec.jobs)} on {node_named(p.node)}: {answer['error']}")
+            self.placed.append(Placed(handle, spec, answer.node, answer.pids))
+        for answer, spec in zip(answers, self.specs, strict=True):
+            if answer.error:
+                raise RuntimeError(f"{jobs_named(spec.jobs)} on {answer.node.named}: {answer.error}")
         self._measure_clocks()
-        self._get([p.handle.start.remote(self.clocks[p.node["node_id"]]["offset_s"]) for p in self.placed],
+        self._get([p.handle.start.remote(self.clocks[_node(p).node_id].offset_s) for p in self.placed],
                   READY_TIMEOUT_S)
         by_job = {j: pid for p in self.placed for j, pid in zip(p.spec.jobs, p.pids, strict=True)}
         return [by_job[j] for j in sorted(by_job)]
@@ -414,7 +480,7 @@ class RayJobs:
         """Each node's clock less the runner's, from the fastest of a few round trips: the reply was read at some
         instant between sending and receiving, so the offset is known to half that round trip."""
         for p in self.placed:
-            node = p.node["node_id"]
+            node = _node(p).node_id
             if node in self.clocks:
                 continue
             best: tuple[float, float] | None = None
@@ -426,7 +492,7 @@ class RayJobs:
                 if best is None or half < best[1]:
                     best = (remote - (sent + received) / 2, half)
             assert best is not None
-            self.clocks[node] = {"offset_s": best[0], "uncertainty_s": best[1]}
+            self.clocks[node] = ClockOffset(*best)
 
     def wait(self, timeout: float, plan: tuple[float, float, float]) -> None:
         with lost_as_one_sentence():
@@ -461,12 +527,12 @@ class RayJobs:
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayActorError as err:
-                    where = node_named(p.node) if p.node else "its node"
+                    where = p.node.named if p.node else "its node"
                     raise NodeLost(f"the load node {where} stopped answering: {jobs_named(p.spec.jobs)} ended with "
                                    f"it ({first_line(err)})") from None
             if pending and time.monotonic() >= deadline:
                 p = next(iter(pending.values()))
-                raise NodeLost(f"{jobs_named(p.spec.jobs)} on {node_named(p.node) if p.node else 'the cluster'} "
+                raise NodeLost(f"{jobs_named(p.spec.jobs)} on {p.node.named if p.node else 'the cluster'} "
                                f"did not answer within {timeout:.0f} s")
         return ray.get(refs)
 
@@ -489,18 +555,27 @@ class RayJobs:
                 remove_placement_group(self.group)
             self.group = None
 
-    def layout(self) -> list[dict[str, Any]]:
+    def layout(self) -> list[NodeLayout]:
         """How the jobs were spread: per node, its jobs, cores, clock offset and its uncertainty."""
-        nodes: dict[str, dict[str, Any]] = {}
+        nodes: dict[str, NodeLayout] = {}
         for p in self.placed:
-            n = p.node
-            entry = nodes.setdefault(n["node_id"], {"node_id": n["node_id"], "address": n["address"],
-                                                     "hostname": n["hostname"], "cores": n["cores"],
-                                                     "boot_id": n["boot_id"], "jobs": [], "processes": 0,
-                                                     **self.clocks.get(n["node_id"], {})})
+            n = _node(p)
+            entry = nodes.get(n.node_id)
+            if entry is None:
+                entry = nodes[n.node_id] = NodeLayout(node_id=n.node_id, address=n.address, hostname=n.hostname,
+                                                      cores=n.cores, boot_id=n.boot_id, jobs=[], processes=0)
+                clock = self.clocks.get(n.node_id)
+                if clock is not None:
+                    entry["offset_s"], entry["uncertainty_s"] = clock.offset_s, clock.uncertainty_s
             entry["jobs"] = sorted(entry["jobs"] + p.spec.jobs)
             entry["processes"] += 1
         return sorted(nodes.values(), key=lambda e: e["jobs"][0])
+
+
+def _node(p: Placed) -> NodeFacts:
+    """The node of an actor that has answered (every one has, once start() placed them)."""
+    assert p.node is not None
+    return p.node
 
 
 def actors_for(jobs: int, requested: int | None) -> int:

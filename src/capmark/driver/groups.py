@@ -8,7 +8,7 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
 from capmark.collect import netinfo
 from capmark.driver.jobs import Job, Pacing, Schedule, Tally, error_text
@@ -16,13 +16,27 @@ from capmark.driver.procs import ProcessJobs, WorkerFailed, WorkerSpec, split_jo
 from capmark.engines import registry as engines
 from capmark.engines.base import TargetInfo
 from capmark.workloads import registry
-from capmark.workloads.base import DataSize, Workload
+from capmark.workloads.base import DataSize, ParamValue, Workload
+
+if TYPE_CHECKING:
+    from capmark.driver.cluster import NodeLayout
 
 BARRIER_TIMEOUT_S = 120.0  # a phase boundary every job reaches within this, or the step fails
 
 
 class StepFailed(Exception):
     """The step could not run to its end; the message says why, in the user's words."""
+
+
+class ProcessCpu(TypedDict):
+    """One driver process's CPU over the window, as the step stores it (driver_cpu.processes)."""
+
+    pid: int
+    jobs: list[int]  # the jobs it ran (none: the runner's own process)
+    user_s: float
+    sys_s: float
+    run_delay_s: float | None  # time its threads waited for a CPU while runnable (None: not measured)
+    node: NotRequired[str]  # on a Ray cluster: the Ray node it ran on
 
 
 @dataclass
@@ -32,10 +46,10 @@ class Outcome:
 
     tallies: list[Tally]
     failures: list[str]
-    processes: list[dict[str, Any]] = field(default_factory=list)  # worker pid, jobs, user_s, sys_s, run_delay_s
+    processes: list[ProcessCpu] = field(default_factory=list)
     net_before: list[netinfo.NetReading] = field(default_factory=list)
     net_after: list[netinfo.NetReading] = field(default_factory=list)
-    cluster: list[dict[str, Any]] | None = None  # on a Ray cluster: per node, its jobs, cores and clock offset
+    cluster: list[NodeLayout] | None = None  # on a Ray cluster: per node, its jobs, cores and clock offset
 
 
 class JobGroup(Protocol):
@@ -60,7 +74,7 @@ class StepJobs:
 
     dsn: str
     workload: Workload
-    params: dict[str, Any]
+    params: dict[str, ParamValue]
     size: DataSize
     mode: str
     info: TargetInfo
@@ -170,8 +184,8 @@ class ProcessGroup:
             raise StepFailed(str(err)) from None
         by_job = sorted(((j, t) for r in results for j, t in zip(r.jobs, r.tallies, strict=True)))
         return Outcome([t for _j, t in by_job], [f for r in results for f in r.failures],
-                       [{"pid": r.pid, "jobs": r.jobs, "user_s": r.user_s, "sys_s": r.sys_s,
-                         "run_delay_s": r.run_delay_s} for r in results],
+                       [ProcessCpu(pid=r.pid, jobs=r.jobs, user_s=r.user_s, sys_s=r.sys_s, run_delay_s=r.run_delay_s)
+                        for r in results],
                        [n for r in results for n in r.net_before], [n for r in results for n in r.net_after])
 
     def cut_short(self) -> None:
@@ -212,8 +226,8 @@ class ClusterGroup:
         placed = self._call(self.jobs.results)
         by_job = sorted(((j, t) for _p, r in placed for j, t in zip(r.jobs, r.tallies, strict=True)))
         return Outcome([t for _j, t in by_job], [f for _p, r in placed for f in r.failures],
-                       [{"pid": r.pid, "jobs": r.jobs, "user_s": r.user_s, "sys_s": r.sys_s,
-                         "run_delay_s": r.run_delay_s, "node": p.node["node_id"]} for p, r in placed],
+                       [ProcessCpu(pid=r.pid, jobs=r.jobs, user_s=r.user_s, sys_s=r.sys_s, run_delay_s=r.run_delay_s,
+                                   node=p.node.node_id if p.node else "") for p, r in placed],
                        [n for _p, r in placed for n in r.net_before], [n for _p, r in placed for n in r.net_after],
                        cluster=self.jobs.layout())
 

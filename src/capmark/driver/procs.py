@@ -27,7 +27,7 @@ from capmark.collect import netinfo
 from capmark.collect import os as oscollect
 from capmark.driver.jobs import Job, Pacing, Tally, error_text, phase_after
 from capmark.engines.base import TargetInfo
-from capmark.workloads.base import DataSize
+from capmark.workloads.base import DataSize, ParamValue
 
 # Forkserver: a clean process (no threads, no open connections) forks each worker, with capmark's driver
 # already imported, so a worker starts in tens of milliseconds and inherits nothing of the runner's sessions.
@@ -66,7 +66,7 @@ class WorkerSpec:
     dsn: str
     jobs: list[int]  # the job numbers this process runs (1-based, as in the threaded driver)
     workload: Any  # its name in the catalogue, or a recipe that rebuilds it (registry.reference)
-    params: dict[str, Any]
+    params: dict[str, ParamValue]
     size: DataSize
     mode: str
     info: TargetInfo

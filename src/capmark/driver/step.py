@@ -11,14 +11,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from capmark.collect import hosts, netinfo
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
 from capmark.collect.sampler import Sampler, Samples
 from capmark.driver import sampling
-from capmark.driver.groups import Outcome, StepJobs, driver_processes, job_group
+from capmark.driver.groups import Outcome, ProcessCpu, StepJobs, driver_processes, job_group
 from capmark.driver.jobs import Pacing
 from capmark.engines import registry as engines
 from capmark.engines.base import Engine, TargetInfo
@@ -26,6 +26,10 @@ from capmark.histogram import merge_all
 from capmark.results import StepResult
 from capmark.workloads import sto
 from capmark.workloads.base import DataSize, ParamValue, Workload
+
+if TYPE_CHECKING:
+    from capmark.driver.cluster import NodeLayout
+    from capmark.engines.base import LockHolder
 
 Progress = Callable[[str, float], None]  # phase, seconds left in it
 
@@ -39,6 +43,30 @@ LOCK_OVERRUN_LIMIT_S = 10.0
 # job reaches within groups.BARRIER_TIMEOUT_S fails the step without storing it).
 OVERRUN_LIMIT_S = 60.0
 WATCH_POLL_S = 0.5
+
+
+class DriverCpu(TypedDict):
+    """The driver's CPU over the window, as the step stores it (StepResult.driver_cpu)."""
+
+    user_s: float  # every driver process together
+    sys_s: float
+    run_delay_s: float | None  # their threads' time runnable but waiting for a CPU (None: not measured)
+    sampler_backend_s: float | None  # the sampler's server process (None: not measured, or threads of one process)
+    processes: list[ProcessCpu]  # each on its own, the runner's first
+    database_host_s: NotRequired[float]  # jobs on a cluster: the part spent on the database host
+
+
+class Overrun(TypedDict):
+    """A phase that ran past its plan: what the jobs waited for and who held them (instruments.overrun)."""
+
+    phase: str  # warm-up | window
+    over_s: float  # past its planned end, when last looked at
+    planned_s: float
+    window_s: float
+    waits: dict[str, int]  # the busy jobs' wait keys, each with how many jobs wait on it
+    blockers: list[LockHolder]  # the sessions holding the lock they wait on
+    cancelled: bool  # capmark cancelled the jobs' statements to end the phase
+    sentence: str  # what happened, for the user
 
 
 @dataclass
@@ -196,18 +224,19 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
     seconds = max(1, int(round(plan.duration_s)))
     series_units = _per_second([tally.series_units for tally in tallies], seconds)
     series_errors = _per_second([tally.series_errors for tally in tallies], seconds)
+    driver_cpu = _driver_cpu(drv_before, drv_after, delay_before, delay_after, sampler_cpu, outcome, ctx.host)
     result = StepResult(
         ordinal=plan.ordinal, jobs=plan.jobs, status="ok" if not notes else "failed", started_at=started,
         elapsed_s=elapsed, txn_types=names, histograms=hists, errors=errors,
         series_units=series_units, series_errors=series_errors,
         db_before=db_before, db_after=db_after, db_delta=engine.delta(db_before, db_after),
-        driver_cpu=_driver_cpu(drv_before, drv_after, delay_before, delay_after, sampler_cpu, outcome, ctx.host),
+        driver_cpu=dict(driver_cpu),
         waits=dict(samples.waits), wait_samples=samples.wait_samples, os_series=samples.os_series,
         round_trips=sum(tally.round_trips for tally in tallies), notes=notes + samples.errors,
-        network=netinfo.summed_delta(outcome.net_before, outcome.net_after).to_dict(),
+        network=dict(netinfo.summed_delta(outcome.net_before, outcome.net_after).to_dict()),
         pacing={"think_s": _think_s(workload, params, plan), "rate": plan.rate},
         schedule_lag=merge_all([tally.lag for tally in tallies]) if plan.rate else None,
-        background_series=samples.background_series(), memory_series=samples.memory_series,
+        background_series=samples.background_series(), memory_series=[dict(m) for m in samples.memory_series],
         interference={"sessions": samples.others.to_dict() if sampler_conn is not None else None},
         instruments={"capmark_transactions": {**_capmark_transactions(ctx, plan, samples, sampler_conn is not None),
                                               "host_metrics": host_statements},
@@ -224,7 +253,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         result.instruments["unit_stats"] = functools.reduce(lambda a, b: a.plus(b), unit_stats).to_dict()
     if outcome.cluster is not None:
         result.instruments["cluster"] = {"nodes": outcome.cluster}
-        result.notes.append(_spread_note(outcome.cluster, result.driver_cpu["processes"], elapsed))
+        result.notes.append(_spread_note(outcome.cluster, driver_cpu["processes"], elapsed))
     result.notes += sampling.record(result.instruments, [tally.sampling for tally in tallies], names)
     if eviction is not None:
         result.instruments["eviction"] = eviction
@@ -245,22 +274,22 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
 
 def _driver_cpu(before: tuple[float, float], after: tuple[float, float], delay_before: dict[int, float],
                 delay_after: dict[int, float], sampler_cpu: float | None, outcome: Outcome,
-                host: HostSource) -> dict[str, Any]:
+                host: HostSource) -> DriverCpu:
     """The driver's CPU over the window: this process (the runner, the sampler, threaded jobs) plus every worker
     process, each also kept on its own (one process can drive at most one core). With jobs on a cluster's nodes,
     database_host_s is the part spent on the database host (nodes that run its kernel), the rest being elsewhere."""
-    own = {"pid": os.getpid(), "jobs": [], "user_s": after[0] - before[0], "sys_s": after[1] - before[1],
-           "run_delay_s": oscollect.run_delay_between(delay_before, delay_after)}
+    own = ProcessCpu(pid=os.getpid(), jobs=[], user_s=after[0] - before[0], sys_s=after[1] - before[1],
+                     run_delay_s=oscollect.run_delay_between(delay_before, delay_after))
     processes = [own, *outcome.processes]
-    delays = [p["run_delay_s"] for p in processes]
-    out = {"user_s": sum(p["user_s"] for p in processes), "sys_s": sum(p["sys_s"] for p in processes),
-           "run_delay_s": None if any(d is None for d in delays) else sum(delays),
-           "sampler_backend_s": sampler_cpu, "processes": processes}
+    delays = [d for p in processes if (d := p["run_delay_s"]) is not None]
+    out = DriverCpu(user_s=sum(p["user_s"] for p in processes), sys_s=sum(p["sys_s"] for p in processes),
+                    run_delay_s=sum(delays) if len(delays) == len(processes) else None,
+                    sampler_backend_s=sampler_cpu, processes=processes)
     if outcome.cluster is not None:
         boot_id = host.facts.boot_id
         here = {n["node_id"] for n in outcome.cluster if boot_id and n.get("boot_id") == boot_id}
         out["database_host_s"] = sum(p["user_s"] + p["sys_s"] for p in processes
-                                     if p.get("node") in here or (not p["jobs"] and host.driver_on_host))
+                                     if p.get("node", "") in here or (not p["jobs"] and host.driver_on_host))
     return out
 
 
@@ -275,7 +304,7 @@ def autovacuum_note(background: list[dict[str, float]]) -> str:
             f"{', '.join(map(str, seconds))}): its transactions, CPU and IO are in this step's figures")
 
 
-def _spread_note(nodes: list[dict[str, Any]], processes: list[dict[str, Any]], elapsed_s: float) -> str:
+def _spread_note(nodes: list[NodeLayout], processes: list[ProcessCpu], elapsed_s: float) -> str:
     """How the jobs were spread over the cluster's nodes, and what each node's job processes used."""
     parts = []
     for node in nodes:
@@ -301,7 +330,7 @@ def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sa
 
 
 def _other_processes(before: oscollect.HostProcesses, after: oscollect.HostProcesses, os_before: dict | None,
-                     os_after: dict | None, workers: set[int]) -> dict:
+                     os_after: dict | None, workers: set[int]) -> oscollect.OtherPrograms:
     """CPU of the host's other programs in the window: everything but the instance and the driver's processes."""
     exclude = {os.getpid(), *workers}
     for reading in (os_before, os_after):
@@ -343,7 +372,7 @@ class OverrunWatch:
                  progress: Progress, say: Callable[[str], None]) -> None:
         self.ctx, self.engine, self.group, self.pids, self.plan = ctx, engine, group, pids, plan
         self.progress, self.say = progress, say
-        self.record: dict[str, Any] | None = None
+        self.record: Overrun | None = None
 
     @contextlib.contextmanager
     def phase(self, name: str, until: float) -> Iterator[None]:
@@ -380,7 +409,7 @@ class OverrunWatch:
                         cancel(self.ctx.control, self.pids)
                 self.say(f"Step {self.plan.ordinal} ({self.plan.jobs} job{'s' if self.plan.jobs != 1 else ''}): "
                          f"{found['sentence']}; capmark cancelled the jobs' statements.")
-            found["cancelled"] = cancelled or found.get("cancelled", False)
+            found["cancelled"] = cancelled or found["cancelled"]
             self.record = found
             if not said:
                 said = True
@@ -390,7 +419,7 @@ class OverrunWatch:
                           f"{', '.join(found['waits'])}" + ("" if cancelled else ", cancelled in"),
                           max(0.0, limit - over))
 
-    def _waits(self, name: str, over: float) -> dict[str, Any] | None:
+    def _waits(self, name: str, over: float) -> Overrun | None:
         """What the jobs still busy wait for, and who keeps them waiting on a lock; None when none is busy."""
         sample = self.engine.sample_activity(self.ctx.control, self.ctx.info, self.pids, self.pids)
         busy = Counter(w for w in sample.waits if not w.startswith("Client:"))
@@ -405,9 +434,8 @@ class OverrunWatch:
                                          for b in blockers)
             sentence += (f" (end that session, e.g. select pg_terminate_backend({blockers[0]['pid']}), or wait until "
                          "its transaction ends)")
-        return {"phase": name, "over_s": round(over, 1), "planned_s": self._planned(name),
-                "window_s": self.plan.duration_s, "waits": dict(busy),
-                "blockers": blockers, "cancelled": False, "sentence": sentence}
+        return Overrun(phase=name, over_s=round(over, 1), planned_s=self._planned(name), window_s=self.plan.duration_s,
+                       waits=dict(busy), blockers=blockers, cancelled=False, sentence=sentence)
 
     def _planned(self, name: str) -> float:
         return self.plan.warmup_s if name == "warm-up" else self.plan.duration_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from capmark.workloads.base import DataSize
 from capmark.workloads.units import TABLES
@@ -93,6 +93,13 @@ def weighted(branches: list[tuple[float, tuple[Statements, ClientFn]]]) -> tuple
     return statements, run
 
 
-def fields(pair: tuple[Statements, ClientFn]) -> dict[str, Any]:
+class ClientFields(TypedDict):
+    """The Workload fields of a client-side unit, given as keyword arguments (**fields(...))."""
+
+    client_statements: Statements
+    client_unit: ClientFn
+
+
+def fields(pair: tuple[Statements, ClientFn]) -> ClientFields:
     """Workload keyword arguments for a client-side unit."""
-    return {"client_statements": pair[0], "client_unit": pair[1]}
+    return ClientFields(client_statements=pair[0], client_unit=pair[1])

@@ -15,7 +15,7 @@ import os
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 
@@ -143,20 +143,43 @@ class ScriptStats:
                 mine_f[k] = mine_f.get(k, 0) + v
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ScriptsRecord:
         """Per script: each command's runs and mean latency (ms), its retries and failures; failures by class."""
         scripts = {}
         for name, stats, labels, failures in zip(self.names, self.commands, self.labels, self.failures_by_class,
                                                   strict=True):
-            scripts[name] = {
-                "commands": [{"line": line, "command": text, "runs": stats.counts[i],
-                              "mean_ms": stats.seconds[i] / stats.counts[i] * 1000 if stats.counts[i] else None,
-                              "retries": stats.retries[i], "failures": stats.failures[i]}
-                             for i, (line, text) in enumerate(labels)],
-                "retries": sum(stats.retries),
-                "failures_by_class": {k: v for k, v in sorted(failures.items()) if v},
-            }
-        return {"scripts": scripts}
+            scripts[name] = ScriptRecord(
+                commands=[CommandRecord(line=line, command=text, runs=stats.counts[i],
+                                        mean_ms=stats.seconds[i] / stats.counts[i] * 1000 if stats.counts[i] else None,
+                                        retries=stats.retries[i], failures=stats.failures[i])
+                          for i, (line, text) in enumerate(labels)],
+                retries=sum(stats.retries),
+                failures_by_class={k: v for k, v in sorted(failures.items()) if v},
+            )
+        return ScriptsRecord(scripts=scripts)
+
+
+class CommandRecord(TypedDict):
+    """One command of a script over the window."""
+
+    line: int
+    command: str  # its first line
+    runs: int
+    mean_ms: float | None  # None: it never ran
+    retries: int
+    failures: int
+
+
+class ScriptRecord(TypedDict):
+    commands: list[CommandRecord]
+    retries: int
+    failures_by_class: dict[str, int]  # failure class (serialization, deadlock, other) -> failures
+
+
+class ScriptsRecord(TypedDict):
+    """The scripts' own statistics as the step stores them (instruments.unit_stats)."""
+
+    scripts: dict[str, ScriptRecord]  # by script name
 
 
 class ScriptFailed(psycopg.Error):

@@ -9,7 +9,7 @@ report says so and estimates the share of reads the OS cache served (database re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import psycopg
 
@@ -98,7 +98,18 @@ def evicts(workload: Workload) -> bool:
     return EVICT_SQL in workload.helpers_sql
 
 
-def eviction_status(conn: psycopg.Connection, workload: Workload) -> dict[str, Any]:
+class Eviction(TypedDict):
+    """Whether the step's units read from storage, as the step stores it (instruments.eviction)."""
+
+    evicted: bool  # the block table was evicted from shared buffers before the units
+    reason: str  # why not
+    table_bytes: int
+    shared_buffers_bytes: int
+    measures_storage: bool  # most reads still reach storage
+    note: str  # for the step's notes ('' when evicted)
+
+
+def eviction_status(conn: psycopg.Connection, workload: Workload) -> Eviction:
     """Try the eviction the workload relies on, once, before the step; when the server cannot evict, say why
     and whether the step still reads from storage (the table far larger than shared buffers) or not."""
     evicted = bool(one_row(conn.execute("select capmark.sto_evict(%s::regclass)", (BLOCK_TABLE,)))[0])
@@ -106,8 +117,8 @@ def eviction_status(conn: psycopg.Connection, workload: Workload) -> dict[str, A
         "select pg_relation_size(%s::regclass), (select setting::bigint * 8192 from pg_settings "
         "where name = 'shared_buffers')", (BLOCK_TABLE,)))
     if evicted:
-        return {"evicted": True, "reason": "", "table_bytes": table, "shared_buffers_bytes": buffers,
-                "measures_storage": True, "note": ""}
+        return Eviction(evicted=True, reason="", table_bytes=table, shared_buffers_bytes=buffers, measures_storage=True,
+                        note="")
     reason = _why_not_evicted(conn)
     big_enough = table > (SCAN_RING_FRACTION if workload.name in SCANS else RANDOM_MISS_FACTOR) * buffers
     sizes = f"the table ({table / 2**20:.0f} MB) and shared buffers ({buffers / 2**20:.0f} MB)"
@@ -118,8 +129,8 @@ def eviction_status(conn: psycopg.Connection, workload: Workload) -> dict[str, A
         note = (f"Shared buffers were not evicted before the units ({reason}): with {sizes}, this step measures "
                 "shared buffers, not storage. Use PostgreSQL 18 with pg_buffercache in schema capmark, or grow "
                 "--scale until the table is far larger than shared buffers.")
-    return {"evicted": False, "reason": reason, "table_bytes": table, "shared_buffers_bytes": buffers,
-            "measures_storage": big_enough, "note": note}
+    return Eviction(evicted=False, reason=reason, table_bytes=table, shared_buffers_bytes=buffers,
+                    measures_storage=big_enough, note=note)
 
 
 def _why_not_evicted(conn: psycopg.Connection) -> str:

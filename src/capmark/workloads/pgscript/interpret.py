@@ -57,7 +57,7 @@ from capmark.workloads.pgscript.parse import (
     valid_variable_name,
 )
 from capmark.workloads.pgscript.randoms import PgbenchSeeds, PgPrng, RandomSource, pgbench_seeds, to_int64
-from capmark.workloads.pgscript.values import EvalContext, TextValue, compile_expr, to_text, truth
+from capmark.workloads.pgscript.values import EvalContext, TextValue, Value, Variables, compile_expr, to_text, truth
 
 RETRYABLE = {"40001": "serialization", "40P01": "deadlock"}  # the SQLSTATEs pgbench retries
 SHELL_OUTPUT_CHARS = 63  # pgbench reads one line of at most this many characters from \setshell
@@ -124,10 +124,10 @@ class _Retryable(Exception):
 
 
 def pgbench_variables(*, client_id: int = 0, scale: int = 1, random_seed: int = 0, default_seed: int = 0,
-                      defines: Mapping[str, str] | None = None) -> dict[str, Any]:
+                      defines: Mapping[str, str] | None = None) -> Variables:
     """The variables a pgbench client starts with: `-D` definitions (as text) win over the automatic
     :scale, :client_id, :default_seed and :random_seed."""
-    out: dict[str, Any] = {"scale": scale, "client_id": client_id, "default_seed": default_seed,
+    out: Variables = {"scale": scale, "client_id": client_id, "default_seed": default_seed,
                            "random_seed": to_int64(random_seed)}
     for name, value in (defines or {}).items():
         out[name] = TextValue(value)
@@ -158,7 +158,7 @@ class ScriptRunner:
     """One pgbench client: a script, a connection, its variables and its random generator."""
 
     def __init__(self, script: Script, conn: Any, *, query_mode: str = "prepared",
-                 variables: Mapping[str, Any] | None = None, rng: RandomSource | None = None,
+                 variables: Mapping[str, Value | TextValue | str] | None = None, rng: RandomSource | None = None,
                  allow_shell: bool = False, statement_prefix: str | None = None,
                  shared: ScriptRunner | None = None) -> None:
         if query_mode not in QUERY_MODES:
@@ -167,7 +167,7 @@ class ScriptRunner:
         self.mode = query_mode
         self.pgconn: pq.abc.PGconn = getattr(conn, "pgconn", conn)
         self.check(script, query_mode, allow_shell)
-        self.vars: dict[str, Any]
+        self.vars: Variables
         self.rng: RandomSource
         self.ctx: EvalContext
         if shared is not None:  # another script of the same client: one set of variables, one generator

@@ -35,7 +35,7 @@ class EvalContext:
 
     __slots__ = ("vars", "rng")
 
-    def __init__(self, variables: dict[str, Any], rng: randoms.RandomSource) -> None:
+    def __init__(self, variables: Variables, rng: randoms.RandomSource) -> None:
         self.vars = variables
         self.rng = rng
 
@@ -94,6 +94,9 @@ def parse_text(text: str, name: str) -> Value:
         return float(text)
     except ValueError:
         raise ExprError(f'malformed variable "{name}" value: "{text}"') from None
+
+
+Variables = dict[str, Value | TextValue]  # a client's variables by name: set by expressions, or from text
 
 
 def to_text(value: Any) -> str:
@@ -354,7 +357,7 @@ def compile_expr(node: Node, label: str = "") -> Fn:
     return fn
 
 
-def evaluate(node: Node, variables: dict[str, Any], rng: randoms.RandomSource | None = None) -> Value:
+def evaluate(node: Node, variables: Variables, rng: randoms.RandomSource | None = None) -> Value:
     """Evaluate once (tests, one-off use); the driver compiles once and calls the closure instead."""
     return compile_expr(node)(EvalContext(variables, rng or randoms.PgPrng(0)))
 
@@ -386,7 +389,7 @@ def _variable(name: str) -> Fn:
             v = ctx.vars[name]
         except KeyError:
             raise ExprError(f'undefined variable "{name}"') from None
-        if type(v) is TextValue:
+        if isinstance(v, TextValue):
             return v.value(name)
         return v
     return var
