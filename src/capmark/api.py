@@ -172,10 +172,12 @@ def _save(run_result: RunResult, kind: str, answers: list[TestAnswer[Any]]) -> N
 
 
 def whatif(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR, from_jobs: list[int] | None = None,
-           at_jobs: int | None = None, changes: dict[str, Any] | None = None, scenario_file: Path | None = None,
-           save: bool = False, progress: Progress | None = None, cores: int | None = None,
-           solver: str = "mva") -> WhatIfDocument:
-    """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report."""
+           at_jobs: int | None = None, changes: dict[str, str | int | float | None] | None = None,
+           scenario_file: Path | None = None, save: bool = False, progress: Progress | None = None,
+           cores: int | None = None, solver: str = "mva") -> WhatIfDocument:
+    """Baseline and scenarios (command-line changes and/or a TOML file) per test; save puts them in the report.
+    changes: the command line's, by a scenario file's key (growth, jobs, think, cpus, cpu_speed, disk_speed, disks),
+    None where not given."""
     scenarios = scenarios_of(changes, scenario_file)
     run_result, tests = tests_of(ref, results_dir)
     doc = whatif_document(run_result, tests, scenarios, from_jobs=from_jobs, at_jobs=at_jobs, progress=progress,

@@ -9,6 +9,7 @@ import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from capmark.errors import CapmarkError
@@ -50,6 +51,9 @@ DEFAULT_MAX_TRIES = 1  # pgbench 15+'s default: a serialization failure or deadl
 # the wrong file from filling memory; capmark never reads more than this of such a file.
 MAX_INPUT_FILE_BYTES = 1 << 20
 INPUT_FILE_LIMIT = "1 MiB"  # MAX_INPUT_FILE_BYTES as users read it
+
+# open-ended: a TOML file's table as read (any keys, any TOML values), until the reader checks each key and value
+TomlTable = dict[str, Any]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
@@ -132,7 +136,7 @@ def read_input_file(path: Path, what: str) -> bytes:
     return data
 
 
-def read_toml(path: Path, what: str) -> dict:
+def read_toml(path: Path, what: str) -> TomlTable:
     """A TOML file the user names (a suite, what-if scenarios), or one sentence saying why it cannot be used."""
     try:
         return tomllib.loads(read_input_file(path, what).decode("utf-8"))

@@ -37,6 +37,7 @@ from capmark.config import (
     MAX_JOBS,
     MODES,
     RunSpec,
+    TomlTable,
     check_pacing,
     check_repeat,
     check_script_options,
@@ -55,8 +56,6 @@ from capmark.workloads.pgscript import parse_define
 from capmark.workloads.pgscript.errors import ShellNotAllowed
 
 STEP_OVERHEAD_S = 1.5  # connect, snapshots and pauses per step, measured on a 2-core machine
-
-TomlTable = dict[str, Any]  # a table of a suite file as read, before its values are checked
 
 
 @dataclass(frozen=True)
@@ -100,6 +99,15 @@ class ScriptSettings:
     query_mode: str = DEFAULT_QUERY_MODE
     max_tries: int = DEFAULT_MAX_TRIES
     allow_shell: bool = False
+
+    @classmethod
+    def given(cls, defines: tuple[str, ...], seed: int | None, query_mode: str | None, max_tries: int | None,
+              allow_shell: bool) -> ScriptSettings:
+        """The settings as the command line or a suite file's test gives them; None: not given, the default."""
+        default = cls()
+        return cls(defines, default.seed if seed is None else seed,
+                   default.query_mode if query_mode is None else query_mode,
+                   default.max_tries if max_tries is None else max_tries, allow_shell)
 
 
 @dataclass(frozen=True)
@@ -200,10 +208,7 @@ def settings_of(spec: RunSpec) -> TestSettings:
         stepping=Stepping(tuple(spec.jobs or ()), spec.jobs_auto, spec.max_jobs, one_step=spec.soak_s is not None),
         warmup_s=spec.warmup_s, duration_s=spec.duration_s if spec.soak_s is None else spec.soak_s, mode=spec.mode,
         think_s=spec.think_s, rate=spec.rate, repeat=spec.repeat, params=dict(spec.params),
-        script=ScriptSettings(defines=tuple(spec.defines), seed=0 if spec.seed is None else spec.seed,
-                              query_mode=DEFAULT_QUERY_MODE if spec.query_mode is None else spec.query_mode,
-                              max_tries=DEFAULT_MAX_TRIES if spec.max_tries is None else spec.max_tries,
-                              allow_shell=spec.allow_shell))
+        script=ScriptSettings.given(tuple(spec.defines), spec.seed, spec.query_mode, spec.max_tries, spec.allow_shell))
 
 
 def plan(spec: RunSpec) -> list[TestPlan]:
@@ -334,11 +339,10 @@ def _script_test(entry: TomlTable, base: TestSettings, path: Path, i: int) -> Te
     if not isinstance(defines, dict) or not all(isinstance(v, str | int | float) and not isinstance(v, bool)
                                                 for v in defines.values()):
         raise CapmarkError(f"The defines of {where} are {defines!r}; write defines = {{ name = \"value\" }}.")
-    seed, query_mode = entry.get("seed", 0), entry.get("query_mode", DEFAULT_QUERY_MODE)
-    max_tries = entry.get("max_tries", DEFAULT_MAX_TRIES)
     allow_shell = base.script.allow_shell
-    options = ScriptSettings(tuple(f"{k}={v}" for k, v in defines.items()), seed, query_mode, max_tries,
-                             _shell_allowed(entry, where, allow_shell))
+    options = ScriptSettings.given(tuple(f"{k}={v}" for k, v in defines.items()), entry.get("seed"),
+                                   entry.get("query_mode"), entry.get("max_tries"),
+                                   _shell_allowed(entry, where, allow_shell))
     check_script_options(options.seed, options.max_tries, options.query_mode)
     settings = _settings({k: v for k, v in entry.items() if k not in SCRIPT_KEYS}, base, path, f"test {i}")
     if settings.mode == "server" and "mode" in entry:
