@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,8 @@ def test_the_run_ends_with_the_glance_table_within_80_columns(quick):
         assert column in head
     rows = [line.split()[0] for line in table[rule + 1:] if line.startswith(QUICK)]
     assert rows == list(QUICK)  # one row per workload, in the run's order
-    assert "report.html" in " ".join(lines[-len(table) - 2:-len(table)])  # where the rest is, just above
+    above = "".join("".join(lines[-len(table) - 3:-len(table)]).split())  # a long path wraps
+    assert str(quick) in above and "capmarkreportprintseverytable" in above  # where the rest is, just above
 
 
 def test_the_glance_peak_is_the_throughput_of_a_step_shown_above(quick):
@@ -122,6 +124,21 @@ def test_the_quick_suite_fits_two_screens_and_verbose_shows_the_rest(quick):
     assert all(f"Diagnosis of {w}:" in shown for w in QUICK)
     assert glance(verbose)[1:] == glance(lines)[1:]  # the same answer last
     assert max(len(line) for line in verbose) <= NARROW
+
+
+def test_a_figure_no_workload_has_gives_its_room_to_the_diagnosis(quick):
+    """Where no step of any test passed its self-checks there is no peak, no model and so no knee, bottleneck or
+    headroom: the table keeps the workload and its diagnosis, and says what 'valid' means."""
+    measured = api.report_documents(quick).headlines
+    none_valid = [replace(h, peak_throughput=None, peak_jobs=None, per_core=None, knee_jobs=None, knee_typical_s=None,
+                          knee_p95_s=None, bottleneck=None, capacity=None, capacity_jobs=None, headroom_pct=None,
+                          valid_steps=0, peak_at_highest_step=False) for h in measured]
+    table = rendered(glance_table(none_valid))
+    rule = next(i for i, line in enumerate(table) if RULE.match(line.strip()))
+    assert table[1:rule] == [table[1]] and table[1].split() == ["Workload", "Diagnosis"]
+    assert "n/a" not in "\n".join(table)
+    assert "0 of 3 steps valid" in " ".join(" ".join(table).split())
+    assert "Valid: passed its self-checks" in table[-1] + " " + table[-2]
 
 
 def test_repetitions_show_their_table_and_what_plus_minus_means_once(repeated):

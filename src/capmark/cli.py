@@ -141,8 +141,10 @@ def print_ending(folder: Path, console: Console, verbose: bool = False) -> None:
     if verbose:
         for t in docs.diagnosis.tests:
             console.print(f"Diagnosis of {t.workload}: {t.summary}", highlight=False, markup=False)
-    console.print(f"Stored with its report: {Path(folder) / 'report.html'} (capmark report prints every table, "
-                  "capmark diagnose the evidence)", markup=False, highlight=False)
+    report = Path(folder) / "report.html"
+    where = f"Stored with its report: {report}" if report.exists() else f"Stored in {folder}"
+    console.print(f"{where} (capmark report prints every table, capmark diagnose the evidence)", markup=False,
+                  highlight=False)
     print_glance(docs.headlines, console)
 
 

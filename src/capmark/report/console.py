@@ -235,31 +235,38 @@ def _ms(seconds: float | None) -> str:
 
 def glance_table(headlines: list[Headline]) -> FittedTable:
     """The run's answer, one row per workload, as report.html opens with it: the peak and per core, the knee, the
-    bottleneck, the headroom and the diagnosis. At 80 columns the figures at the knee and the capacity give way."""
+    bottleneck, the headroom and the diagnosis. At 80 columns the figures at the knee and the capacity give way; a
+    figure that no workload has (no valid step, no model) gives its room to the diagnosis."""
     cols = [Col("Workload", justify="left"), Col("Peak"), Col("At\njobs", rank=3, name="Peak jobs"),
             Col("Per\ncore"), Col("Knee\njobs"), Col("Knee p50\n[ms]", rank=2, name="Knee p50"),
             Col("Knee p95\n[ms]", rank=1, name="Knee p95"), Col("Bottleneck", justify="left"),
             Col("Capacity", rank=4), Col("Head-\nroom"), Col("Diagnosis", justify="left", wrap=True)]
-    table = FittedTable(GLANCE_TITLE, cols, title_style="bold")
+    rows = []
     for h in headlines:
         modelled = h.capacity is not None
         peak = f"{fmt(h.peak_throughput, 0)} {h.throughput_label}" if h.peak_throughput is not None else "n/a"
         headroom = ("n/a" if h.headroom_pct is None else "0 %" if abs(h.headroom_pct) < 0.5
                     else f"{h.headroom_pct:+.0f} %")
-        diagnosis = h.diagnosis + (f"; {h.valid_steps} of {h.steps} steps passed the self-checks"
-                                   if h.valid_steps < h.steps else "")
-        table.add_row(h.workload, peak + ("*" if h.peak_at_highest_step else ""), fmt(h.peak_jobs, 0),
-                      fmt(h.per_core, 0), str(h.knee_jobs) if h.knee_jobs is not None else "none" if modelled
-                      else "n/a", _ms(h.knee_typical_s), _ms(h.knee_p95_s), h.bottleneck or "n/a",
-                      fmt(h.capacity, 0), headroom, diagnosis)
-    legend = ["Peak: the highest throughput of a valid step"
-              + (" (*: at the plan's highest load, more jobs may go faster)" if any(h.peak_at_highest_step
-                                                                                      for h in headlines) else ""),
-              "knee: the jobs at which the model's response time doubles",
-              "headroom: the model's capacity beyond the peak"]
-    if any(h.capacity is None for h in headlines):
-        legend.append("n/a: capmark calibrate says why")
-    table.notes.append("; ".join(legend) + ".")
+        knee = str(h.knee_jobs) if h.knee_jobs is not None else "none" if modelled else "n/a"
+        diagnosis = h.diagnosis + (f"; {h.valid_steps} of {h.steps} steps valid" if h.valid_steps < h.steps else "")
+        rows.append([h.workload, peak + ("*" if h.peak_at_highest_step else ""), fmt(h.peak_jobs, 0),
+                     fmt(h.per_core, 0), knee, _ms(h.knee_typical_s), _ms(h.knee_p95_s), h.bottleneck or "n/a",
+                     fmt(h.capacity, 0), headroom, diagnosis])
+    last = len(cols) - 1
+    keep = [i for i in range(len(cols)) if i in (0, last) or any(row[i] != "n/a" for row in rows)]
+    table = FittedTable(GLANCE_TITLE, [cols[i] for i in keep], [[row[i] for i in keep] for row in rows],
+                        title_style="bold")
+    shown = {cols[i].label for i in keep}
+    legend = ["peak: the best valid step" + (" (*: at the plan's highest load; more jobs may go faster)"
+                                             if any(h.peak_at_highest_step for h in headlines) else "")
+              if "Peak" in shown else "",
+              "knee: the jobs where the model's response time doubles" if "Knee jobs" in shown else "",
+              "headroom: the model's capacity beyond the peak" if "Head- room" in shown else "",
+              "valid: passed its self-checks (capmark diagnose says why not)"
+              if any(h.valid_steps < h.steps for h in headlines) else "",
+              "n/a: capmark calibrate says why" if any("n/a" in row[i] for row in rows for i in keep) else ""]
+    said = [part for part in legend if part]
+    table.notes.append("; ".join(said)[:1].upper() + "; ".join(said)[1:] + ".")
     return table
 
 
