@@ -202,7 +202,7 @@ def _drop_older_slice(name: str) -> str:
 end $drop$;"""
 
 # A slice measures what timing one unit costs (a sampled round around an empty unit, on a scratch histogram) so
-# that the driver can choose how many units to time: 32 rounds of ~2 us span ~64 clock ticks of 1 us, and cost a
+# that the driver can choose how many units to time: 32 rounds of ~1.2 us span ~40 clock ticks of 1 us, and cost a
 # 1 s slice less than 0.01 %.
 CALIBRATION_ROUNDS = 32
 
