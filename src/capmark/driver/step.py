@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 from capmark.collect import hosts, netinfo
 from capmark.collect import os as oscollect
 from capmark.collect.hosts import HostSource
+from capmark.collect.procfs import Pressure, ProcStat
 from capmark.collect.sampler import Sampler, Samples
 from capmark.driver import sampling
 from capmark.driver.groups import Outcome, ProcessCpu, StepJobs, driver_processes, job_group
@@ -98,18 +99,31 @@ class StepPlan:
     cluster: bool = False  # client side: the run joined a Ray cluster, whose nodes run the jobs
 
 
-def _os_reading(ctx: StepContext) -> dict | None:
+@dataclass(frozen=True)
+class _OsReading:
+    """The database host's counters at one instant (before or after the window)."""
+
+    stat: ProcStat
+    disks: dict[str, dict[str, int]]  # by device: the kernel's counters
+    mem: dict[str, int]  # /proc/meminfo's fields, in bytes
+    pressure: dict[str, Pressure]  # by resource: cpu, io, memory
+    procs: oscollect.ProcessSample | None  # the instance's processes (None: the source cannot see them)
+
+
+def _os_reading(ctx: StepContext) -> _OsReading | None:
     stat, disks, mem, pressure = ctx.host.counters(ctx.devices)
     if stat is None:
         return None
-    return {"stat": stat, "disks": disks, "mem": mem, "pressure": pressure, "procs": ctx.host.instance()}
+    return _OsReading(stat, disks, mem, pressure, ctx.host.instance())
 
 
-def _os_summary(before: dict, after: dict, elapsed_s: float, host: HostSource) -> dict:
-    b, a = before["stat"], after["stat"]
+def _os_summary(before: _OsReading, after: _OsReading, elapsed_s: float, host: HostSource) -> dict[str, object]:
+    """The host's counters over the window as the step stores them (StepResult.os); the memory and disk fields are
+    the kernel's own."""
+    b, a = before.stat, after.stat
     disks = {}
-    for dev, fields in after["disks"].items():
-        prev = before["disks"].get(dev, {})
+    for dev, fields in after.disks.items():
+        prev = before.disks.get(dev, {})
         disks[dev] = {k: v - prev.get(k, 0) if k != "in_flight" else v for k, v in fields.items()}
     return {
         "cpu_pct": oscollect.cpu_percentages(b.cpu, a.cpu),
@@ -120,15 +134,15 @@ def _os_summary(before: dict, after: dict, elapsed_s: float, host: HostSource) -
         "procs_running_end": a.procs_running,
         "procs_blocked_end": a.procs_blocked,
         "disks": disks,
-        "memory_end": after["mem"],
-        "memory_start": before["mem"],
-        "pressure": _stall_shares(before["pressure"], after["pressure"], elapsed_s),
+        "memory_end": after.mem,
+        "memory_start": before.mem,
+        "pressure": _stall_shares(before.pressure, after.pressure, elapsed_s),
         "source": host.name,
         "driver_on_host": host.driver_on_host,
     }
 
 
-def _stall_shares(before: dict, after: dict, elapsed_s: float) -> dict[str, float]:
+def _stall_shares(before: dict[str, Pressure], after: dict[str, Pressure], elapsed_s: float) -> dict[str, float]:
     """Share of the window in which some task stalled on CPU, IO or memory (Linux pressure stall information)."""
     return {kind: min(1.0, max(0.0, (after[kind].total_us - before[kind].total_us) / 1e6 / elapsed_s))
             for kind in after if kind in before and elapsed_s > 0}
@@ -261,11 +275,11 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
             result.notes.append(eviction["note"])
     if os_before and os_after:
         result.os = _os_summary(os_before, os_after, elapsed, ctx.host)
-        if os_before["procs"] and os_after["procs"]:
+        if os_before.procs and os_after.procs:
             for pid in (sampler_pid, *ctx.host.own_pids()):  # capmark's own backends: its cost, not the workload's
-                oscollect.relabel(os_after["procs"], pid, oscollect.SAMPLER_ROLE)
-            result.process_cpu = oscollect.cpu_by_role(os_before["procs"], os_after["procs"])
-            result.os["rss_by_role_end"] = _rss_by_role(os_after["procs"])
+                oscollect.relabel(os_after.procs, pid, oscollect.SAMPLER_ROLE)
+            result.process_cpu = oscollect.cpu_by_role(os_before.procs, os_after.procs)
+            result.os["rss_by_role_end"] = _rss_by_role(os_after.procs)
     if host_before is not None and host_after is not None:
         workers = {p["pid"] for p in outcome.processes}
         result.interference["processes"] = _other_processes(host_before, host_after, os_before, os_after, workers)
@@ -329,13 +343,13 @@ def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sa
             "jobs": plan.jobs if flushes else 0}
 
 
-def _other_processes(before: oscollect.HostProcesses, after: oscollect.HostProcesses, os_before: dict | None,
-                     os_after: dict | None, workers: set[int]) -> oscollect.OtherPrograms:
+def _other_processes(before: oscollect.HostProcesses, after: oscollect.HostProcesses, os_before: _OsReading | None,
+                     os_after: _OsReading | None, workers: set[int]) -> oscollect.OtherPrograms:
     """CPU of the host's other programs in the window: everything but the instance and the driver's processes."""
     exclude = {os.getpid(), *workers}
     for reading in (os_before, os_after):
-        if reading and reading["procs"]:
-            exclude.update(reading["procs"].procs)
+        if reading and reading.procs:
+            exclude.update(reading.procs.procs)
     return oscollect.other_processes_cpu(before, after, exclude)
 
 
