@@ -145,9 +145,7 @@ def test_an_unsettled_fixed_point_is_flagged_and_shown(monkeypatch):
 def test_the_unsettled_note_reaches_the_console(monkeypatch):
     monkeypatch.setattr(dbmodel, "MAX_ROUNDS", 3)
     doc = Calibration(workload="tp-light", unit="transaction", solver="mva", interval_note="",
-                      calibrated_from_jobs=[1], steps=[], model="m",
-                      calibration={"cpu_s": 1e-4, "cores": 2, "flush_requests": 0.2, "flush_cpu_s": 1e-4,
-                                   "flush_device_s": 1e-4, "delay_s": 0.0, "notes": []},
+                      calibrated_from_jobs=[1], steps=[], model="m", calibration=TP_LIGHT,
                       verdict={"steps_scored": [], "throughput": {"median_abs_pct": None, "max_abs_pct": None},
                                "response_time_s": {"median_abs_pct": None, "max_abs_pct": None},
                                "cpu_busy_max_points": None},

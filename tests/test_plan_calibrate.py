@@ -86,10 +86,10 @@ def test_calibration_reproduces_its_own_step_and_predicts_the_others(run, drift)
     assert pred["knee_jobs"] is not None and pred["knee_jobs"] > 1
     assert cpu_test.verdict["steps_scored"] == [2, 4]
     # the cores' capacity comes from the steps with at most as many jobs as cores, never from the 4-job step
-    scaling = cpu_test.calibration["cpu_scaling"]
-    cores = cpu_test.calibration["cores"]
-    assert scaling["points"] and all(p["jobs"] <= cores for p in scaling["points"])
-    assert len(scaling["effective_cores"]) == cores and scaling["effective_cores"]["1"] == 1.0
+    scaling = cpu_test.calibration.cpu_scaling
+    cores = cpu_test.calibration.cores
+    assert scaling is not None and scaling.points and all(p.jobs <= cores for p in scaling.points)
+    assert len(scaling.effective_cores) == cores and scaling.effective_cores["1"] == 1.0
     others = _other_programs_share(run.test("srv-query1"))
     if others > OTHER_PROGRAMS_LIMIT:
         pytest.skip(f"other programs used {others:.0%} of the host's busy CPU: the predictions cannot be scored")

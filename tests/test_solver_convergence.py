@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from capmark.analysis import document
-from capmark.analysis.planning import Sizing
+from capmark.analysis.planning import Platform, Sizing
 from capmark.errors import CapmarkError
 from capmark.model import lqn, mva, usl
 from capmark.model.open import effective_servers, quick_response_time
@@ -213,8 +213,9 @@ def test_unsettled_sizing_reaches_the_console(monkeypatch):
     model = commit_model()
     sla = parse_sla("p95<400us")
     most, fastest = max_jobs(model, sla, 0.0), max_rate(model, sla)
-    sizing_answer = Sizing(unit="transaction", sla={"metric": sla.metric, "limit_s": sla.limit_s, "text": sla.text},
-                           calibrated_from=[1], think_s=0.0, platform={}, max_jobs=most.jobs,
+    platform = Platform(cores=model.cores, cores_from=model.cores_from, cpu_from=model.cpu_from, notes=[])
+    sizing_answer = Sizing(unit="transaction", sla=sla, calibrated_from=[1], think_s=0.0, platform=platform,
+                           max_jobs=most.jobs,
                            at_max_jobs=most.at.to_dict() if most.at else None, one_more_job=most.beyond.to_dict(),
                            search_limit_reached=most.limit_reached, max_rate=fastest.rate,
                            at_max_rate=fastest.at.to_dict() if fastest.at else None,

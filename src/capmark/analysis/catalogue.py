@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from capmark.analysis.document import Document
 from capmark.engines import registry as engines
 from capmark.measure.kpm import COLUMNS, unit_of
 from capmark.workloads import registry
-from capmark.workloads.base import COMMON_KPMS, Workload
+from capmark.workloads.base import COMMON_KPMS, ParamValue, Workload
+
+
+class ParamEntry(TypedDict):
+    """One parameter of a workload: its default, the values it takes, and what it does."""
+
+    name: str
+    default: ParamValue
+    allowed: str
+    help: str
 
 
 @dataclass(kw_only=True)
@@ -23,7 +32,7 @@ class WorkloadEntry:
     kpms: list[str]
     client_side: bool
     transaction_types: list[str]
-    params: list[dict[str, Any]]
+    params: list[ParamEntry]
     # per engine: "" where the workload runs there, else why it cannot mean the same (its defaults' settings)
     engines: dict[str, str]
 
@@ -47,7 +56,7 @@ def catalogue() -> Catalogue:
     entries = [WorkloadEntry(name=w.name, family=w.family, unit=w.unit, throughput_unit=w.throughput_label,
                              description=w.description, key_metrics=_key_metrics(w), kpms=list(w.kpms),
                              client_side=w.client_side, transaction_types=list(w.txn_types),
-                             params=[{"name": p.name, "default": p.default, "allowed": p.allowed(), "help": p.help}
+                             params=[ParamEntry(name=p.name, default=p.default, allowed=p.allowed(), help=p.help)
                                      for p in w.params],
                              engines={e.name: registry.unavailable(w, e, w.resolve_params({}))
                                       for e in engines.all_engines()})

@@ -8,8 +8,12 @@ nothing else, so a figure is computed once per command and shown the same way ev
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Generic, TypeVar
+
+# open-ended: a document's JSON text as Python values; the document's own type is the record, this only its output
+JsonObject = dict[str, Any]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -33,7 +37,7 @@ class Document:
 
     SCHEMA: ClassVar[str] = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"schema": self.SCHEMA, **{f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}}
 
 
@@ -41,7 +45,7 @@ class Document:
 class Payload:
     """One test's answer to a question; its fields appear at the top level of the test's JSON object."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}
 
 
@@ -63,12 +67,12 @@ class TestAnswer(Generic[P]):
     def answered(self) -> bool:
         return self.answer is not None
 
-    def to_json(self) -> dict[str, Any]:
-        head: dict[str, Any] = {"workload": self.workload, "ordinal": self.ordinal, "answered": self.answered}
+    def to_json(self) -> JsonObject:
+        head: JsonObject = {"workload": self.workload, "ordinal": self.ordinal, "answered": self.answered}
         return {**head, **self.answer.to_json()} if self.answer is not None else {**head, "reason": self.reason}
 
 
-def payload_of(cls: type[P], values: dict[str, Any]) -> P:
+def payload_of(cls: type[P], values: Mapping[str, object]) -> P:
     """A payload from a planning function's result; a key the type does not declare is a bug caught here."""
     return cls(**values)
 

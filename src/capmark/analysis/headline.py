@@ -65,25 +65,25 @@ def _measured_at(test: TestResult, jobs: int) -> tuple[float | None, float | Non
 def headline(test: TestResult, calibration: Calibration | None, diagnosis: TestDiagnosis | None,
              problem: str = "") -> Headline:
     peak, peak_jobs, peak_nopm = _valid_peak(test)
-    cores = calibration.calibration.get("cores") if calibration else None
-    curve = calibration.prediction if calibration else {}
-    knee = curve.get("knee_jobs")
+    cores = calibration.calibration.cores if calibration else None
+    curve = calibration.prediction if calibration else None
+    knee = curve["knee_jobs"] if curve else None
     median = p95 = None
     knee_from = ""
-    if knee is not None:
+    if curve and knee is not None:
         median, p95, at = _measured_at(test, int(knee))
         if at is not None and at == knee:
             knee_from = f"median measured at {at} jobs"
         else:
-            point = next((p for p in curve.get("points", []) if p.get("jobs") == knee), None)
-            median, p95 = (point.get("response_time_s"), point.get("p95_s")) if point else (None, None)
+            point = next((p for p in curve["points"] if p["jobs"] == knee), None)
+            median, p95 = (point["response_time_s"], point["p95_s"]) if point else (None, None)
             knee_from = "model mean"
-    capacity = curve.get("max_throughput")
+    capacity = curve["max_throughput"] if curve else None
     return Headline(workload=test.workload, unit=test.unit, throughput_label=test.throughput_label,
                     peak_throughput=peak, peak_jobs=peak_jobs, per_core=peak / cores if peak and cores else None,
                     cores=cores, knee_jobs=knee, knee_typical_s=median, knee_p95_s=p95, knee_from=knee_from,
-                    bottleneck=curve.get("bottleneck"), capacity=capacity,
-                    capacity_jobs=curve.get("max_throughput_jobs"),
+                    bottleneck=curve["bottleneck"] if curve else None, capacity=capacity,
+                    capacity_jobs=curve["max_throughput_jobs"] if curve else None,
                     headroom_pct=(capacity / peak - 1) * 100 if capacity and peak else None,
                     diagnosis=diagnosis.headline if diagnosis else "not diagnosed (no measured step)",
                     valid_steps=sum(1 for s in test.steps if s.units and record.of(s, test.per_unit).valid),

@@ -9,19 +9,30 @@ from pathlib import Path
 from typing import Any
 
 from capmark.analysis.answers import answer_each
-from capmark.analysis.document import Document, Payload, TestAnswer, payload_of
+from capmark.analysis.document import Document, Payload, TestAnswer
 from capmark.errors import CapmarkError
+from capmark.plan.anticipate import AfterChange, MeasuredRate, RatePoint, check_change
 from capmark.plan.anticipate import anticipate as anticipate_test
-from capmark.plan.anticipate import check_change
+from capmark.plan.calibrate import WITHIN_NOISE as WITHIN_NOISE
+from capmark.plan.calibrate import Figure as Figure
+from capmark.plan.calibrate import Interval as Interval
+from capmark.plan.calibrate import ModelPoint as ModelPoint
+from capmark.plan.calibrate import StepRow as StepRow
+from capmark.plan.calibrate import UslFitted, UslNote, validate
+from capmark.plan.calibrate import Verdict as Verdict
 from capmark.plan.calibrate import calibrate as calibrate_test
-from capmark.plan.calibrate import validate
 from capmark.plan.dbhost import DatabaseHost, database_host, require_host_cpu
-from capmark.plan.dbmodel import MAX_CORES, MAX_JOBS_SOLVED, DbModel
-from capmark.plan.sizing import check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
-from capmark.plan.whatif import Scenario, evaluate, expand, load_scenarios
+from capmark.plan.dbmodel import MAX_CORES, MAX_JOBS_SOLVED
+from capmark.plan.dbmodel import DbModel as DbModel
+from capmark.plan.dbmodel import PredictionJson as PredictionJson
+from capmark.plan.predict import CurveJson as CurveJson
+from capmark.plan.sizing import Sla, Target, check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
+from capmark.plan.whatif import Baseline, OutcomeJson, Scenario, evaluate, expand, load_scenarios
 from capmark.results import RunResult, TestResult
 
 Progress = Callable[[str], None]
+# The names imported `as` themselves are the shapes the planning documents hold, re-exported for the renderers
+# (which read analysis, never plan).
 
 
 @dataclass(kw_only=True)
@@ -33,13 +44,13 @@ class Calibration(Payload):
     model: str
     solver: str
     calibrated_from_jobs: list[int]
-    calibration: dict[str, Any]
+    calibration: DbModel
     p95_note: str
     interval_note: str
-    steps: list[dict[str, Any]]
-    verdict: dict[str, Any]
-    usl: dict[str, Any]
-    prediction: dict[str, Any]
+    steps: list[StepRow]
+    verdict: Verdict
+    usl: UslNote | UslFitted
+    prediction: CurveJson
 
 
 @dataclass(kw_only=True)
@@ -52,12 +63,23 @@ class CalibrationDocument(Document):
 
 
 @dataclass(kw_only=True)
+class Platform:
+    """The platform a plan was solved for, and how each part of it is known: measured, recorded, stated or
+    estimated, with the model's notes (an estimated CPU says so wherever it is used)."""
+
+    cores: int
+    cores_from: str
+    cpu_from: str
+    notes: list[str]
+
+
+@dataclass(kw_only=True)
 class WhatIf(Payload):
     unit: str
-    platform: dict[str, Any]
-    baseline: dict[str, Any]
+    platform: Platform
+    baseline: Baseline
     model: list[int]
-    scenarios: list[dict[str, Any]]
+    scenarios: list[OutcomeJson]
     converged: bool  # every scenario's prediction settled
     unconverged_scenarios: list[str]
 
@@ -74,21 +96,21 @@ class WhatIfDocument(Document):
 @dataclass(kw_only=True)
 class Sizing(Payload):
     unit: str
-    sla: dict[str, Any]
+    sla: Sla
     calibrated_from: list[int]
     think_s: float
-    platform: dict[str, Any]
+    platform: Platform
     max_jobs: int
-    at_max_jobs: dict[str, Any] | None
-    one_more_job: dict[str, Any]
+    at_max_jobs: PredictionJson | None
+    one_more_job: PredictionJson
     search_limit_reached: bool  # the SLA held up to the jobs search's limit: max_jobs is that limit
     max_rate: float | None
-    at_max_rate: dict[str, Any] | None
+    at_max_rate: PredictionJson | None
     rate_search_limit_reached: bool  # the open model never saturated below the rate search's limit
     converged: bool  # every solution the searches decided on settled
     unsettled: dict[str, list[str]]  # jobs | rate: the loads whose solution did not
     unsettled_notes: list[str]
-    target: dict[str, Any] | None
+    target: Target | None
 
 
 @dataclass(kw_only=True)
@@ -108,10 +130,10 @@ class Anticipation(Payload):
     formula: str
     service_time_s: float
     service_time_from_jobs: int
-    measured: dict[str, Any]
+    measured: MeasuredRate
     effective_servers: float
-    curve: list[dict[str, Any]]
-    change: dict[str, Any]
+    curve: list[RatePoint]
+    change: AfterChange
 
 
 @dataclass(kw_only=True)
@@ -145,7 +167,7 @@ def host_of(run: RunResult, tests: list[TestResult], cores: int | None) -> Datab
 
 def calibration_of(test: TestResult, host: DatabaseHost, from_jobs: list[int] | None = None, up_to: int | None = None,
                    progress: Progress | None = None, solver: str = "mva") -> Calibration:
-    return payload_of(Calibration, validate(test, from_jobs, up_to, progress, host, solver))
+    return Calibration(**validate(test, from_jobs, up_to, progress, host, solver))
 
 
 def calibration_document(run: RunResult, tests: list[TestResult], *, from_jobs: list[int] | None = None,
@@ -157,10 +179,8 @@ def calibration_document(run: RunResult, tests: list[TestResult], *, from_jobs: 
         run, tests, "calibrate a model", lambda t: calibration_of(t, host, from_jobs, up_to, progress, solver)))
 
 
-def _platform(model: DbModel) -> dict[str, Any]:
-    """The platform a plan was solved for, and how each part of it is known: measured, recorded, stated or
-    estimated, with the model's notes (an estimated CPU says so wherever it is used)."""
-    return {"cores": model.cores, "cores_from": model.cores_from, "cpu_from": model.cpu_from, "notes": model.notes}
+def _platform(model: DbModel) -> Platform:
+    return Platform(cores=model.cores, cores_from=model.cores_from, cpu_from=model.cpu_from, notes=model.notes)
 
 
 def _base_jobs(model: DbModel, at_jobs: int | None) -> int:
@@ -170,6 +190,7 @@ def _base_jobs(model: DbModel, at_jobs: int | None) -> int:
     return at_jobs
 
 
+# open-ended: the command line's loose settings, checked by whatif.scenario()
 def scenarios_of(changes: dict[str, Any] | None, scenario_file: Path | None) -> list[Scenario]:
     """The command line's changes first, then the file's scenarios; at least one is needed."""
     changes = {k: v for k, v in (changes or {}).items() if v is not None}
@@ -191,7 +212,7 @@ def whatif_document(run: RunResult, tests: list[TestResult], scenarios: list[Sce
     def answer(t: TestResult) -> WhatIf:
         model = calibrate_test(t, from_jobs, host)
         found = evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress, solver)
-        return payload_of(WhatIf, {"unit": t.unit, "platform": _platform(model), **found})
+        return WhatIf(unit=t.unit, platform=_platform(model), **found)
 
     return WhatIfDocument(run=run.run_id, tests=answer_each(run, tests, "answer what-if questions", answer))
 
@@ -212,7 +233,7 @@ def sizing_document(run: RunResult, tests: list[TestResult], sla_text: str, *, f
         fastest = max_rate(model, sla)
         if progress and target_tps:
             progress(f"{t.workload}: what {target_tps:g} {t.unit}s/s within {sla.text} needs")
-        return Sizing(unit=t.unit, sla={"metric": sla.metric, "limit_s": sla.limit_s, "text": sla.text},
+        return Sizing(unit=t.unit, sla=sla,
                       calibrated_from=model.calibrated_from, think_s=model.think_s, platform=_platform(model),
                       max_jobs=most.jobs, at_max_jobs=most.at.to_dict() if most.at else None,
                       one_more_job=most.beyond.to_dict(), search_limit_reached=most.limit_reached,
@@ -228,7 +249,7 @@ def sizing_document(run: RunResult, tests: list[TestResult], sla_text: str, *, f
 
 def anticipation_of(test: TestResult, at_jobs: int | None = None, service_factor: float = 1.0,
                     rate_factor: float = 1.0, servers: float | None = None) -> Anticipation:
-    return payload_of(Anticipation, anticipate_test(test, at_jobs, service_factor, rate_factor, servers))
+    return Anticipation(**anticipate_test(test, at_jobs, service_factor, rate_factor, servers))
 
 
 def anticipation_document(run: RunResult, tests: list[TestResult], *, at_jobs: int | None = None,

@@ -32,7 +32,9 @@ class TestReport:
     calibration_problem: str
     anticipation: Anticipation | None
     anticipation_problem: str
-    saved_whatif: dict[str, Any] | None  # what `capmark whatif --save` stored for this test
+    # open-ended: the JSON `capmark whatif --save` stored for this test, perhaps by an older capmark, shown as stored
+    saved_whatif: dict[str, Any] | None
+    # open-ended: the JSON `capmark size --save` stored, as above
     saved_size: dict[str, Any] | None
     headline: Headline
 

@@ -30,6 +30,8 @@ def _type_text(hint: Any, depth: int) -> str:
         return " | ".join(_type_text(a, depth) for a in args)
     if origin is list:
         return f"[{_type_text(args[0], depth)}]"
+    if origin is tuple:  # a fixed pair, e.g. an interval's (low, high): a JSON list
+        return "[" + ", ".join(_type_text(a, depth) for a in args) + "]"
     if origin is dict:
         return "{" + f"{_type_text(args[0], depth)}: {_type_text(args[1], depth)}" + "}"
     if origin is TestAnswer or hint is TestAnswer:
@@ -37,14 +39,26 @@ def _type_text(hint: Any, depth: int) -> str:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _fields_text(hint, depth)
     if typing.is_typeddict(hint):  # a JSON-shaped record: its keys, those it may leave out marked
-        optional = hint.__optional_keys__
-        return _lines([(name, _type_text(h, depth + 1) + (" (not always present)" if name in optional else ""))
-                       for name, h in typing.get_type_hints(hint).items()], depth)
+        return _lines([(name, _type_text(h, depth + 1) + (" (not always present)" if optional else ""))
+                       for name, (h, optional) in _keys(hint).items()], depth)
     if hint is type(None):
         return "null"
     if hint is Any:
         return "any"
     return {str: "str", int: "int", float: "number", bool: "bool"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _keys(typed: Any) -> dict[str, tuple[Any, bool]]:
+    """A TypedDict's keys: each one's type and whether it may be left out. NotRequired is read from the annotation
+    too: under `from __future__ import annotations` Python 3.11 does not count it in __optional_keys__."""
+    out = {}
+    for name, hint in typing.get_type_hints(typed, include_extras=True).items():
+        optional = name in typed.__optional_keys__
+        if typing.get_origin(hint) in (typing.NotRequired, typing.Required):
+            optional = typing.get_origin(hint) is typing.NotRequired
+            hint = typing.get_args(hint)[0]
+        out[name] = (hint, optional)
+    return out
 
 
 def _lines(pairs: list[tuple[str, str]], depth: int) -> str:

@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from capmark.errors import CapmarkError
 from capmark.model import mva, usl
@@ -29,6 +29,71 @@ MAX_POPULATION = mva.MAX_POPULATION
 # 200,000 vectors take a few seconds; more belong to the approximate method ("mol").
 MAX_POPULATION_VECTORS = 200_000
 MAX_CALL_PATHS = 10_000  # the layered solver visits every call path from the users once per solve
+
+
+# --- results, keyed like the cases' `expect` ------------------------------------------------------------------
+
+class ClosedCase(TypedDict):
+    """A single-class closed model: per-station lists in the order of the case's stations."""
+
+    method: str
+    throughput: float
+    response_time: float
+    queue_lengths: list[float]
+    utilizations: list[float]
+    residence_times: list[float]
+    residence_time_per_visit: list[float]
+    bottleneck: str
+    converged: bool
+    iterations: int
+    note: NotRequired[str]  # where the solver has something to say (an approximation that stopped short)
+
+
+class MulticlassCase(TypedDict):
+    """A multi-class closed model: per-class throughput and response time, per-station queues and busy."""
+
+    method: str
+    throughput: list[float]
+    response_time: list[float]
+    queue_lengths: list[float]
+    utilizations: list[float]
+    iterations: int
+
+
+class OpenCase(TypedDict):
+    """An M/M/m queue."""
+
+    utilization: float
+    wait_probability: float
+    mean_queue_length_waiting: float
+    waiting_time: float
+    response_time: float
+    stretch_factor: float
+
+
+UslCase = TypedDict("UslCase", {  # functional form: one key is the Python keyword lambda
+    "sigma": float, "kappa": float, "lambda": float, "se_sigma": float, "se_kappa": float, "se_lambda": float,
+    "r_squared": float, "peak_concurrency": float, "peak_throughput": float, "amdahl": bool})
+
+
+class QuickCase(TypedDict):
+    response_time: float
+
+
+class ServersCase(TypedDict):
+    servers: float
+
+
+class LayeredCase(TypedDict):
+    throughput: float
+    response_time: float
+    processor_utilization: dict[str, float]
+    task_utilization: dict[str, float]
+    task_waiting_time: dict[str, float]
+    iterations: int
+
+
+CaseResult = ClosedCase | MulticlassCase | OpenCase | UslCase | QuickCase | ServersCase | LayeredCase
 
 
 # --- field checks -------------------------------------------------------------------------------------------
@@ -53,7 +118,7 @@ def _whole(value: Any, what: str, maximum: int | None = None, why: str = "") -> 
     return value
 
 
-def _object(value: Any, what: str) -> dict[str, Any]:
+def _object(value: Any, what: str) -> dict[str, Any]:  # open-ended: a JSON object of the user's case file
     if not isinstance(value, dict):
         raise CapmarkError(f"{what} must be a JSON object; got {_kind(value)}; {SCHEMA_HINT}.")
     return value
@@ -121,7 +186,7 @@ def _has_work(stations: list[mva.Station], think_time: float) -> None:
                            "at least one station a positive demand.")
 
 
-def _closed(model: dict, method: str | None) -> dict[str, Any]:
+def _closed(model: dict, method: str | None) -> ClosedCase:
     method = method or "exact-mva"
     if method not in CLOSED_METHODS:
         raise CapmarkError(f"Unknown method {method!r} for a closed model; use {', '.join(CLOSED_METHODS)}.")
@@ -133,11 +198,14 @@ def _closed(model: dict, method: str | None) -> dict[str, Any]:
         "schweitzer-amva": mva.schweitzer_mva, "linearizer-amva": mva.linearizer}
     solver = approximate.get(method, mva.exact_mva)
     r = solver(stations, n, z)
-    return {"method": r.method, "throughput": r.throughput, "response_time": r.response_time,
-            "queue_lengths": r.queue_lengths, "utilizations": r.utilizations, "residence_times": r.residence_times,
-            "residence_time_per_visit": r.residence_time_per_visit(stations),
-            "bottleneck": stations[max(range(len(stations)), key=lambda i: r.utilizations[i])].name,
-            "converged": r.converged, "iterations": r.iterations, **({"note": r.note} if r.note else {})}
+    out = ClosedCase(method=r.method, throughput=r.throughput, response_time=r.response_time,
+                     queue_lengths=r.queue_lengths, utilizations=r.utilizations, residence_times=r.residence_times,
+                     residence_time_per_visit=r.residence_time_per_visit(stations),
+                     bottleneck=stations[max(range(len(stations)), key=lambda i: r.utilizations[i])].name,
+                     converged=r.converged, iterations=r.iterations)
+    if r.note:
+        out["note"] = r.note
+    return out
 
 
 # --- multi-class closed models ------------------------------------------------------------------------------
@@ -151,7 +219,7 @@ def _per_class(value: Any, what: str, classes: int) -> list[float]:
     return [_number(value, what)] * classes
 
 
-def _multiclass(model: dict) -> dict[str, Any]:
+def _multiclass(model: dict) -> MulticlassCase:
     pops_raw = model.get("population")
     if not isinstance(pops_raw, list) or not pops_raw:
         raise CapmarkError("A multi-class model needs a population list, one entry per class.")
@@ -182,25 +250,24 @@ def _multiclass(model: dict) -> dict[str, Any]:
             raise CapmarkError(f"Class {c + 1} has no demand anywhere and no think time, so its cycle takes no time; "
                                "give it a positive demand.")
     r = mva.exact_mva_multiclass(demands, pops, think, delay)
-    return {"method": r.method, "throughput": r.throughput, "response_time": r.response_time,
-            "queue_lengths": r.queue_lengths,
-            "utilizations": r.utilizations, "iterations": r.iterations}
+    return MulticlassCase(method=r.method, throughput=r.throughput, response_time=r.response_time,
+                          queue_lengths=r.queue_lengths, utilizations=r.utilizations, iterations=r.iterations)
 
 
 # --- open models, USL, quick formula ------------------------------------------------------------------------
 
-def _open(model: dict) -> dict[str, Any]:
+def _open(model: dict) -> OpenCase:
     lam = _number(model.get("arrival_rate"), "The arrival rate", positive=True)
     mu = _number(model.get("service_rate"), "The service rate", positive=True)
     m = _whole(model.get("servers", 1), "The servers", MAX_POPULATION, "more servers than any population capmark "
                "solves")
     r = mmm(lam, mu, m)
-    return {"utilization": r.utilization, "wait_probability": r.wait_probability,
-            "mean_queue_length_waiting": r.mean_queue_length_waiting, "waiting_time": r.waiting_time,
-            "response_time": r.response_time, "stretch_factor": r.response_time * mu}
+    return OpenCase(utilization=r.utilization, wait_probability=r.wait_probability,
+                    mean_queue_length_waiting=r.mean_queue_length_waiting, waiting_time=r.waiting_time,
+                    response_time=r.response_time, stretch_factor=r.response_time * mu)
 
 
-def _usl_fit(model: dict) -> dict[str, Any]:
+def _usl_fit(model: dict) -> UslCase:
     n = [_number(v, "A concurrency", positive=True) for v in _list(model.get("concurrency"), "The concurrency")]
     x = [_number(v, "A throughput", positive=True) for v in _list(model.get("throughput"), "The throughput")]
     if len(n) != len(x):
@@ -213,18 +280,20 @@ def _usl_fit(model: dict) -> dict[str, Any]:
         f = usl.fit(n, x)
     except (RuntimeError, ValueError) as err:  # scipy's least squares gave up
         raise CapmarkError(f"The USL does not fit these points ({err}); check the measurements.") from None
-    return {"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "se_sigma": f.se_sigma, "se_kappa": f.se_kappa,
-            "se_lambda": f.se_lambda, "r_squared": f.r_squared, "peak_concurrency": f.peak_concurrency,
-            "peak_throughput": f.peak_throughput, "amdahl": f.amdahl}
+    return UslCase({"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "se_sigma": f.se_sigma,
+                    "se_kappa": f.se_kappa, "se_lambda": f.se_lambda, "r_squared": f.r_squared,
+                    "peak_concurrency": f.peak_concurrency, "peak_throughput": f.peak_throughput, "amdahl": f.amdahl})
 
 
-def _quick(kind: str, model: dict) -> dict[str, Any]:
+def _quick(kind: str, model: dict) -> QuickCase | ServersCase:
     s = _number(model.get("service_time"), "The service time", positive=True)
     if kind == "quick-formula":
-        return {"response_time": quick_response_time(s, _number(model.get("arrival_rate"), "The arrival rate"),
-                                                     _number(model.get("servers"), "The servers", positive=True))}
-    return {"servers": effective_servers(s, _number(model.get("arrival_rate"), "The arrival rate", positive=True),
-                                         _number(model.get("response_time"), "The response time", positive=True))}
+        return QuickCase(response_time=quick_response_time(
+            s, _number(model.get("arrival_rate"), "The arrival rate"),
+            _number(model.get("servers"), "The servers", positive=True)))
+    return ServersCase(servers=effective_servers(
+        s, _number(model.get("arrival_rate"), "The arrival rate", positive=True),
+        _number(model.get("response_time"), "The response time", positive=True)))
 
 
 # --- layered models -----------------------------------------------------------------------------------------
@@ -314,7 +383,7 @@ def _has_lqn_work(tasks: list[Any]) -> None:
                            "calls, e.g. \"calls\": {\"server\": 1}.")
 
 
-def _lqn(case: dict) -> dict[str, Any]:
+def _lqn(case: dict) -> LayeredCase:
     """kind "lqn": processors [{name, multiplicity}], tasks [{name, reference, population, think_time,
     multiplicity, entries: [{name, phase1: {processor: demand}, phase2: {...}, calls: {entry: visits}}]}];
     method "mol" (Schweitzer device layer, default) or "mol-exact"."""
@@ -343,14 +412,14 @@ def _lqn(case: dict) -> dict[str, Any]:
             raise CapmarkError(f"mol-exact would solve {vectors:,} population vectors per round, above the limit of "
                                f"{MAX_POPULATION_VECTORS:,}; use method mol.")
     r = lqn.solve(procs, tasks, device_solver="exact" if method == "mol-exact" else "schweitzer")
-    return {"throughput": r.throughput, "response_time": r.response_time,
-            "processor_utilization": r.processor_utilization, "task_utilization": r.task_utilization,
-            "task_waiting_time": r.task_waiting_time, "iterations": r.iterations}
+    return LayeredCase(throughput=r.throughput, response_time=r.response_time,
+                       processor_utilization=r.processor_utilization, task_utilization=r.task_utilization,
+                       task_waiting_time=r.task_waiting_time, iterations=r.iterations)
 
 
 # --- cases and files ----------------------------------------------------------------------------------------
 
-def solve(case: dict) -> dict[str, Any]:
+def solve(case: dict) -> CaseResult:
     """Results of one case, keyed like the cases' `expect` fields."""
     case = _object(case, "A case")
     kind = case.get("kind")
@@ -393,7 +462,7 @@ def _reject_constant(path: Path, token: str) -> float:
     raise CapmarkError(f"{path} holds {token}, which JSON does not allow; write a finite number.")
 
 
-def solve_file(path: Path) -> dict[str, Any] | list[dict[str, Any]]:
+def solve_file(path: Path) -> CaseResult | list[dict[str, object]]:
     """One case, a list of cases, or {"cases": [...]} from a JSON file; a list gets each case's id back."""
     data = read_cases(path)
     cases = data["cases"] if isinstance(data, dict) and "cases" in data else data
@@ -401,7 +470,7 @@ def solve_file(path: Path) -> dict[str, Any] | list[dict[str, Any]]:
         return solve(cases)
     if not isinstance(cases, list) or not cases:
         raise CapmarkError(f"{path} holds neither a case nor a list of cases; {SCHEMA_HINT}.")
-    out = []
+    out: list[dict[str, object]] = []  # each case's id (whatever JSON value the file gives) before its result
     for i, c in enumerate(cases, start=1):
         if not isinstance(c, dict):
             raise CapmarkError(f"Case {i} of {path} is {_kind(c)}, not a case object; {SCHEMA_HINT}.")

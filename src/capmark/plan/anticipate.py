@@ -8,7 +8,8 @@ through the measurement. The curve after a change of S, lambda or M shows what t
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from capmark.errors import CapmarkError
 from capmark.measure import record
@@ -16,11 +17,52 @@ from capmark.model.open import effective_servers, quick_response_time
 from capmark.results import TestResult
 
 CURVE_POINTS = 40
+FORMULA = "R = S / (1 - (S*lambda/M)^M) (Shallahamer, OraPub)"
 
 
-def _curve(s: float, m: float, up_to: float) -> list[dict[str, float]]:
+@dataclass(frozen=True, kw_only=True)
+class RatePoint:
+    rate: float  # units/s
+    response_time_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredRate:
+    """The measured step the curve passes through."""
+
+    jobs: int
+    rate: float
+    response_time_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class AfterChange:
+    """S, lambda and M after the change, the response time there (None: saturated) and the curve."""
+
+    service_time_s: float
+    rate: float
+    servers: float
+    response_time_s: float | None
+    saturated: bool
+    curve: list[RatePoint]
+
+
+class QuickAnticipation(TypedDict):
+    """The quick curve through a measured step, before and after a change."""
+
+    workload: str
+    formula: str
+    service_time_s: float
+    service_time_from_jobs: int
+    measured: MeasuredRate
+    effective_servers: float
+    curve: list[RatePoint]
+    change: AfterChange
+
+
+def _curve(s: float, m: float, up_to: float) -> list[RatePoint]:
     top = min(up_to, 0.98 * m / s)
-    return [{"rate": top * i / CURVE_POINTS, "response_time_s": quick_response_time(s, top * i / CURVE_POINTS, m)}
+    return [RatePoint(rate=top * i / CURVE_POINTS, response_time_s=quick_response_time(s, top * i / CURVE_POINTS, m))
             for i in range(CURVE_POINTS + 1)]
 
 
@@ -33,7 +75,7 @@ def check_change(service_factor: float, rate_factor: float, servers: float | Non
 
 
 def anticipate(test: TestResult, at_jobs: int | None = None, service_factor: float = 1.0, rate_factor: float = 1.0,
-               servers: float | None = None) -> dict[str, Any]:
+               servers: float | None = None) -> QuickAnticipation:
     check_change(service_factor, rate_factor, servers)
     valid = [s for s in test.steps if record.of(s, test.per_unit).valid]
     if len(valid) < 2:
@@ -55,9 +97,9 @@ def anticipate(test: TestResult, at_jobs: int | None = None, service_factor: flo
     after = None
     if lam2 * s2 / m2 < 1:
         after = quick_response_time(s2, lam2, m2)
-    return {"workload": test.workload, "formula": "R = S / (1 - (S*lambda/M)^M) (Shallahamer, OraPub)",
-            "service_time_s": s, "service_time_from_jobs": low.jobs, "measured": {"jobs": point.jobs, "rate": lam,
-                                                                                 "response_time_s": r},
-            "effective_servers": m, "curve": _curve(s, m, 1.5 * lam),
-            "change": {"service_time_s": s2, "rate": lam2, "servers": m2, "response_time_s": after,
-                       "saturated": after is None, "curve": _curve(s2, m2, 1.5 * max(lam, lam2))}}
+    return QuickAnticipation(
+        workload=test.workload, formula=FORMULA, service_time_s=s, service_time_from_jobs=low.jobs,
+        measured=MeasuredRate(jobs=point.jobs, rate=lam, response_time_s=r), effective_servers=m,
+        curve=_curve(s, m, 1.5 * lam),
+        change=AfterChange(service_time_s=s2, rate=lam2, servers=m2, response_time_s=after, saturated=after is None,
+                           curve=_curve(s2, m2, 1.5 * max(lam, lam2))))

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Literal, NotRequired, TypedDict, final
 
 from capmark.errors import CapmarkError
 from capmark.measure import kpm, noise, record
@@ -39,11 +39,12 @@ from capmark.plan.dbmodel import (
     WAL_FLUSH,
     DbModel,
     Prediction,
+    TypeFigures,
     device_station,
     solve,
 )
 from capmark.plan.mix import type_demands
-from capmark.plan.predict import curve
+from capmark.plan.predict import CurveJson, curve
 from capmark.plan.simulate import SIM_MODEL
 from capmark.plan.simulate import solver as solver_for
 from capmark.results import StepResult, TestResult
@@ -74,7 +75,24 @@ def flushes(step: StepResult) -> tuple[float, float | None]:
     return wio["fsyncs"] / step.units, elapsed if elapsed > 0 else None
 
 
-def _step_parameters(step: StepResult, host: DatabaseHost) -> dict[str, Any]:
+@dataclass(kw_only=True)
+class _StepParameters:
+    """What one calibration step gives the model, per unit: CPU outside flushes, data devices' busy time outside
+    flushes, the WAL device, flush requests and one flush's CPU and device time, the client tier, and the
+    latency shape (p95 and p99 over the mean)."""
+
+    cpu: float
+    devices: dict[str, float]
+    wal_device: str | None
+    f: float
+    flush_cpu: float
+    flush_device: float
+    client: float
+    p95: float
+    p99: float
+
+
+def _step_parameters(step: StepResult, host: DatabaseHost) -> _StepParameters:
     """The demands of one calibration step. The database host's CPU is the measured one where the host was
     measured, else the wait-sampled estimate (the caller has checked that the user stated the cores); the
     driver's CPU is host CPU where it ran on the database host, else a client tier delay."""
@@ -103,9 +121,10 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> dict[str, Any]:
     in_flushes = f * flush_cpu if measured else 0.0
     lat = step.latency.summary()
     mean = lat["mean_s"] or 0.0
-    return {"cpu": max(0.0, cpu - in_flushes), "devices": busy, "wal_device": wal_dev, "f": f,
-            "flush_cpu": flush_cpu, "flush_device": flush_dev, "client": max(0.0, driver - here),
-            "p95": (lat["p95_s"] or mean) / mean if mean else 1.0, "p99": (lat["p99_s"] or mean) / mean if mean else 1.0}
+    return _StepParameters(cpu=max(0.0, cpu - in_flushes), devices=busy, wal_device=wal_dev, f=f, flush_cpu=flush_cpu,
+                           flush_device=flush_dev, client=max(0.0, driver - here),
+                           p95=(lat["p95_s"] or mean) / mean if mean else 1.0,
+                           p99=(lat["p99_s"] or mean) / mean if mean else 1.0)
 
 
 def _check_host_cpu(test: TestResult, chosen: list[StepResult], host: DatabaseHost) -> list[StepResult]:
@@ -147,7 +166,7 @@ def _flush_requests(valid: list[StepResult]) -> float:
 def _cpu_scaling(valid: list[StepResult], cores: int, host: DatabaseHost, requests: float) -> cpuscaling.CpuScaling:
     """CPU per unit against busy cores and commit waits over the valid steps with at most as many jobs as cores
     (where the CPU was measured), whatever steps the rest of the model is calibrated on."""
-    points = [cpuscaling.CpuPoint(s.jobs, _busy_cores(s), _step_parameters(s, host)["cpu"],
+    points = [cpuscaling.CpuPoint(s.jobs, _busy_cores(s), _step_parameters(s, host).cpu,
                                   _commit_waits(s, requests))
               for s in valid if s.jobs <= cores and has_host_cpu(s)]
     return cpuscaling.fit(points, cores)
@@ -178,27 +197,24 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     scaling = _cpu_scaling(valid, cores.count, host, requests) if not unmeasured else cpuscaling.CpuScaling(
         0.0, (), "the database host's CPU was estimated, not measured: capacity taken as linear in the busy cores")
     for s, p in zip(chosen, params, strict=True):  # CPU as one busy core would spend it with no commit waits
-        p["cpu"] = max(0.0, p["cpu"] - scaling.wait_cpu_s * _commit_waits(s, requests))
+        p.cpu = max(0.0, p.cpu - scaling.wait_cpu_s * _commit_waits(s, requests))
         at_one = scaling.per_unit(1.0, _busy_cores(s))
-        p["cpu"], p["flush_cpu"] = p["cpu"] / at_one, p["flush_cpu"] / at_one
-    names = sorted({k for p in params for k in p["devices"]})
-    wal_devs = [p["wal_device"] for p in params if p["wal_device"]]
+        p.cpu, p.flush_cpu = p.cpu / at_one, p.flush_cpu / at_one
+    names = sorted({k for p in params for k in p.devices})
+    wal_devs = [p.wal_device for p in params if p.wal_device]
     model = DbModel(
         workload=test.workload, unit=test.unit, cores=cores.count,
-        cpu_s=mean(p["cpu"] for p in params),
-        devices={k: mean(p["devices"].get(k, 0.0) for p in params) for k in names},
+        cpu_s=mean(p.cpu for p in params),
+        devices={k: mean(p.devices.get(k, 0.0) for p in params) for k in names},
         wal_device=max(set(wal_devs), key=wal_devs.count) if wal_devs else None,
-        flush_requests=mean(p["f"] for p in params), flush_cpu_s=mean(p["flush_cpu"] for p in params),
-        flush_device_s=mean(p["flush_device"] for p in params), delay_s=0.0,
-        client_s=mean(p["client"] for p in params), think_s=chosen[0].pacing.get("think_s", 0.0),
-        p95_over_mean=mean(p["p95"] for p in params), p99_over_mean=mean(p["p99"] for p in params),
+        flush_requests=mean(p.f for p in params), flush_cpu_s=mean(p.flush_cpu for p in params),
+        flush_device_s=mean(p.flush_device for p in params), delay_s=0.0,
+        client_s=mean(p.client for p in params), think_s=chosen[0].pacing.get("think_s", 0.0),
+        p95_over_mean=mean(p.p95 for p in params), p99_over_mean=mean(p.p99 for p in params),
         calibrated_from=sorted({s.jobs for s in chosen}), cores_from=cores.origin,
         cpu_from=CPU_ESTIMATED if unmeasured else CPU_MEASURED, cpu_growth=scaling.growth,
         wait_cpu_s=scaling.wait_cpu_s,
-        cpu_scaling={"growth_per_core": scaling.growth, "wait_cpu_s": scaling.wait_cpu_s, "note": scaling.note,
-                     "points": [asdict(p) for p in scaling.points],
-                     "effective_cores": {str(k): cpuscaling.effective_cores(k, scaling.growth)
-                                         for k in range(1, cores.count + 1)}})
+        cpu_scaling=scaling.fitted(cores.count))
     if cores.origin == CORES_STATED:
         model.notes.append(stated_cores_note(host, chosen[0]))
     if unmeasured:
@@ -207,7 +223,7 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
         model.notes.append("WAL flush time is not measured (track_wal_io_timing off): group commit not modelled")
         model.flush_requests = 0.0
     model = fit_flushes_and_delay(model, [Anchor(jobs=s.jobs, cycle_s=s.jobs / (s.units / s.elapsed_s),
-                                                  flushes_per_unit=p["f"]) for s, p in zip(chosen, params, strict=True)])
+                                                  flushes_per_unit=p.f) for s, p in zip(chosen, params, strict=True)])
     at_lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
     model.types = type_demands(at_lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
     if model.types:
@@ -264,23 +280,200 @@ def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = C
     return model
 
 
+Figure = Literal["throughput", "response_time_s", "p95_s"]  # the figures whose errors the verdict scores
+
+
+class MeasuredPoint(TypedDict):
+    """What a job count measured: throughput, mean and tail response times, CPU and device busy, WAL flushes."""
+
+    throughput: float | None
+    response_time_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    cpu_busy_pct: float | None
+    flushes_per_unit: float | None
+    device_util_pct: dict[str, float | None]  # by the device's station (device_station)
+
+
+class Interval(TypedDict):
+    """A measured figure's 95 % confidence half-width (in the figure's unit), how it was found and from how many."""
+
+    half_width: float
+    method: str
+    n: int
+
+
+class MeasuredIntervals(TypedDict):
+    throughput: Interval | None
+    response_time_s: Interval | None
+    p95_s: Interval | None
+
+
+class FigureErrors(TypedDict):
+    """The model's error against the measurement, in per cent (None where either is missing)."""
+
+    throughput: float | None
+    response_time_s: float | None
+    p95_s: float | None
+
+
+class TypeErrors(FigureErrors):
+    p99_s: float | None
+
+
+class FigureKinds(TypedDict):
+    """Per figure: WITHIN_NOISE, MODEL_ERROR or NO_INTERVAL."""
+
+    throughput: str
+    response_time_s: str
+    p95_s: str
+
+
+class MeasuredAndModel(TypedDict):
+    measured: float | None
+    model: float | None
+
+
+class TypePoint(TypedDict):
+    throughput: float
+    response_time_s: float
+    p95_s: float
+    p99_s: float
+
+
+class TypeRow(TypedDict):
+    """One transaction type of a mix at a job count: measured, the model's class, and the errors."""
+
+    measured: TypePoint
+    model: TypeFigures
+    error_pct: TypeErrors
+
+
+class ModelPoint(TypedDict):
+    """The model's solution at a job count, as the validation table shows it."""
+
+    jobs: float | None
+    offered_rate: float | None
+    converged: bool
+    rounds: int
+    throughput: float | None
+    response_time_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    cpu_busy_pct: float
+    utilizations: dict[str, float]
+    bottleneck: str
+    by_type: dict[str, TypeFigures]
+    flushes_per_unit: float | None
+    batch: float | None
+    stretch: float | None
+    method: str
+    interval: dict[str, list[float]] | None  # (low, high) per figure, from the simulation's replications
+    notes: list[str]
+
+
+class StepRow(TypedDict):
+    """One job count: measured (the mean over its valid repetitions) against the model."""
+
+    jobs: int
+    valid: bool
+    invalid_because: list[str]
+    calibration: bool  # the model was calibrated on it
+    repetitions: int
+    repetitions_used: int
+    repetitions_left_out: dict[str, list[str]]  # by repetition number: why
+    measured: MeasuredPoint
+    measured_interval: MeasuredIntervals
+    model: ModelPoint
+    error_pct: FigureErrors
+    error_kind: FigureKinds
+    cpu_error_points: float | None
+    device_error_points: dict[str, float]
+    batch: MeasuredAndModel
+    flush_time_s: MeasuredAndModel
+    by_type: dict[str, TypeRow]
+    mva: NotRequired[ModelPoint]  # with the simulation: MVA's solution beside it
+    solver_note: NotRequired[str | None]  # with the simulation: where MVA falls outside its interval, which to trust
+
+
+class AbsStats(TypedDict):
+    median_abs_pct: float | None
+    max_abs_pct: float | None
+
+
+class NoiseCounts(TypedDict):
+    within_noise: int
+    model_error: int
+    no_interval: int
+    model_error_median_abs_pct: float | None
+
+
+class NoiseSeparation(TypedDict):
+    throughput: NoiseCounts
+    response_time_s: NoiseCounts
+
+
+class Verdict(TypedDict):
+    """The model's errors over the scored steps (valid, not calibration steps)."""
+
+    throughput: AbsStats
+    response_time_s: AbsStats
+    p95_s: AbsStats
+    cpu_busy_max_points: float | None
+    cpu_busy_median_points: float | None
+    steps_scored: list[int]
+    response_time_s_by_type: AbsStats
+    p95_s_by_type: AbsStats
+    noise: NoiseSeparation
+
+
+@final  # so that a key only the fit has tells the two apart
+class UslNote(TypedDict):
+    """Why there is no USL beside the queueing model."""
+
+    note: str
+
+
+UslFitted = TypedDict("UslFitted", {  # functional form: one key is the Python keyword lambda
+    "sigma": float, "kappa": float, "lambda": float, "r_squared": float, "peak_concurrency": float,
+    "peak_throughput": float, "jobs": list[int], "predicted": list[float], "error_pct": list[float],
+    "median_abs_pct": float, "model_median_abs_pct": float, "better": str, "summary": str})
+UslFitted.__doc__ = "The USL fitted to the valid steps beside the queueing model: which is closer, and where each misses."
+
+
+class Validation(TypedDict):
+    """A test's calibrated model, validated against every job count, with the USL and the curve beyond."""
+
+    workload: str
+    unit: str
+    model: str
+    solver: str
+    calibrated_from_jobs: list[int]
+    calibration: DbModel
+    p95_note: str
+    interval_note: str
+    steps: list[StepRow]
+    verdict: Verdict
+    usl: UslNote | UslFitted
+    prediction: CurveJson
+
+
 def _err(model: float | None, measured: float | None) -> float | None:
     return (model / measured - 1) * 100 if model is not None and measured else None
 
 
-def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> dict[str, Any]:
+def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> MeasuredPoint:
     values = record.of(step, per_unit).kpm
     f, _ = flushes(step)
-    return {"throughput": values["throughput"], "response_time_s": (values["rt_mean_ms"] or 0) / 1000,
-            "p95_s": (values["rt_p95_ms"] or 0) / 1000, "p99_s": (values["rt_p99_ms"] or 0) / 1000,
-            "cpu_busy_pct": values["cpu_busy_pct"],
-            "device_util_pct": {device_station(k): v["utilization_pct"] for k, v in devices(step).items()},
-            "flushes_per_unit": f or None}
+    return MeasuredPoint(throughput=values["throughput"], response_time_s=(values["rt_mean_ms"] or 0) / 1000,
+                         p95_s=(values["rt_p95_ms"] or 0) / 1000, p99_s=(values["rt_p99_ms"] or 0) / 1000,
+                         cpu_busy_pct=values["cpu_busy_pct"], flushes_per_unit=f or None,
+                         device_util_pct={device_station(k): v["utilization_pct"] for k, v in devices(step).items()})
 
 
-def _abs_stats(values: list[float | None]) -> dict[str, float | None]:
+def _abs_stats(values: list[float | None]) -> AbsStats:
     errs = sorted(abs(v) for v in values if v is not None)
-    return {"median_abs_pct": statistics.median(errs) if errs else None, "max_abs_pct": errs[-1] if errs else None}
+    return AbsStats(median_abs_pct=statistics.median(errs) if errs else None, max_abs_pct=errs[-1] if errs else None)
 
 
 def solver_disagreement(sim: Prediction, mva: Prediction) -> str | None:
@@ -314,54 +507,63 @@ def _mean_or_none(values: list[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else statistics.fmean(values)  # type: ignore[arg-type]
 
 
-def _mean_point(points: list[dict[str, Any]]) -> dict[str, Any]:
+def _mean_point(points: list[MeasuredPoint]) -> MeasuredPoint:
     """The measured point of a job count: the mean over its repetitions (None where one of them has none)."""
     mean = _mean_or_none
     devs = set.intersection(*(set(p["device_util_pct"]) for p in points))
-    return {**{k: mean([p[k] for p in points]) for k in ("throughput", "response_time_s", "p95_s", "p99_s",
-                                                           "cpu_busy_pct", "flushes_per_unit")},
-            "device_util_pct": {k: mean([p["device_util_pct"][k] for p in points]) for k in sorted(devs)}}
+    return MeasuredPoint(throughput=mean([p["throughput"] for p in points]),
+                         response_time_s=mean([p["response_time_s"] for p in points]),
+                         p95_s=mean([p["p95_s"] for p in points]), p99_s=mean([p["p99_s"] for p in points]),
+                         cpu_busy_pct=mean([p["cpu_busy_pct"] for p in points]),
+                         flushes_per_unit=mean([p["flushes_per_unit"] for p in points]),
+                         device_util_pct={k: mean([p["device_util_pct"][k] for p in points]) for k in sorted(devs)})
 
 
 # the measured figures whose interval tells model error from measurement noise, and their KPM (in ms)
-NOISE_KPMS = {"throughput": ("throughput", 1.0), "response_time_s": ("rt_mean_ms", 1e-3), "p95_s": ("rt_p95_ms", 1e-3)}
+NOISE_KPMS: dict[Figure, tuple[str, float]] = {"throughput": ("throughput", 1.0), "response_time_s": ("rt_mean_ms", 1e-3),
+                                               "p95_s": ("rt_p95_ms", 1e-3)}
 WITHIN_NOISE, MODEL_ERROR, NO_INTERVAL = "measurement noise", "model error", "no interval"
 
 
-def _intervals(spread: noise.JobNoise) -> dict[str, dict[str, Any] | None]:
-    """The measured interval of each figure the model predicts, in the figure's unit (seconds for times)."""
-    out: dict[str, dict[str, Any] | None] = {}
-    for name, (key, scale) in NOISE_KPMS.items():
-        got = spread.best(key)
-        out[name] = None if got is None or got.half_width is None else {
-            "half_width": got.half_width * scale, "method": got.method, "n": got.n}
-    return out
+def _interval(spread: noise.JobNoise, name: Figure) -> Interval | None:
+    """The measured interval of a figure the model predicts, in the figure's unit (seconds for times)."""
+    key, scale = NOISE_KPMS[name]
+    got = spread.best(key)
+    if got is None or got.half_width is None:
+        return None
+    return Interval(half_width=got.half_width * scale, method=got.method, n=got.n)
 
 
-def _error_kind(model: float | None, measured: float | None, interval: dict[str, Any] | None) -> str:
+def _intervals(spread: noise.JobNoise) -> MeasuredIntervals:
+    return MeasuredIntervals(throughput=_interval(spread, "throughput"),
+                             response_time_s=_interval(spread, "response_time_s"), p95_s=_interval(spread, "p95_s"))
+
+
+def _error_kind(model: float | None, measured: float | None, interval: Interval | None) -> str:
     """A model figure inside the measured interval misses by no more than the measurement itself varies."""
     if interval is None or model is None or measured is None:
         return NO_INTERVAL
     return WITHIN_NOISE if abs(model - measured) <= interval["half_width"] else MODEL_ERROR
 
 
-def _separation(scored: list[dict[str, Any]]) -> dict[str, Any]:
+def _noise_counts(scored: list[StepRow], k: Figure) -> NoiseCounts:
+    kinds = [r["error_kind"][k] for r in scored]
+    errs = [abs(e) for r in scored if r["error_kind"][k] == MODEL_ERROR and (e := r["error_pct"][k]) is not None]
+    return NoiseCounts(within_noise=kinds.count(WITHIN_NOISE), model_error=kinds.count(MODEL_ERROR),
+                       no_interval=kinds.count(NO_INTERVAL),
+                       model_error_median_abs_pct=statistics.median(errs) if errs else None)
+
+
+def _separation(scored: list[StepRow]) -> NoiseSeparation:
     """Per figure: how many steps the model misses by less than the measured interval (noise), how many by more
     (model error), how many have no interval, and the median error over the model-error steps."""
-    out = {}
-    for k in ("throughput", "response_time_s"):
-        kinds = [r["error_kind"][k] for r in scored]
-        errs = [abs(r["error_pct"][k]) for r in scored if r["error_kind"][k] == MODEL_ERROR
-                and r["error_pct"][k] is not None]
-        out[k] = {"within_noise": kinds.count(WITHIN_NOISE), "model_error": kinds.count(MODEL_ERROR),
-                  "no_interval": kinds.count(NO_INTERVAL),
-                  "model_error_median_abs_pct": statistics.median(errs) if errs else None}
-    return out
+    return NoiseSeparation(throughput=_noise_counts(scored, "throughput"),
+                           response_time_s=_noise_counts(scored, "response_time_s"))
 
 
 def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | None = None,
              progress: Callable[[str], None] | None = None, host: DatabaseHost | None = None,
-             solver: str = "mva") -> dict[str, Any]:
+             solver: str = "mva") -> Validation:
     """Measured vs model for every job count (the mean over its valid repetitions, with its interval), the
     verdict, the USL as an empirical second model, and the model's prediction up to `up_to` jobs (default:
     twice the most measured). With solver 'sim' the job counts are simulated (with 95 % intervals) and compared
@@ -371,7 +573,7 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
         progress(f"{test.workload}: calibrating")
     model = calibrate(test, from_jobs, host)
     solve_closed = solver_for(solver)
-    rows: list[dict[str, Any]] = []
+    rows: list[StepRow] = []
     for spread in noise.analyse(test.steps, [k for _, (k, _) in NOISE_KPMS.items()], test.per_unit):
         mine = [s for s in test.steps if s.jobs == spread.jobs]
         use = [s for s in mine if noise.repeat_of(s) in spread.used] or mine
@@ -388,50 +590,59 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
         dev_model = {station: p.utilizations[station] * 100 for station in map(device_station, measured_devices)
                      if station in p.utilizations}
         interval = _intervals(spread)
-        rows.append({
-            "jobs": spread.jobs, "valid": not why, "invalid_because": why, "calibration": spread.jobs in
-            model.calibrated_from, "repetitions": len(mine), "repetitions_used": len(use) if not why else 0,
-            "repetitions_left_out": left_out if spread.used else {},
-            "measured": measured, "measured_interval": interval, "model": _point(p),
-            "error_pct": {k: _err(getattr(p, k), measured[k]) for k in ("throughput", "response_time_s", "p95_s")},
-            "error_kind": {k: _error_kind(getattr(p, k), measured[k], interval[k])
-                           for k in ("throughput", "response_time_s", "p95_s")},
-            "cpu_error_points": (p.cpu_busy_pct - measured["cpu_busy_pct"]
-                                 if measured["cpu_busy_pct"] is not None else None),
-            "device_error_points": {k: dev_model[k] - v for k, v in measured["device_util_pct"].items()
-                                    if v is not None and k in dev_model},
-            "batch": {"measured": (model.flush_requests / measured["flushes_per_unit"])
-                      if measured["flushes_per_unit"] else None, "model": p.batch},
-            "flush_time_s": {"measured": _mean_or_none([flushes(s)[1] for s in use]),
-                             "model": (mva_p or p).flush_s}})
-        rows[-1]["by_type"] = _type_rows(use, (mva_p or p).by_type)
+        row = StepRow(
+            jobs=spread.jobs, valid=not why, invalid_because=why, calibration=spread.jobs in model.calibrated_from,
+            repetitions=len(mine), repetitions_used=len(use) if not why else 0,
+            repetitions_left_out=left_out if spread.used else {},
+            measured=measured, measured_interval=interval, model=_point(p),
+            error_pct=FigureErrors(throughput=_err(p.throughput, measured["throughput"]),
+                                   response_time_s=_err(p.response_time_s, measured["response_time_s"]),
+                                   p95_s=_err(p.p95_s, measured["p95_s"])),
+            error_kind=FigureKinds(
+                throughput=_error_kind(p.throughput, measured["throughput"], interval["throughput"]),
+                response_time_s=_error_kind(p.response_time_s, measured["response_time_s"],
+                                            interval["response_time_s"]),
+                p95_s=_error_kind(p.p95_s, measured["p95_s"], interval["p95_s"])),
+            cpu_error_points=(p.cpu_busy_pct - measured["cpu_busy_pct"]
+                              if measured["cpu_busy_pct"] is not None else None),
+            device_error_points={k: dev_model[k] - v for k, v in measured["device_util_pct"].items()
+                                 if v is not None and k in dev_model},
+            batch=MeasuredAndModel(measured=(model.flush_requests / f) if (f := measured["flushes_per_unit"]) else None,
+                                   model=p.batch),
+            flush_time_s=MeasuredAndModel(measured=_mean_or_none([flushes(s)[1] for s in use]),
+                                          model=(mva_p or p).flush_s),
+            by_type=_type_rows(use, (mva_p or p).by_type))
         if mva_p is not None:
-            rows[-1]["mva"] = _point(mva_p)
-            rows[-1]["solver_note"] = solver_disagreement(p, mva_p)
+            row["mva"] = _point(mva_p)
+            row["solver_note"] = solver_disagreement(p, mva_p)
+        rows.append(row)
     scored = [r for r in rows if r["valid"] and not r["calibration"]]
-    verdict: dict[str, Any] = {k: _abs_stats([r["error_pct"][k] for r in scored])
-                               for k in ("throughput", "response_time_s", "p95_s")}
-    cpu_pts = [abs(r["cpu_error_points"]) for r in scored if r["cpu_error_points"] is not None]
-    verdict["cpu_busy_max_points"] = max(cpu_pts) if cpu_pts else None
-    verdict["cpu_busy_median_points"] = statistics.median(cpu_pts) if cpu_pts else None
-    verdict["steps_scored"] = [r["jobs"] for r in scored]
-    for k in ("response_time_s", "p95_s"):
-        verdict[f"{k}_by_type"] = _abs_stats([t["error_pct"][k] for r in scored for t in r["by_type"].values()])
-    verdict["noise"] = _separation(scored)
-    return {"workload": test.workload, "unit": test.unit, "model": SIM_MODEL if solver == "sim" else CLOSED_MODEL,
-            "solver": solver, "calibrated_from_jobs":
-            model.calibrated_from, "calibration": model.to_dict(),
-            "p95_note": "p95/p99 = the calibration step's latency shape for the unqueued part + a tail for each "
-                        "queueing delay the model adds: Erlang for the CPU queue, one to two flushes for a commit's "
-                        "flush wait, exponential (x3.0 / x4.6) for devices; a mix's p95/p99 combines its types'",
-            "interval_note": "measured figures are means over the valid repetitions of a job count; ± is their 95 % "
-                             "confidence half-width (" + "; ".join(f"{k}: {v}" for k, v in noise.METHODS.items())
-                             + "); a model figure inside it counts as measurement noise, not model error",
-            "steps": rows, "verdict": verdict, "usl": usl_comparison(rows),
-            "prediction": curve(model, up_to or 2 * max(s.jobs for s in test.steps), progress=progress).to_dict()}
+    cpu_pts = [abs(e) for r in scored if (e := r["cpu_error_points"]) is not None]
+    verdict = Verdict(
+        throughput=_abs_stats([r["error_pct"]["throughput"] for r in scored]),
+        response_time_s=_abs_stats([r["error_pct"]["response_time_s"] for r in scored]),
+        p95_s=_abs_stats([r["error_pct"]["p95_s"] for r in scored]),
+        cpu_busy_max_points=max(cpu_pts) if cpu_pts else None,
+        cpu_busy_median_points=statistics.median(cpu_pts) if cpu_pts else None,
+        steps_scored=[r["jobs"] for r in scored],
+        response_time_s_by_type=_abs_stats([t["error_pct"]["response_time_s"] for r in scored
+                                            for t in r["by_type"].values()]),
+        p95_s_by_type=_abs_stats([t["error_pct"]["p95_s"] for r in scored for t in r["by_type"].values()]),
+        noise=_separation(scored))
+    return Validation(
+        workload=test.workload, unit=test.unit, model=SIM_MODEL if solver == "sim" else CLOSED_MODEL, solver=solver,
+        calibrated_from_jobs=model.calibrated_from, calibration=model,
+        p95_note="p95/p99 = the calibration step's latency shape for the unqueued part + a tail for each queueing "
+                 "delay the model adds: Erlang for the CPU queue, one to two flushes for a commit's flush wait, "
+                 "exponential (x3.0 / x4.6) for devices; a mix's p95/p99 combines its types'",
+        interval_note="measured figures are means over the valid repetitions of a job count; ± is their 95 % "
+                      "confidence half-width (" + "; ".join(f"{k}: {v}" for k, v in noise.METHODS.items())
+                      + "); a model figure inside it counts as measurement noise, not model error",
+        steps=rows, verdict=verdict, usl=usl_comparison(rows),
+        prediction=curve(model, up_to or 2 * max(s.jobs for s in test.steps), progress=progress).to_dict())
 
 
-def _type_rows(steps: list[StepResult], model: dict[str, dict[str, float]]) -> dict[str, Any]:
+def _type_rows(steps: list[StepResult], model: dict[str, TypeFigures]) -> dict[str, TypeRow]:
     """Per transaction type of a mix: the measured mean, p95 and p99 (means over the repetitions) beside the
     model's class, and the errors."""
     out = {}
@@ -441,40 +652,44 @@ def _type_rows(steps: list[StepResult], model: dict[str, dict[str, float]]) -> d
             continue
         summaries = [h.summary() for h in hists if h is not None]
         measured = {k: statistics.fmean(x[k] or 0.0 for x in summaries) for k in ("mean_s", "p95_s", "p99_s")}
-        measured_point = {"throughput": statistics.fmean(h.total / s.elapsed_s for h, s in zip(hists, steps, strict=True)
-                                                         if h is not None),
-                          "response_time_s": measured["mean_s"], "p95_s": measured["p95_s"], "p99_s": measured["p99_s"]}
-        out[name] = {"measured": measured_point, "model": predicted,
-                     "error_pct": {k: _err(predicted[k], measured_point[k])
-                                   for k in ("throughput", "response_time_s", "p95_s", "p99_s")}}
+        point = TypePoint(throughput=statistics.fmean(h.total / s.elapsed_s for h, s in zip(hists, steps, strict=True)
+                                                      if h is not None),
+                          response_time_s=measured["mean_s"], p95_s=measured["p95_s"], p99_s=measured["p99_s"])
+        out[name] = TypeRow(measured=point, model=predicted, error_pct=TypeErrors(
+            throughput=_err(predicted["throughput"], point["throughput"]),
+            response_time_s=_err(predicted["response_time_s"], point["response_time_s"]),
+            p95_s=_err(predicted["p95_s"], point["p95_s"]), p99_s=_err(predicted["p99_s"], point["p99_s"])))
     return out
 
 
-def _point(p: Prediction) -> dict[str, Any]:
-    return {"jobs": p.jobs, "offered_rate": p.offered_rate, "converged": p.converged, "rounds": p.rounds,
-            "throughput": p.throughput, "response_time_s": p.response_time_s, "p95_s": p.p95_s, "p99_s": p.p99_s,
-            "cpu_busy_pct": p.cpu_busy_pct, "utilizations": p.utilizations, "bottleneck": p.bottleneck,
-            "by_type": p.by_type,
-            "flushes_per_unit": p.flushes_per_unit, "batch": p.batch, "stretch": p.stretch, "method": p.method,
-            "interval": {k: list(v) for k, v in p.interval.items()} if p.interval else None, "notes": p.notes}
+def _point(p: Prediction) -> ModelPoint:
+    return ModelPoint(jobs=p.jobs, offered_rate=p.offered_rate, converged=p.converged, rounds=p.rounds,
+                      throughput=p.throughput, response_time_s=p.response_time_s, p95_s=p.p95_s, p99_s=p.p99_s,
+                      cpu_busy_pct=p.cpu_busy_pct, utilizations=p.utilizations, bottleneck=p.bottleneck,
+                      by_type=p.by_type, flushes_per_unit=p.flushes_per_unit, batch=p.batch, stretch=p.stretch,
+                      method=p.method, interval={k: list(v) for k, v in p.interval.items()} if p.interval else None,
+                      notes=p.notes)
 
 
-def usl_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def usl_comparison(rows: list[StepRow]) -> UslNote | UslFitted:
     """The USL fitted to every valid step beside the queueing model calibrated on the lowest: which is closer
     and where each misses most. The USL interpolates the points it was fitted to; the queueing model
     extrapolates from its calibration step and says why (resources), so equal errors favour the latter."""
     valid = [r for r in rows if r["valid"]]
     if len(valid) < 4:
-        return {"note": "the USL needs at least 4 valid steps"}
+        return UslNote(note="the USL needs at least 4 valid steps")
     scored = [i for i, r in enumerate(valid) if not r["calibration"]]  # both judged on the same steps
     if not scored:
-        return {"note": "the USL is compared on valid steps the queueing model was not calibrated on, and every "
-                        "valid step is a calibration step"}
+        return UslNote(note="the USL is compared on valid steps the queueing model was not calibrated on, and every "
+                            "valid step is a calibration step")
+    measured = [x for r in valid if (x := r["measured"]["throughput"])]
+    if len(measured) < len(valid):
+        return UslNote(note="the USL needs the measured throughput of every valid step")
     try:
-        f = usl.fit([r["jobs"] for r in valid], [r["measured"]["throughput"] for r in valid])
+        f = usl.fit([r["jobs"] for r in valid], measured)
     except CapmarkError as err:  # a fit that did not settle is no second model: say why instead
-        return {"note": str(err).rstrip(".")}
-    usl_err = [(f.throughput(r["jobs"]) / r["measured"]["throughput"] - 1) * 100 for r in valid]
+        return UslNote(note=str(err).rstrip("."))
+    usl_err = [(f.throughput(r["jobs"]) / x - 1) * 100 for r, x in zip(valid, measured, strict=True)]
     qn_err = [r["error_pct"]["throughput"] for r in valid]
     usl_med = statistics.median(abs(usl_err[i]) for i in scored)
     qn_med = statistics.median(abs(qn_err[i] or 0.0) for i in scored)
@@ -486,8 +701,8 @@ def usl_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
                f"({qn_err[worst_qn]:+.1f} %), the USL at {valid[worst_usl]['jobs']} jobs ({usl_err[worst_usl]:+.1f} %). "
                "The USL is fitted to every valid step and cannot say why it bends; the queueing model is calibrated on its "
                "step(s) only and names the resource that limits.")
-    return {"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "r_squared": f.r_squared,
-            "peak_concurrency": f.peak_concurrency, "peak_throughput": f.peak_throughput,
-            "jobs": [r["jobs"] for r in valid], "predicted": [f.throughput(r["jobs"]) for r in valid],
-            "error_pct": usl_err, "median_abs_pct": usl_med, "model_median_abs_pct": qn_med, "better": better,
-            "summary": summary}
+    return UslFitted({"sigma": f.sigma, "kappa": f.kappa, "lambda": f.lam, "r_squared": f.r_squared,
+                      "peak_concurrency": f.peak_concurrency, "peak_throughput": f.peak_throughput,
+                      "jobs": [r["jobs"] for r in valid], "predicted": [f.throughput(r["jobs"]) for r in valid],
+                      "error_pct": usl_err, "median_abs_pct": usl_med, "model_median_abs_pct": qn_med,
+                      "better": better, "summary": summary})

@@ -62,6 +62,24 @@ class CpuScaling:
         """CPU per unit with `busy_cores` cores at work (no commit waits)."""
         return cpu_one_core * slowdown(self.growth, busy_cores)
 
+    def fitted(self, cores: int) -> CpuScalingFit:
+        """What the report shows of the fit on a host of `cores` cores."""
+        return CpuScalingFit(growth_per_core=self.growth, wait_cpu_s=self.wait_cpu_s, note=self.note,
+                             points=list(self.points),
+                             effective_cores={str(k): effective_cores(k, self.growth) for k in range(1, cores + 1)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuScalingFit:
+    """The fit as the calibrated model carries it for the report: the rise per busy core or per commit wait, why
+    it is what it is, the points it rests on, and how many cores' worth each number of busy cores does."""
+
+    growth_per_core: float
+    wait_cpu_s: float
+    note: str | None
+    points: list[CpuPoint]
+    effective_cores: dict[str, float]  # keyed by the number of busy cores, 1 .. the host's cores
+
 
 def slowdown(growth: float, busy_cores: float) -> float:
     """How much longer one unit's CPU work takes with `busy_cores` cores at work than with one."""

@@ -17,15 +17,15 @@ infinite-source batch b = a + exp(-a), a = commit arrivals during one flush.
 from __future__ import annotations
 
 import math
-from dataclasses import KW_ONLY, asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import NotRequired, TypedDict
 
 from scipy.stats import gamma
 
 from capmark.errors import CapmarkError
 from capmark.model import mva
 from capmark.model.open import erlang_c
-from capmark.plan.cpuscaling import demand_table, slowdown, waiting_share
+from capmark.plan.cpuscaling import CpuScalingFit, demand_table, slowdown, waiting_share
 from capmark.plan.groupcommit import flush_state
 
 CLOSED_MODEL = "closed MVA: CPU m-server + devices + delays, WAL flush as a layered group-commit server"
@@ -126,14 +126,53 @@ class DbModel:
     # flush_cpu_s are then the CPU with one core busy
     cpu_growth: float = 0.0
     wait_cpu_s: float = 0.0  # CPU of one commit's wait for another job's flush (plan/cpuscaling.py)
-    cpu_scaling: dict[str, Any] = field(default_factory=dict)  # the fit's points and note, for the report
+    cpu_scaling: CpuScalingFit | None = None  # the fit's points and note, for the report (None: not calibrated)
     types: list[TypeDemand] = field(default_factory=list)  # the classes of a mix (empty: one type)
     # the response time's parts (cpu, devices, fixed, flush) the model gives at the calibration load: a type's
     # latency at another load is its measured one plus its share of how far each part has moved
     type_reference: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+class TypeFigures(TypedDict):
+    """One class of a mix at a load: its share of the units and its throughput and latency."""
+
+    share: float
+    throughput: float
+    response_time_s: float
+    p95_s: float
+    p99_s: float
+    quantiles_s: NotRequired[list[float]]  # at QUANTILES, where the type's calibration has them and it queues more
+
+
+class PredictionJson(TypedDict):
+    """A Prediction as the JSON documents carry it: its fields and the CPU's busy per cent."""
+
+    model: str
+    calibrated_from: list[int]
+    jobs: float | None
+    offered_rate: float | None
+    think_s: float
+    saturated: bool
+    throughput: float | None
+    response_time_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    utilizations: dict[str, float]
+    bottleneck: str
+    stretch: float | None
+    headroom: float | None
+    flushes_per_unit: float | None
+    batch: float | None
+    demands_s: dict[str, float]
+    converged: bool
+    rounds: int
+    method: str
+    interval: dict[str, tuple[float, float]] | None
+    notes: list[str]
+    parts: dict[str, float]
+    by_type: dict[str, TypeFigures]
+    flush_s: float | None
+    cpu_busy_pct: float
 
 
 @dataclass(kw_only=True)
@@ -165,15 +204,32 @@ class Prediction:
     notes: list[str] = field(default_factory=list)  # what the solver could not model as asked, said to the user
     # the response time in parts: CPU outside flushes, data devices, fixed delays, commits' flush waits
     parts: dict[str, float] = field(default_factory=dict)
-    by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # per class: throughput, mean, p95, p99
+    by_type: dict[str, TypeFigures] = field(default_factory=dict)  # per class: throughput, mean, p95, p99
     flush_s: float | None = None  # the elapsed time of one WAL flush at this load (MVA)
 
     @property
     def cpu_busy_pct(self) -> float:
         return 100 * self.utilizations.get("CPU", 0.0)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "cpu_busy_pct": self.cpu_busy_pct}
+    def to_dict(self) -> PredictionJson:
+        """The JSON form, with copies of the containers (a document never shares them with the prediction)."""
+        return PredictionJson(
+            model=self.model, calibrated_from=list(self.calibrated_from), jobs=self.jobs,
+            offered_rate=self.offered_rate, think_s=self.think_s, saturated=self.saturated,
+            throughput=self.throughput, response_time_s=self.response_time_s, p95_s=self.p95_s, p99_s=self.p99_s,
+            utilizations=dict(self.utilizations), bottleneck=self.bottleneck, stretch=self.stretch,
+            headroom=self.headroom, flushes_per_unit=self.flushes_per_unit, batch=self.batch,
+            demands_s=dict(self.demands_s), converged=self.converged, rounds=self.rounds, method=self.method,
+            interval=dict(self.interval) if self.interval is not None else None, notes=list(self.notes),
+            parts=dict(self.parts), by_type={k: _copy_figures(v) for k, v in self.by_type.items()},
+            flush_s=self.flush_s, cpu_busy_pct=self.cpu_busy_pct)
+
+
+def _copy_figures(figures: TypeFigures) -> TypeFigures:
+    out = figures.copy()
+    if "quantiles_s" in figures:
+        out["quantiles_s"] = list(figures["quantiles_s"])
+    return out
 
 
 @dataclass(kw_only=True)
@@ -444,7 +500,7 @@ def _parts(model: DbModel, d: _Demands, *, r: float, slow: float, cpu_stretch: f
 
 
 def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: float | None,
-            cpu_k: float = 1.0) -> dict[str, dict[str, Any]]:
+            cpu_k: float = 1.0) -> dict[str, TypeFigures]:
     """Each class of a mix at this load. Jobs draw a type for every unit, so a job switches class from unit to
     unit: the network is solved as one chain (the mean unit), and each type meets the same queues in proportion
     to its own demands (product form: residence per unit of demand is the same for every class at a station).
@@ -463,7 +519,7 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
     keeps_core = {t.name: not (t.flush_requests > 0 or blocks_on_io) and t.scale * d.cpu / SCHED_SLICE_S < 0.05
                   for t in model.types}
     waking = sum(t.share * t.scale for t in model.types if not keeps_core[t.name])
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, TypeFigures] = {}
     for t in model.types:
         longer = 1 + t.scale * (parts["cpu"] - ref["cpu"]) / t.base_s if t.base_s > 0 else 1.0
         longer = max(MIN_SERVICE_FACTOR, longer)
@@ -488,14 +544,14 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
         else:  # less queueing than at calibration (a faster platform): the shape scales with the mean
             shrink = mean / t.base_s if t.base_s > 0 else 1.0
             p95, p99 = t.base_p95_s * shrink, t.base_p99_s * shrink
-        out[t.name] = {"share": t.share, "throughput": throughput * t.share, "response_time_s": mean, "p95_s": p95,
-                       "p99_s": p99}
+        out[t.name] = TypeFigures(share=t.share, throughput=throughput * t.share, response_time_s=mean, p95_s=p95,
+                                  p99_s=p99)
         if len(t.base_quantiles_s) == len(QUANTILES) and tail >= 0:
             out[t.name]["quantiles_s"] = [at(p, base) for base, p in zip(t.base_quantiles_s, QUANTILES, strict=True)]
     return out
 
 
-def mix_percentiles(types: dict[str, dict[str, Any]]) -> tuple[float, float] | None:
+def mix_percentiles(types: dict[str, TypeFigures]) -> tuple[float, float] | None:
     """p95 and p99 of a mix from its types' distributions: the time t where the units slower than t, summed
     over the types by their shares, are 5 % (1 %) of all. A mix's p95 is not a single-class tail: in tp-light it
     is the 20 % updates' 75th percentile. Each type's exceedance is interpolated log-linearly between its

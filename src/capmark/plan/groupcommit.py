@@ -35,7 +35,8 @@ def batch_size(jobs: float, p: float) -> float:
 
     def excess(b: float) -> float:
         m = jobs - b
-        return m * p + (1 - p) ** m - b
+        none_came: float = (1 - p) ** m  # float ** float is typed Any: the chance no other job asked
+        return m * p + none_came - b
 
     lo, hi = 1.0, float(jobs)
     if excess(lo) <= 0:

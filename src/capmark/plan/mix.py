@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 from capmark.measure import kpm
 from capmark.plan.dbmodel import QUANTILES, TypeDemand
@@ -28,10 +28,21 @@ FLUSH_FIT = 0.9
 MANY_FLUSHES = 1_000_000
 
 
-def _per_type(steps: Sequence[StepResult]) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class _TypeLatency:
+    """A type's share of the units and its latency (mean, p95, p99 and at QUANTILES), averaged over the steps."""
+
+    share: float
+    mean: float
+    p95: float
+    p99: float
+    quantiles: list[float]
+
+
+def _per_type(steps: Sequence[StepResult]) -> dict[str, _TypeLatency]:
     """Share of units and latency figures per type, averaged over the steps (repetitions of one job count)."""
     names = [t for t in steps[0].txn_types if all(s.histograms.get(t) is not None for s in steps)]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, _TypeLatency] = {}
     for name in names:
         shares, means, p95s, p99s, grid = [], [], [], [], []
         for s in steps:
@@ -45,9 +56,9 @@ def _per_type(steps: Sequence[StepResult]) -> dict[str, dict[str, Any]]:
             p99s.append(summary["p99_s"] or 0.0)
             grid.append([h.percentile(100 * p) or 0.0 for p in QUANTILES])
         else:
-            out[name] = {k: statistics.fmean(v) for k, v in
-                         (("share", shares), ("mean", means), ("p95", p95s), ("p99", p99s))}
-            out[name]["quantiles"] = [statistics.fmean(col) for col in zip(*grid, strict=True)]
+            out[name] = _TypeLatency(share=statistics.fmean(shares), mean=statistics.fmean(means),
+                                     p95=statistics.fmean(p95s), p99=statistics.fmean(p99s),
+                                     quantiles=[statistics.fmean(col) for col in zip(*grid, strict=True)])
     return out
 
 
@@ -68,13 +79,13 @@ def type_demands(steps: Sequence[StepResult], flush_requests: float, flush_s: fl
     left = flush_requests
     most = _most_flushes(steps)
     if flush_requests > 0 and flush_s > 0:
-        for name in sorted(types, key=lambda n: types[n]["mean"], reverse=True):
-            fits = float(min(most, int(types[name]["mean"] / (FLUSH_FIT * flush_s))))
-            flushes[name] = max(0.0, min(fits, left / types[name]["share"]))
-            left -= flushes[name] * types[name]["share"]
-    rest = {name: max(0.0, t["mean"] - flushes[name] * flush_s) for name, t in types.items()}
-    other = sum(t["share"] * rest[name] for name, t in types.items())  # the mean unit's work outside flushes
-    return [TypeDemand(name=name, share=t["share"], scale=rest[name] / other if other > 0 else 1.0,
-                       flush_requests=flushes[name], base_s=t["mean"], base_p95_s=t["p95"], base_p99_s=t["p99"],
-                       base_quantiles_s=t["quantiles"])
+        for name in sorted(types, key=lambda n: types[n].mean, reverse=True):
+            fits = float(min(most, int(types[name].mean / (FLUSH_FIT * flush_s))))
+            flushes[name] = max(0.0, min(fits, left / types[name].share))
+            left -= flushes[name] * types[name].share
+    rest = {name: max(0.0, t.mean - flushes[name] * flush_s) for name, t in types.items()}
+    other = sum(t.share * rest[name] for name, t in types.items())  # the mean unit's work outside flushes
+    return [TypeDemand(name=name, share=t.share, scale=rest[name] / other if other > 0 else 1.0,
+                       flush_requests=flushes[name], base_s=t.mean, base_p95_s=t.p95, base_p99_s=t.p99,
+                       base_quantiles_s=t.quantiles)
             for name, t in types.items()]

@@ -5,11 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
-from capmark.plan.dbmodel import Config, DbModel, Prediction, solve
+from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, solve
 
 KNEE_FACTOR = 2.0
+
+
+class CurveJson(TypedDict):
+    """A Curve as the JSON documents carry it."""
+
+    points: list[PredictionJson]
+    max_throughput: float
+    max_throughput_jobs: int
+    knee_jobs: int | None
+    knee_rule: str
+    bottleneck: str
+    converged: bool
+    unconverged_jobs: list[int]
 
 
 @dataclass
@@ -25,11 +38,11 @@ class Curve:
         """Job counts whose fixed point did not settle (their figures are the last round's)."""
         return [int(p.jobs or 0) for p in self.points if not p.converged]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"points": [p.to_dict() for p in self.points], "max_throughput": self.max_throughput,
-                "max_throughput_jobs": self.max_throughput_jobs, "knee_jobs": self.knee_jobs,
-                "knee_rule": f"response time >= {KNEE_FACTOR:g} x its one-job value", "bottleneck": self.bottleneck,
-                "converged": not self.unconverged_jobs, "unconverged_jobs": self.unconverged_jobs}
+    def to_dict(self) -> CurveJson:
+        return CurveJson(points=[p.to_dict() for p in self.points], max_throughput=self.max_throughput,
+                         max_throughput_jobs=self.max_throughput_jobs, knee_jobs=self.knee_jobs,
+                         knee_rule=f"response time >= {KNEE_FACTOR:g} x its one-job value", bottleneck=self.bottleneck,
+                         converged=not self.unconverged_jobs, unconverged_jobs=self.unconverged_jobs)
 
 
 def job_grid(up_to: int) -> list[int]:

@@ -27,9 +27,11 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from capmark.errors import CapmarkError
 from capmark.model.sim import Fcfs, GroupCommit, Interval, ProcessorSharing, Simulator, mean_interval
@@ -54,6 +56,18 @@ MAX_SIM_JOBS = 2_000
 # The simulation has settled when its replications agree: the 95 % interval of throughput and mean response time
 # within this fraction of the mean either side. The defaults give about 1 %; a figure beyond 5 % is a guess.
 SIM_PRECISION = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Run:
+    """What one replication measured after its warm-up."""
+
+    throughput: float
+    response_time_s: float
+    responses: npt.NDArray[np.float64]  # every unit's response time
+    utilizations: dict[str, float]
+    flushes: float  # per unit
+    commits: int
 
 
 class _Replication:
@@ -141,7 +155,7 @@ class _Replication:
     def _woken(self, job: int) -> None:
         self.cpu.request(self.wait_cpu, self._committed, job)
 
-    def run(self, units: int, warmup: int) -> dict[str, Any]:
+    def run(self, units: int, warmup: int) -> _Run:
         self.units, self.warmup = units, warmup
         for job in range(self.jobs):
             self._think(job)
@@ -155,8 +169,8 @@ class _Replication:
         if self.whole_commits or self.extra_commit:
             util[WAL_FLUSH] = self.commit.utilization(elapsed)
         r = np.asarray(self.responses) + self.shift
-        return {"throughput": units / elapsed, "response_time_s": float(r.mean()), "responses": r,
-                "utilizations": util, "flushes": self.commit.flushes / units, "commits": self.commit.commits}
+        return _Run(throughput=units / elapsed, response_time_s=float(r.mean()), responses=r, utilizations=util,
+                    flushes=self.commit.flushes / units, commits=self.commit.commits)
 
 
 def simulate(model: DbModel, jobs: float, think_s: float | None = None, config: Config | None = None,
@@ -173,22 +187,22 @@ def simulate(model: DbModel, jobs: float, think_s: float | None = None, config: 
     z = model.think_s if think_s is None else think_s
     n = int(round(jobs))
     runs = [_Replication(model, cfg, n, z, seed * 1_000_003 + i).run(units, warmup) for i in range(replications)]
-    x = mean_interval([r["throughput"] for r in runs])
-    rt = mean_interval([r["response_time_s"] for r in runs])
-    pooled = np.concatenate([r["responses"] for r in runs])
+    x = mean_interval([r.throughput for r in runs])
+    rt = mean_interval([r.response_time_s for r in runs])
+    pooled = np.concatenate([r.responses for r in runs])
     p95, p99 = (max(0.0, float(v)) for v in np.percentile(pooled, [95, 99]))
-    util = {k: float(np.mean([r["utilizations"][k] for r in runs])) for k in runs[0]["utilizations"]}
+    util = {k: float(np.mean([r.utilizations[k] for r in runs])) for k in runs[0].utilizations}
     q = model.flush_requests
-    flushes = float(np.mean([r["flushes"] for r in runs])) if q > 0 else None
-    commits = sum(r["commits"] for r in runs)
-    batch = commits / sum(r["flushes"] * units for r in runs) if q > 0 and commits else None
+    flushes = float(np.mean([r.flushes for r in runs])) if q > 0 else None
+    commits = sum(r.commits for r in runs)
+    batch = commits / sum(r.flushes * units for r in runs) if q > 0 and commits else None
     d = _demands(model, cfg)
     stations = _stations(d, flushes or 0.0, cfg.cores, model.cpu_growth)
     r0 = _no_queue_response(model, d)
     top = max(util, key=lambda k: util[k])
     notes = []
     spread = max(_relative_half_width(x), _relative_half_width(rt))
-    settled = spread <= SIM_PRECISION
+    settled = bool(spread <= SIM_PRECISION)  # a numpy bool (the interval is numpy's) is no JSON value
     if not settled:
         notes.append(f"the simulation's {replications} replications disagree: the 95 % interval is +-{spread:.0%} of "
                      f"the mean (settled within +-{SIM_PRECISION:.0%}); simulate more units or replications")

@@ -7,10 +7,10 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from capmark.errors import CapmarkError
-from capmark.plan.dbmodel import Config, DbModel, Prediction, solve, solve_open
+from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, solve, solve_open
 
 _SLA = re.compile(r"^\s*(mean|avg|p50|p95|p99)\s*(<=|<)\s*(\d+(?:\.\d+)?)\s*(us|ms|s)\s*$", re.IGNORECASE)
 _SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -21,6 +21,36 @@ MAX_CORES = 1024  # most cores tried for a target load
 MAX_FACTOR = 64.0  # largest CPU or disk speed-up tried: far beyond one hardware generation
 NAMED_LOADS = 5  # unsettled loads a note names before it counts the rest
 MAX_CAPACITY_RATE = 1e12  # units/s: the capacity search doubles up to here; no database host comes near it
+
+
+class Option(TypedDict):
+    """One change alone that meets the SLA at the target rate: its value (cores, or a speed factor) and how big a
+    step it is relative to the measured platform; None where none within the limits does."""
+
+    value: float | None
+    relative: float | None
+
+
+class Options(TypedDict):
+    cores: Option
+    cpu_speed: Option
+    disk_speed: Option
+
+
+class Target(TypedDict):
+    """What a target arrival rate within the SLA needs: nothing, or the smallest single change."""
+
+    target_rate: float
+    meets_now: bool
+    now: PredictionJson  # the measured platform at the target rate
+    options: Options
+    smallest: str | None  # the option that is the smallest relative step (None: meets now, or none does)
+    reachable: bool
+    limits: str
+    note: str | None
+    converged: bool
+    unsettled: list[str]
+    unsettled_note: str | None
 
 
 @dataclass(frozen=True)
@@ -168,7 +198,7 @@ def max_rate(model: DbModel, sla: Sla, config: Config | None = None) -> RateAnsw
     return RateAnswer(rate=lo, at=at(lo), limit_reached=limit and lo >= cap * (1 - 1e-9), unsettled=tried.unsettled)
 
 
-def _min_factor(meets: Any) -> float | None:
+def _min_factor(meets: Callable[[float], bool]) -> float | None:
     if not meets(MAX_FACTOR):
         return None
     lo, hi = 1.0, MAX_FACTOR
@@ -208,26 +238,35 @@ def check_target_rate(rate: float) -> None:
         raise CapmarkError(f"--target-tps must be a positive number of units per second; got {rate:g}.")
 
 
-def smallest_change(model: DbModel, sla: Sla, rate: float) -> dict[str, Any]:
+def smallest_change(model: DbModel, sla: Sla, rate: float) -> Target:
     """For a target arrival rate: does the measured platform meet the SLA, and if not, the least cores, CPU
     speed and disk speed that do (each alone), and which of them is the smallest relative step."""
     check_target_rate(rate)
     tried = _Tried()
     now = tried.check(solve_open(model, rate, Config(model.cores)), "the measured platform")
-    options: dict[str, Any] = {}
     cores = None if sla.met(now) else _fewest_cores(model, sla, rate, tried)
-    options["cores"] = {"value": cores, "relative": cores / model.cores - 1 if cores else None}
-    for key in ("cpu_speed", "disk_speed"):
-        f = None if sla.met(now) else _min_factor(
-            lambda x, k=key: sla.met(tried.check(solve_open(model, rate, Config(model.cores, **{k: x})),
-                                                 f"{k.replace('_', ' ')} x{x:.2f}")))
-        options[key] = {"value": f, "relative": f - 1 if f else None}
-    feasible = {k: v for k, v in options.items() if v["relative"] is not None}
-    best = min(feasible, key=lambda k: feasible[k]["relative"]) if feasible else None
+
+    def meets(key: str) -> Callable[[float], bool]:
+        def at(x: float) -> bool:
+            config = Config(model.cores, cpu_speed=x) if key == "cpu_speed" else Config(model.cores, disk_speed=x)
+            return sla.met(tried.check(solve_open(model, rate, config), f"{key.replace('_', ' ')} x{x:.2f}"))
+        return at
+
+    speeds = {key: None if sla.met(now) else _min_factor(meets(key)) for key in ("cpu_speed", "disk_speed")}
+    options = Options(cores=Option(value=cores, relative=cores / model.cores - 1 if cores else None),
+                      cpu_speed=_speed_option(speeds["cpu_speed"]), disk_speed=_speed_option(speeds["disk_speed"]))
+    relative = {"cores": options["cores"]["relative"], "cpu_speed": options["cpu_speed"]["relative"],
+                "disk_speed": options["disk_speed"]["relative"]}
+    feasible = {k: v for k, v in relative.items() if v is not None}
+    best = min(feasible, key=lambda k: feasible[k]) if feasible else None
     reachable = sla.met(now) or best is not None
-    return {"target_rate": rate, "meets_now": sla.met(now), "now": now.to_dict(), "options": options,
-            "smallest": None if sla.met(now) else best, "reachable": reachable, "limits": limits_text(),
-            "note": None if reachable else f"{rate:,.0f} {model.unit}s/s within {sla.text} is not reachable by any "
-                                           f"single change within the limits ({limits_text()}).",
-            "converged": not tried.unsettled, "unsettled": tried.unsettled,
-            "unsettled_note": unsettled_note(tried.unsettled)}
+    return Target(target_rate=rate, meets_now=sla.met(now), now=now.to_dict(), options=options,
+                  smallest=None if sla.met(now) else best, reachable=reachable, limits=limits_text(),
+                  note=None if reachable else f"{rate:,.0f} {model.unit}s/s within {sla.text} is not reachable by any "
+                                              f"single change within the limits ({limits_text()}).",
+                  converged=not tried.unsettled, unsettled=tried.unsettled,
+                  unsettled_note=unsettled_note(tried.unsettled))
+
+
+def _speed_option(factor: float | None) -> Option:
+    return Option(value=factor, relative=factor - 1 if factor else None)

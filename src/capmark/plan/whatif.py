@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from capmark.config import parse_duration, read_toml
 from capmark.errors import CapmarkError
@@ -26,6 +26,7 @@ from capmark.plan.dbmodel import (
     Config,
     DbModel,
     Prediction,
+    PredictionJson,
     solve_open,
 )
 
@@ -33,6 +34,50 @@ _GROWTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*(?:[xX*]\s*(\d+))?\s*$")
 MAX_THINK_S = 86_400.0  # a day per unit: beyond it a job offers no load a model can tell from none
 MAX_GROWTH_PCT = 10_000  # per period: beyond a hundredfold load the model is saturated anyway
 CHANGE_KEYS = ("growth", "jobs", "think", "cpus", "cpu_speed", "disk_speed", "disks", "rate")
+
+
+class Changes(TypedDict, total=False):
+    """What a scenario changes: only the settings it sets (the speeds where they are not 1)."""
+
+    growth: float
+    jobs: int
+    think_s: float
+    rate: float
+    cpus: int
+    disks: int
+    cpu_speed: float
+    disk_speed: float
+
+
+class ChangeVsBaseline(TypedDict, total=False):
+    """Per cent change against the baseline solved the same way (empty for the baselines themselves)."""
+
+    throughput: float | None
+    response_time_s: float | None
+    p95_s: float | None
+
+
+class OutcomeJson(TypedDict):
+    name: str
+    changes: Changes
+    prediction: PredictionJson
+    change_vs_baseline_pct: ChangeVsBaseline
+
+
+class Baseline(TypedDict):
+    jobs: int
+    think_s: float
+    throughput: float
+
+
+class Evaluation(TypedDict):
+    """The baseline and every scenario against it."""
+
+    baseline: Baseline
+    model: list[int]  # the job counts the model was calibrated on
+    scenarios: list[OutcomeJson]
+    converged: bool  # every scenario's prediction settled
+    unconverged_scenarios: list[str]
 
 
 @dataclass
@@ -51,14 +96,24 @@ class Scenario:
     def config(self, model: DbModel) -> Config:
         return Config(self.cpus or model.cores, cpu_speed=self.cpu_speed, disk_speed=self.disk_speed, disks=self.disks)
 
-    def changes(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key in ("growth", "jobs", "think_s", "rate", "cpus", "disks"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        for key in ("cpu_speed", "disk_speed"):
-            if getattr(self, key) != 1.0:
-                out[key] = getattr(self, key)
+    def changes(self) -> Changes:
+        out = Changes()
+        if self.growth is not None:
+            out["growth"] = self.growth
+        if self.jobs is not None:
+            out["jobs"] = self.jobs
+        if self.think_s is not None:
+            out["think_s"] = self.think_s
+        if self.rate is not None:
+            out["rate"] = self.rate
+        if self.cpus is not None:
+            out["cpus"] = self.cpus
+        if self.disks is not None:
+            out["disks"] = self.disks
+        if self.cpu_speed != 1.0:
+            out["cpu_speed"] = self.cpu_speed
+        if self.disk_speed != 1.0:
+            out["disk_speed"] = self.disk_speed
         return out
 
 
@@ -66,11 +121,11 @@ class Scenario:
 class Outcome:
     scenario: Scenario
     prediction: Prediction
-    change_pct: dict[str, float | None] = field(default_factory=dict)
+    change_pct: ChangeVsBaseline = field(default_factory=lambda: ChangeVsBaseline())
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.scenario.name, "changes": self.scenario.changes(), "prediction": self.prediction.to_dict(),
-                "change_vs_baseline_pct": self.change_pct}
+    def to_dict(self) -> OutcomeJson:
+        return OutcomeJson(name=self.scenario.name, changes=self.scenario.changes(),
+                           prediction=self.prediction.to_dict(), change_vs_baseline_pct=self.change_pct)
 
 
 def parse_growth(text: str) -> list[float]:
@@ -135,6 +190,7 @@ def scenario(name: str, growth: float | None = None, **changes: Any) -> Scenario
     return s
 
 
+# open-ended: the user's loose settings (command line or a TOML table), checked by scenario()
 def expand(name: str, changes: dict[str, Any]) -> list[Scenario]:
     """One scenario, or one per growth period when the changes include growth ('20%x3'); without a name
     it is called after its changes ('cpus 4, jobs 8'), growth periods after the growth (BL+20%)."""
@@ -176,7 +232,7 @@ def load_scenarios(path: Path) -> list[Scenario]:
 
 
 def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: list[Scenario],
-             progress: Callable[[str], None] | None = None, solver: str = "mva") -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None, solver: str = "mva") -> Evaluation:
     """Baseline and every scenario, each with the change vs the baseline solved the same way. With solver 'sim'
     the closed loads are simulated; growth and arrival rates stay with the open model (the simulation plays
     a closed load only)."""
@@ -199,18 +255,17 @@ def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: lis
         else:
             p, ref = solve(model, s.jobs or base_jobs, base_think_s if s.think_s is None else s.think_s, cfg), closed_base
         rows.append(Outcome(s, p, _change(p, ref)))
-    return {"baseline": {"jobs": base_jobs, "think_s": base_think_s, "throughput": base_rate},
-            "model": model.calibrated_from, "scenarios": [o.to_dict() for o in rows],
-            "converged": all(o.prediction.converged for o in rows),
-            "unconverged_scenarios": [o.scenario.name for o in rows if not o.prediction.converged]}
+    return Evaluation(baseline=Baseline(jobs=base_jobs, think_s=base_think_s, throughput=base_rate),
+                      model=model.calibrated_from, scenarios=[o.to_dict() for o in rows],
+                      converged=all(o.prediction.converged for o in rows),
+                      unconverged_scenarios=[o.scenario.name for o in rows if not o.prediction.converged])
 
 
-def _change(p: Prediction, ref: Prediction | None) -> dict[str, float | None]:
+def _change(p: Prediction, ref: Prediction | None) -> ChangeVsBaseline:
     def pct(a: float | None, b: float | None) -> float | None:
         return (a / b - 1) * 100 if a is not None and b else None
 
     if ref is None:
-        return {}
-    return {"throughput": pct(p.throughput, ref.throughput), "response_time_s": pct(p.response_time_s,
-                                                                                      ref.response_time_s),
-            "p95_s": pct(p.p95_s, ref.p95_s)}
+        return ChangeVsBaseline()
+    return ChangeVsBaseline(throughput=pct(p.throughput, ref.throughput),
+                            response_time_s=pct(p.response_time_s, ref.response_time_s), p95_s=pct(p.p95_s, ref.p95_s))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import wraps
 from typing import Any
@@ -11,9 +11,25 @@ from rich.console import Console
 from rich.markup import escape
 
 from capmark.analysis.document import TestAnswer
-from capmark.analysis.planning import Anticipation, Calibration, Sizing, WhatIf
+from capmark.analysis.planning import (
+    WITHIN_NOISE,
+    Anticipation,
+    Calibration,
+    CurveJson,
+    DbModel,
+    Figure,
+    Interval,
+    ModelPoint,
+    PredictionJson,
+    Sizing,
+    StepRow,
+    Verdict,
+    WhatIf,
+)
 from capmark.measure.noise import shown_digits
 from capmark.report.fit import Col, FittedTable, sayer
+
+Solved = ModelPoint | PredictionJson  # a model solution as a document carries it
 
 
 def pct(v: float | None) -> str:
@@ -40,12 +56,12 @@ def answered_only(print_test: Callable[[Any, str, Console], None]) -> Callable[[
     return show
 
 
-def _unconverged(points: list[dict[str, Any]]) -> list[str]:
+def _unconverged(points: Sequence[Solved]) -> list[str]:
     return [f"{p['jobs']:g}" if p.get("jobs") is not None else f"{p['offered_rate']:g}/s" for p in points
             if not p.get("converged", True)]
 
 
-def _say_unconverged(points: list[dict[str, Any]], console: Console) -> None:
+def _say_unconverged(points: Sequence[Solved], console: Console) -> None:
     bad = _unconverged(points)
     if bad:
         sayer(console)(f"  note: the model's fixed point did not settle at {', '.join(bad)} (shown: its last round); "
@@ -100,17 +116,17 @@ def print_calibration(t: Calibration, workload: str, console: Console) -> None:
     say = sayer(console)
     say(f"  model: {t.model}", highlight=False)
     _say_simulated(t, console)
-    say(f"  calibration: CPU {c['cpu_s'] * 1e6:.1f} us/unit outside flushes{_from_text(c.get('cpu_from'))} on "
-        f"{c['cores']} cores{_from_text(c.get('cores_from'))}; WAL flush "
-        f"requests {c['flush_requests']:.3f}/unit, flush CPU {c['flush_cpu_s'] * 1e6:.1f} us + device "
-        f"{c['flush_device_s'] * 1e6:.1f} us; delay {c['delay_s'] * 1e6:.1f} us", highlight=False)
+    say(f"  calibration: CPU {c.cpu_s * 1e6:.1f} us/unit outside flushes{_from_text(c.cpu_from)} on "
+        f"{c.cores} cores{_from_text(c.cores_from)}; WAL flush "
+        f"requests {c.flush_requests:.3f}/unit, flush CPU {c.flush_cpu_s * 1e6:.1f} us + device "
+        f"{c.flush_device_s * 1e6:.1f} us; delay {c.delay_s * 1e6:.1f} us", highlight=False)
     flush = flush_time_sentence(t.steps)
     if flush:
         say(f"  {flush}", highlight=False, markup=False)
     capacity = capacity_sentence(c)
     if capacity:
         say(f"  {capacity}", highlight=False, markup=False)
-    for note in c["notes"]:
+    for note in c.notes:
         say(f"  note: {note}", highlight=False)
     _print_types(t, console)
     say(f"  verdict over steps {v['steps_scored']}: throughput error median {num(v['throughput']['median_abs_pct'])} %, "
@@ -119,8 +135,7 @@ def print_calibration(t: Calibration, workload: str, console: Console) -> None:
         f"within {num(v['cpu_busy_max_points'])} points{_type_verdict(v)} (* calibration, ! invalid step, excluded; ~ "
         "within the measured interval)", highlight=False)
     if "noise" in v:
-        for k, label in (("throughput", "throughput"), ("response_time_s", "response time")):
-            n = v["noise"][k]
+        for n, label in ((v["noise"]["throughput"], "throughput"), (v["noise"]["response_time_s"], "response time")):
             median = (f", median error {num(n['model_error_median_abs_pct'])} %" if n["model_error"] else "")
             say(f"  {label}: {n['model_error']} step(s) outside the measured interval (model error{median}), "
                 f"{n['within_noise']} inside it (measurement noise, ~), {n['no_interval']} without an interval",
@@ -133,10 +148,10 @@ def print_calibration(t: Calibration, workload: str, console: Console) -> None:
     pr = t.prediction
     say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
         f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
-    _say_unconverged([r["model"] for r in t.steps] + pr["points"], console)
+    _say_unconverged([*(r["model"] for r in t.steps), *pr["points"]], console)
 
 
-def _type_verdict(v: dict[str, Any]) -> str:
+def _type_verdict(v: Verdict) -> str:
     by_type = v.get("p95_s_by_type") or {}
     if by_type.get("median_abs_pct") is None:
         return ""
@@ -144,10 +159,10 @@ def _type_verdict(v: dict[str, Any]) -> str:
             f"median {num(by_type['median_abs_pct'])} %, max {num(by_type['max_abs_pct'])} %")
 
 
-def flush_time_sentence(steps: list[dict[str, Any]]) -> str | None:
+def flush_time_sentence(steps: list[StepRow]) -> str | None:
     """One WAL flush's elapsed time per job count, measured (pg_stat_io) and modelled: it grows with the CPU load."""
-    pairs = [(r["jobs"], r.get("flush_time_s") or {}) for r in steps]
-    shown = [f"{jobs}: {_us(f.get('measured'))} / {_us(f.get('model'))}" for jobs, f in pairs if f.get("model")]
+    pairs = [(r["jobs"], f) for r in steps if (f := r.get("flush_time_s"))]
+    shown = [f"{jobs}: {_us(f['measured'])} / {_us(f['model'])}" for jobs, f in pairs if f["model"]]
     if not shown:
         return None
     return "one WAL flush's elapsed time in us, measured / model, by jobs: " + ", ".join(shown)
@@ -157,38 +172,37 @@ def _us(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e6:.0f}"
 
 
-def capacity_sentence(c: dict[str, Any]) -> str | None:
+def capacity_sentence(c: DbModel) -> str | None:
     """What makes the CPU per unit rise with load, as calibrated: commits waiting for other jobs' flushes, or
     busy cores that do less than linearly more (how many cores' worth each number of them does)."""
-    scaling = c.get("cpu_scaling") or {}
-    if not scaling:
+    scaling = c.cpu_scaling
+    if scaling is None:
         return None
-    points = ", ".join(f"{p['jobs']} job{'s' if p['jobs'] != 1 else ''}: {p['busy_cores']:.2f} busy, "
-                       f"{p['cpu_s'] * 1e6:.1f} us" + (f", {p['commit_waits']:.2f} commit waits"
-                                                       if p.get("commit_waits") else "")
-                       for p in scaling["points"])
-    growth, wait = scaling["growth_per_core"], scaling.get("wait_cpu_s") or 0.0
+    points = ", ".join(f"{p.jobs} job{'s' if p.jobs != 1 else ''}: {p.busy_cores:.2f} busy, "
+                       f"{p.cpu_s * 1e6:.1f} us" + (f", {p.commit_waits:.2f} commit waits" if p.commit_waits else "")
+                       for p in scaling.points)
+    growth, wait = scaling.growth_per_core, scaling.wait_cpu_s or 0.0
     if wait:
         head = (f"CPU per unit: {wait * 1e6:.1f} us more per commit that waits for another job's WAL flush "
                 "(sleep, wake-up, lock hand-off), cores taken as linear")
     elif growth:
-        worth = ", ".join(f"{k} busy = {v:.2f}" for k, v in scaling["effective_cores"].items())
+        worth = ", ".join(f"{k} busy = {v:.2f}" for k, v in scaling.effective_cores.items())
         head = f"CPU capacity: {worth} cores' worth (CPU per unit {growth * 100:+.1f} % per busy core beyond the first"
         head += ")"
     else:
         head = "CPU capacity: linear in the busy cores"
-    why = f"; {scaling['note']}" if scaling.get("note") else ""
+    why = f"; {scaling.note}" if scaling.note else ""
     return f"{head}; from the steps up to the core count ({points or 'none with the CPU measured'}){why}"
 
 
 def _print_types(t: Calibration, console: Console) -> None:
     """For a mix: each transaction type as a class of the model, and its mean and p95 measured vs model."""
-    types = t.calibration.get("types") or []
+    types = t.calibration.types
     rows = [r for r in t.steps if r.get("by_type")]
     if not types or not rows:
         return
-    classes = ", ".join(f"{c['name']} {c['share'] * 100:.0f} % (work x{c['scale']:.2f}, {c['flush_requests']:.2f} "
-                        "flushes)" for c in types)
+    classes = ", ".join(f"{c.name} {c.share * 100:.0f} % (work x{c.scale:.2f}, {c.flush_requests:.2f} flushes)"
+                        for c in types)
     sayer(console)(f"  classes (one per transaction type): {classes}", highlight=False, markup=False)
     table = FittedTable("by type: measured vs model", [
         Col("jobs"), Col("type", justify="left"), Col("R meas\nms"), Col("R model\nms"), Col("R err\n%"),
@@ -225,7 +239,7 @@ def _say_simulated(t: Calibration, console: Console) -> None:
         say(f"  note: {note}", highlight=False, markup=False)
 
 
-def _pm(value: float | None, interval: dict[str, Any] | None, scale: float, digits: int) -> str:
+def _pm(value: float | None, interval: Interval | None, scale: float, digits: int) -> str:
     """A measured figure with its 95 % half-width where it has one: '12,345 ± 210'."""
     if value is None:
         return "n/a"
@@ -235,9 +249,10 @@ def _pm(value: float | None, interval: dict[str, Any] | None, scale: float, digi
     return f"{value * scale:,.{d}f} ± {interval['half_width'] * scale:,.{d}f}"
 
 
-def _noise_mark(row: dict[str, Any], key: str) -> str:
+def _noise_mark(row: StepRow, key: Figure) -> str:
     """'~' beside an error the measured interval covers: measurement noise, not model error."""
-    return "~" if (row.get("error_kind") or {}).get(key) == "measurement noise" else ""
+    kinds = row.get("error_kind")
+    return "~" if kinds and kinds[key] == WITHIN_NOISE else ""
 
 
 def _from_text(origin: str | None) -> str:
@@ -250,20 +265,20 @@ def _say_platform(t: WhatIf | Sizing, console: Console) -> None:
     pf = t.platform
     if not pf:
         return
-    if pf["cores_from"] != "measured" or pf["cpu_from"] != "measured":
-        sayer(console)(f"  platform: {pf['cores']} cores{_from_text(pf['cores_from'])}, CPU per unit "
-                      f"{pf['cpu_from']}", highlight=False, markup=False)
-    for note in pf["notes"]:
+    if pf.cores_from != "measured" or pf.cpu_from != "measured":
+        sayer(console)(f"  platform: {pf.cores} cores{_from_text(pf.cores_from)}, CPU per unit {pf.cpu_from}",
+                      highlight=False, markup=False)
+    for note in pf.notes:
         sayer(console)(f"  note: {note}", highlight=False, markup=False)
 
 
-def knee_phrase(prediction: dict[str, Any]) -> str:
+def knee_phrase(prediction: CurveJson) -> str:
     """'knee (rule) at 8 jobs', or 'knee (rule) not reached' within the predicted range."""
     where = f"at {prediction['knee_jobs']} jobs" if prediction["knee_jobs"] else "not reached"
     return f"knee ({prediction['knee_rule']}) {where}"
 
 
-def _util(p: dict[str, Any]) -> str:
+def _util(p: PredictionJson) -> str:
     return ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(p["utilizations"].items(), key=lambda kv: -kv[1]))
 
 
@@ -298,7 +313,7 @@ def print_whatif(t: WhatIf, workload: str, console: Console) -> None:
 
 @answered_only
 def print_size(t: Sizing, workload: str, console: Console) -> None:
-    sla = t.sla["text"]
+    sla = t.sla.text
     say = sayer(console)
     say(f"{workload}: sizing for {sla} (model calibrated on {_jobs(t.calibrated_from)} jobs)", highlight=False)
     _say_platform(t, console)
@@ -344,8 +359,8 @@ def print_size(t: Sizing, workload: str, console: Console) -> None:
 def print_anticipation(t: Anticipation, workload: str, console: Console) -> None:
     m, c = t.measured, t.change
     sayer(console)(f"{workload}: {t.formula}; S = {ms(t.service_time_s)} ms (at {t.service_time_from_jobs} "
-                  f"job), measured {num(m['rate'], 0)}/s at {m['jobs']} jobs with R {ms(m['response_time_s'])} ms -> "
+                  f"job), measured {num(m.rate, 0)}/s at {m.jobs} jobs with R {ms(m.response_time_s)} ms -> "
                   f"effective M = {t.effective_servers:.2f}", highlight=False)
-    after = "saturated (S*lambda/M >= 1)" if c["saturated"] else f"R {ms(c['response_time_s'])} ms"
-    sayer(console)(f"  after the change (S {ms(c['service_time_s'])} ms, lambda {num(c['rate'], 0)}/s, M "
-                  f"{c['servers']:.2f}): {after}", highlight=False)
+    after = "saturated (S*lambda/M >= 1)" if c.saturated else f"R {ms(c.response_time_s)} ms"
+    sayer(console)(f"  after the change (S {ms(c.service_time_s)} ms, lambda {num(c.rate, 0)}/s, M "
+                  f"{c.servers:.2f}): {after}", highlight=False)

@@ -6,6 +6,7 @@ import io
 import logging
 import math
 import re
+from typing import Any, Protocol
 
 # matplotlib logs warnings about its own cache folder (e.g. "Matplotlib created a temporary cache directory"
 # when the home folder is not writable) to stderr; they say nothing about the report, so only errors show.
@@ -15,6 +16,8 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from capmark.analysis.planning import Anticipation, Calibration  # noqa: E402
 from capmark.histogram import bucket_bounds  # noqa: E402
@@ -25,7 +28,7 @@ _METADATA = re.compile(r"<metadata>.*?</metadata>", re.S)
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 
 
-def _svg(fig) -> str:
+def _svg(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
@@ -33,7 +36,7 @@ def _svg(fig) -> str:
     return _METADATA.sub("", text[text.index("<svg"):])
 
 
-def _legend(ax, **kw) -> None:
+def _legend(ax: Axes, **kw: Any) -> None:
     """A legend when something is labelled (matplotlib warns on stderr about an empty one)."""
     if ax.get_legend_handles_labels()[0]:
         ax.legend(**kw)
@@ -46,6 +49,11 @@ def _values(test: TestResult, key: str) -> list[float | None]:
 def _gaps(values: list[float | None]) -> list[float]:
     """A figure that was not measured as NaN: matplotlib leaves a gap there."""
     return [math.nan if v is None else v for v in values]
+
+
+def _ms(seconds: float | None) -> float:
+    """Seconds as milliseconds, a missing figure as NaN (a gap)."""
+    return math.nan if seconds is None else seconds * 1000
 
 
 def throughput_vs_jobs(test: TestResult) -> str:
@@ -128,14 +136,14 @@ def measured_vs_model(doc: Calibration, label: str) -> str:
     steps = doc.steps
     ok = [r for r in steps if r["valid"]]
     bad = [r for r in steps if not r["valid"]]
-    ax.plot([r["jobs"] for r in ok], [r["measured"]["throughput"] for r in ok], "o", label="measured")
+    ax.plot([r["jobs"] for r in ok], _gaps([r["measured"]["throughput"] for r in ok]), "o", label="measured")
     if bad:
-        ax.plot([r["jobs"] for r in bad], [r["measured"]["throughput"] for r in bad], "x", color="grey",
+        ax.plot([r["jobs"] for r in bad], _gaps([r["measured"]["throughput"] for r in bad]), "x", color="grey",
                 label="measured (invalid)")
     curve = doc.prediction["points"]
-    ax.plot([p["jobs"] for p in curve], [p["throughput"] for p in curve], "-", label="queueing model")
+    ax.plot(_gaps([p["jobs"] for p in curve]), _gaps([p["throughput"] for p in curve]), "-", label="queueing model")
     if "predicted" in doc.usl:
-        top = max([p["jobs"] for p in curve] + [r["jobs"] for r in steps])
+        top = max([p["jobs"] or 1.0 for p in curve] + [r["jobs"] for r in steps])
         grid = [1 + i * (top - 1) / 60 for i in range(61)]
         u = doc.usl
         ax.plot(grid, [float(usl(n, u["lambda"], u["sigma"], u["kappa"])) for n in grid], "--", label="USL")
@@ -151,12 +159,13 @@ def model_response_vs_jobs(doc: Calibration) -> str:
     """Mean response time vs jobs, measured and modelled, with the knee (R = 2 x its one-job value)."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
     steps = [r for r in doc.steps if r["valid"]]
-    ax.plot([r["jobs"] for r in steps], [r["measured"]["response_time_s"] * 1000 for r in steps], "o",
+    ax.plot([r["jobs"] for r in steps], [_ms(r["measured"]["response_time_s"]) for r in steps], "o",
             label="measured mean")
-    ax.plot([r["jobs"] for r in steps], [r["measured"]["p95_s"] * 1000 for r in steps], "^", label="measured p95")
+    ax.plot([r["jobs"] for r in steps], [_ms(r["measured"]["p95_s"]) for r in steps], "^", label="measured p95")
     curve = doc.prediction["points"]
-    ax.plot([p["jobs"] for p in curve], [p["response_time_s"] * 1000 for p in curve], "-", label="model mean")
-    ax.plot([p["jobs"] for p in curve], [p["p95_s"] * 1000 for p in curve], ":", label="model p95")
+    jobs = _gaps([p["jobs"] for p in curve])
+    ax.plot(jobs, [_ms(p["response_time_s"]) for p in curve], "-", label="model mean")
+    ax.plot(jobs, [_ms(p["p95_s"]) for p in curve], ":", label="model p95")
     knee = doc.prediction["knee_jobs"]
     if knee:
         ax.axvline(knee, color="grey", linestyle="--", linewidth=0.8)
@@ -177,13 +186,13 @@ def utilization_vs_throughput(doc: Calibration) -> str:
     names = sorted({k for p in curve for k in p["utilizations"]})
     for i, name in enumerate(names):
         color = f"C{i}"
-        ax.plot([p["throughput"] for p in curve], [p["utilizations"].get(name, 0) * 100 for p in curve], "-",
+        ax.plot(_gaps([p["throughput"] for p in curve]), [p["utilizations"].get(name, 0) * 100 for p in curve], "-",
                 color=color, label=f"{name} (model)")
         measured = [(r["measured"]["throughput"], r["measured"]["cpu_busy_pct"] if name == "CPU"
                      else r["measured"]["device_util_pct"].get(name)) for r in steps]
         pts = [(x, y) for x, y in measured if y is not None]
         if pts:
-            ax.plot([x for x, _ in pts], [y for _, y in pts], "o", color=color)
+            ax.plot(_gaps([x for x, _ in pts]), [y for _, y in pts], "o", color=color)
     ax.set_xlabel("throughput (units/s)")
     ax.set_ylabel("busy %")
     ax.set_ylim(0, 105)
@@ -195,13 +204,13 @@ def utilization_vs_throughput(doc: Calibration) -> str:
 def anticipation(doc: Anticipation) -> str:
     """Shallahamer's quick curve through the measured point, and after the change."""
     fig, ax = plt.subplots(figsize=(4.6, 3.0))
-    ax.plot([p["rate"] for p in doc.curve], [p["response_time_s"] * 1000 for p in doc.curve], "-",
+    ax.plot([p.rate for p in doc.curve], [p.response_time_s * 1000 for p in doc.curve], "-",
             label=f"M = {doc.effective_servers:.2f}")
     m = doc.measured
-    ax.plot([m["rate"]], [m["response_time_s"] * 1000], "o", label=f"measured ({m['jobs']} jobs)")
+    ax.plot([m.rate], [m.response_time_s * 1000], "o", label=f"measured ({m.jobs} jobs)")
     c = doc.change
-    if c["service_time_s"] != doc.service_time_s or c["servers"] != doc.effective_servers:
-        ax.plot([p["rate"] for p in c["curve"]], [p["response_time_s"] * 1000 for p in c["curve"]], "--",
+    if c.service_time_s != doc.service_time_s or c.servers != doc.effective_servers:
+        ax.plot([p.rate for p in c.curve], [p.response_time_s * 1000 for p in c.curve], "--",
                 label="after the change")
     ax.set_xlabel("arrival rate (units/s)")
     ax.set_ylabel("response time (ms)")
@@ -211,24 +220,35 @@ def anticipation(doc: Anticipation) -> str:
     return _svg(fig)
 
 
-def finding_chart(finding: dict) -> str:
-    """The evidence of a diagnosis finding: its series against jobs or against time."""
-    chart = finding["chart"]
+class Chart(Protocol):
+    """A diagnosis finding's evidence as series (the diagnosis's Chart), read here without reaching below analysis."""
+
+    @property
+    def kind(self) -> str: ...  # jobs | time
+
+    @property
+    def x(self) -> list[float]: ...
+
+    @property
+    def series(self) -> dict[str, list[float | None]]: ...
+
+
+def finding_chart(name: str, chart: Chart) -> str:
+    """The evidence of a diagnosis finding (its name): its series against jobs or against time."""
     fig, ax = plt.subplots(figsize=(4.2, 2.6))
-    series = chart["series"]
     first = True
-    twin = None
-    for label, values in series.items():
-        pts = [(x, y) for x, y in zip(chart["x"], values, strict=False) if y is not None]
+    twin: Axes | None = None
+    for label, values in chart.series.items():
+        pts = [(x, y) for x, y in zip(chart.x, values, strict=False) if y is not None]
         if not pts:
             continue
         target = ax if first else (twin := twin or ax.twinx())
-        target.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if chart["kind"] == "jobs" else None,
+        target.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if chart.kind == "jobs" else None,
                     color="C0" if first else "C1", label=label)
         target.set_ylabel(label, color="C0" if first else "C1")
         first = False
-    ax.set_xlabel("jobs" if chart["kind"] == "jobs" else "second of the window")
-    ax.set_title(finding["name"], fontsize=9)
+    ax.set_xlabel("jobs" if chart.kind == "jobs" else "second of the window")
+    ax.set_title(name, fontsize=9)
     return _svg(fig)
 
 
