@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -32,6 +33,18 @@ def bucket_bounds(index: int) -> tuple[float, float]:
     """Lower and upper edge of a bucket, in seconds."""
     low = 0.0 if index == 0 else math.exp(index / BUCKETS_PER_E) * 1e-6
     return low, math.exp((index + 1) / BUCKETS_PER_E) * 1e-6
+
+
+class _Histogram(TypedDict):
+    counts: dict[str, int]  # bucket index (as JSON keys are text) -> units in it
+    sum_s: float
+
+
+class HistogramRecord(_Histogram, total=False):
+    """A histogram as stored (LatencyHistogram.to_dict); from_dict reads max_s where present and needs no more."""
+
+    max_s: float | None
+    buckets_per_e: int
 
 
 @dataclass
@@ -103,7 +116,7 @@ class LatencyHistogram:
                 frac = (rank - seen) / c if c else 0.0
                 if low <= 0:
                     return high * frac
-                return low * (high / low) ** frac
+                return float(low * (high / low) ** frac)
             seen += c
         return bucket_bounds(max(self.counts))[1]
 
@@ -124,12 +137,12 @@ class LatencyHistogram:
             "max_s": self.observed_max_s,
         }
 
-    def to_dict(self) -> dict:
-        return {"counts": {str(k): v for k, v in sorted(self.counts.items())}, "sum_s": self.sum_s,
-                "max_s": self.max_s, "buckets_per_e": BUCKETS_PER_E}
+    def to_dict(self) -> HistogramRecord:
+        return HistogramRecord(counts={str(k): v for k, v in sorted(self.counts.items())}, sum_s=self.sum_s,
+                               max_s=self.max_s, buckets_per_e=BUCKETS_PER_E)
 
     @classmethod
-    def from_dict(cls, data: dict) -> LatencyHistogram:
+    def from_dict(cls, data: HistogramRecord) -> LatencyHistogram:
         return cls({int(k): int(v) for k, v in data["counts"].items()}, float(data["sum_s"]), data.get("max_s"))
 
 
