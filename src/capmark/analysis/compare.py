@@ -475,6 +475,7 @@ def _figure_change(key: str, base_values: list[float | None], cand_values: list[
     return sig.untested(b, c, once, len(bv), len(cv))
 
 
+# open-ended: a step's key figures by name; which ones exist depends on the workload's family
 def _per_unit(values: dict[str, Any], figure: PerUnit) -> float | None:
     rate, throughput = values.get(figure.rate), values.get("throughput")
     if not isinstance(rate, int | float) or not isinstance(throughput, int | float) or throughput <= 0:
@@ -676,6 +677,7 @@ def _session_sentence(workload: str, name: str, base_session: str | None, base_s
 
 # --- environment ------------------------------------------------------------------------------------------------
 
+# open-ended: the stored environment as whichever capmark version wrote it, flattened to dotted keys
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
     if isinstance(value, dict) and value:
         for k, v in value.items():
@@ -684,10 +686,11 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+# open-ended: the stored environment as whichever capmark version wrote it, flattened to dotted keys
 def described(run: RunResult) -> dict[str, Any]:
     """What the run stored about its platform and measurement, flat: database version and settings, cores,
     memory, kernel, capmark's version, and the measurement's settings (spec.*)."""
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {}  # open-ended: see above
     _flatten(run.environment, "", out)
     _flatten({k: run.spec[k] for k in SPEC_KEYS if k in run.spec}, "spec", out)
     return {k: v for k, v in out.items() if k not in VOLATILE}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.console import Console
 from rich.markup import escape
@@ -153,6 +153,7 @@ def type_table(test: TestResult) -> FittedTable | None:
     return table
 
 
+# open-ended: each command's statistics as the script interpreter stored them (passed through to the tables)
 def command_rows(step: StepResult) -> list[dict[str, Any]]:
     """Per script command: runs and mean latency in the window (pgbench -r), with its retries and failures."""
     scripts = ((step.instruments or {}).get("unit_stats") or {}).get("scripts") or {}
@@ -173,13 +174,36 @@ def command_table(test: TestResult) -> FittedTable | None:
     return table
 
 
-def type_rows(step: StepResult) -> list[dict[str, Any]]:
+class TypeRow(TypedDict):
+    """One transaction type of a step: its share, rate and latency distribution (milliseconds)."""
+
+    type: str
+    units: int
+    share_pct: float | None
+    throughput: float
+    errors: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+
+def type_rows(step: StepResult) -> list[TypeRow]:
     rows = []
     for name, hist in step.histograms.items():
         lat = hist.summary()
-        ms = {k.replace("_s", "_ms"): (v * 1000 if v is not None else None) for k, v in lat.items()}
-        rows.append({"type": name, "units": hist.total, "share_pct": 100.0 * hist.total / step.units if step.units
-                     else None, "throughput": hist.total / step.elapsed_s, "errors": step.errors.get(name, 0), **ms})
+
+        def ms(key: str, lat: dict[str, float | None] = lat) -> float | None:
+            value = lat[key]
+            return value * 1000 if value is not None else None
+
+        rows.append(TypeRow(type=name, units=hist.total,
+                            share_pct=100.0 * hist.total / step.units if step.units else None,
+                            throughput=hist.total / step.elapsed_s, errors=step.errors.get(name, 0),
+                            mean_ms=ms("mean_s"), p50_ms=ms("p50_s"), p90_ms=ms("p90_s"), p95_ms=ms("p95_s"),
+                            p99_ms=ms("p99_s"), max_ms=ms("max_s")))
     return rows
 
 

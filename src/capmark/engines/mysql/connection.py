@@ -120,6 +120,7 @@ def connect(dsn: str, *, application_name: str = "capmark", autocommit: bool = T
     import MySQLdb
 
     target = parse(dsn)
+    # open-ended: MySQLdb.connect's keyword options, which differ between its versions
     options: dict[str, Any] = {"user": target.user, "passwd": target.password, "autocommit": autocommit,
                                "connect_timeout": int(timeout_s or CONNECT_TIMEOUT_S), "charset": "utf8mb4"}
     if target.unix_socket:
