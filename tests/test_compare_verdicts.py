@@ -147,3 +147,18 @@ def test_a_setting_both_servers_had_otherwise_is_said_once(tmp_path):
         "srv-query1 ran its sessions with max_parallel_workers_per_gather = 0; the server's 2 did not apply"]
     pls = next(t for t in doc.candidates[0].tests if t.workload == "pls-add")
     assert pls.session_settings == []
+
+
+def test_the_run_report_says_which_server_setting_a_workload_overrode(tmp_path, monkeypatch, capsys):
+    """capmark report of the run whose server had synchronous_commit off: wal-lat1's sessions set it on, so the
+    report must not let the reader credit the server's off with wal-lat1's figures; stress-update sets nothing."""
+    off = unpack(tmp_path, SYNC[1])[0]
+    code, out, err = invoke(["report", off, "--results-dir", str(tmp_path)], capsys, monkeypatch)
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "wal-lat1 ran its sessions with synchronous_commit = on; the server's off did not apply." in text
+    assert "stress-update ran its sessions with" not in text
+    on = unpack(tmp_path, SYNC[0])[0]
+    code, out, err = invoke(["report", on, "--results-dir", str(tmp_path)], capsys, monkeypatch)
+    assert code == 0, err
+    assert "synchronous_commit = on; the server's" not in " ".join(out.split())  # the server had on: nothing hidden

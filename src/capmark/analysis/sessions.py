@@ -63,3 +63,10 @@ def overridden(run: RunResult, test: TestResult) -> list[Overridden]:
     server = server_settings(run)
     return [Overridden(name, value, server[name]) for name, value in session_settings(run, test).items()
             if name in server and not same_value(value, server[name])]
+
+
+def overridden_sentence(workload: str, setting: Overridden) -> str:
+    """What the report says of a setting the workload's sessions overrode, so that a reader does not credit the
+    server's value with the figures."""
+    return (f"{workload} ran its sessions with {setting.setting} = {setting.session}; "
+            f"the server's {setting.server} did not apply.")

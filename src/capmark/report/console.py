@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from capmark.analysis.headline import Headline
+from capmark.analysis.sessions import overridden, overridden_sentence
 from capmark.measure import kpm, noise
 from capmark.report import clock
 from capmark.report.fit import Col, FittedTable, sayer
@@ -244,6 +245,8 @@ def print_run(run: RunResult, console: Console | None = None) -> None:
         explained |= print_test(test, console, explain=not explained)
         for note in test.notes:
             console.print(f"{test.workload}: {note}.", markup=False, highlight=False)
+        for setting in overridden(run, test):
+            console.print(overridden_sentence(test.workload, setting), markup=False, highlight=False)
         for step in test.steps:
             for note in step.notes:
                 sayer(console)(f"  step {step.ordinal} ({step.jobs} jobs): {note}")
