@@ -8,7 +8,6 @@ nothing else, so a figure is computed once per command and shown the same way ev
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -70,11 +69,6 @@ class TestAnswer(Generic[P]):
     def to_json(self) -> JsonObject:
         head: JsonObject = {"workload": self.workload, "ordinal": self.ordinal, "answered": self.answered}
         return {**head, **self.answer.to_json()} if self.answer is not None else {**head, "reason": self.reason}
-
-
-def payload_of(cls: type[P], values: Mapping[str, object]) -> P:
-    """A payload from a planning function's result; a key the type does not declare is a bug caught here."""
-    return cls(**values)
 
 
 def field_names(cls: type) -> list[str]:
