@@ -162,3 +162,13 @@ def test_the_run_report_says_which_server_setting_a_workload_overrode(tmp_path, 
     code, out, err = invoke(["report", on, "--results-dir", str(tmp_path)], capsys, monkeypatch)
     assert code == 0, err
     assert "synchronous_commit = on; the server's" not in " ".join(out.split())  # the server had on: nothing hidden
+
+
+def test_the_html_report_says_which_server_setting_a_workload_overrode(tmp_path):
+    from capmark.analysis.report import report_documents
+    from capmark.report.html import render
+
+    off = unpack(tmp_path, SYNC[1])[0]
+    page = " ".join(render(report_documents(load_run(tmp_path / off))).split())
+    assert "wal-lat1 ran its sessions with synchronous_commit = on; the server&#39;s off did not apply." in page
+    assert "stress-update ran its sessions with" not in page

@@ -11,6 +11,7 @@ from capmark.analysis.demands import TestDemands, demands_of
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
 from capmark.analysis.headline import Headline, headline
 from capmark.analysis.planning import Anticipation, Calibration, anticipation_of, calibration_of
+from capmark.analysis.sessions import overridden, overridden_sentence
 from capmark.measure import record
 from capmark.measure.validity import cautions
 from capmark.plan.dbhost import database_host
@@ -37,6 +38,8 @@ class TestReport:
     # open-ended: the JSON `capmark size --save` stored, as above
     saved_size: dict[str, Any] | None
     headline: Headline
+    # server settings the workload's sessions set otherwise, said so that the server's value is not credited
+    session_overrides: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -71,7 +74,8 @@ def report_documents(run: RunResult, saved: dict[str, dict[int, Any]] | None = N
             calibration=model.answer if model else None, calibration_problem=model.reason if model else "",
             anticipation=quick.answer if quick else None, anticipation_problem=quick.reason if quick else "",
             saved_whatif=saved.get("whatif", {}).get(test.ordinal), saved_size=saved.get("size", {}).get(test.ordinal),
-            headline=headline(test, model.answer if model else None, diag, model.reason if model else "")))
+            headline=headline(test, model.answer if model else None, diag, model.reason if model else ""),
+            session_overrides=[overridden_sentence(test.workload, o) for o in overridden(run, test)]))
     return docs
 
 

@@ -91,7 +91,7 @@ def test_section(part: TestReport) -> Section:
     commands = [(s, by_command) for s in test.steps if (by_command := command_rows(s))]
     repeatability = repeatability_rows(test) if test.steps else None
     html = _render("test.html.j2", test=test, headers=headers, rows=rows, reasons=reasons, charts=charts,
-                   invalid=part.invalid, cautions=part.cautions,
+                   invalid=part.invalid, cautions=part.cautions, overrides=part.session_overrides,
                    step_charts=step_charts, types=types, commands=commands, repeatability=repeatability,
                    repeatability_note=REPEATABILITY_NOTE, knee=knee_line(test), fmt=fmt,
                    lat=lambda row, key: clock.cell(fmt(row[key], 3), test, key, row[key]), clock_note=clock.note(test),
