@@ -1,6 +1,6 @@
 """Bottleneck signatures (Avritzer et al.'s method, the CITI report's and Shallahamer's database patterns): each
 detector looks at a test's steps and returns a finding with its evidence, or None. Thresholds are set so that clean
-runs on a noisy 2-vCPU VM stay quiet (see tests/test_diagnose_*.py)."""
+runs on a noisy 2-vCPU VM stay quiet (see tests/diagnose/)."""
 
 from __future__ import annotations
 

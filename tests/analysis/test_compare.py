@@ -380,7 +380,7 @@ def test_output_without_html_is_refused(tmp_path, monkeypatch, capsys):
 
 # --- runs that did not complete, on the stored fixture (no database) -----------------------------------------------
 
-FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "run-format-1.sqlite.gz"
 BASE_ID, CAND_ID = "20261122-000000-f1x7", "20261122-000001-f1x8"
 
 

@@ -87,7 +87,7 @@ def test_the_overrun_watch_finds_the_lock_methods_it_asks_for_by_name():
     """driver/step.py asks the engine for lock_blockers and cancel_backends by name: a renamed method would leave a
     step stuck on a lock without naming the holder or cancelling the jobs."""
     assert isinstance(engines.named("postgresql"), WatchesLocks)
-    step = (Path(__file__).parents[1] / "src/capmark/driver/step.py").read_text()
+    step = (Path(__file__).parents[2] / "src/capmark/driver/step.py").read_text()
     assert all(f'"{name}"' in step for name in ("lock_blockers", "cancel_backends"))
 
 

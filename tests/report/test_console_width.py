@@ -18,7 +18,7 @@ from capmark.report.demands import print_demands
 from capmark.report.diagnosis import print_diagnosis
 from capmark.report.planning import print_calibration, print_size, print_whatif
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 NARROW, WIDE = 80, 200
 HIDDEN = "wider terminal shows:"
 RULE = re.compile(r"^─{10,}$")  # the line under a table's header: one per table, two where a table was cut in parts

@@ -20,7 +20,7 @@ from capmark.store import DB_NAME, FORMAT_VERSION, RunStore, format_of
 
 # A real run stored in format 1 (how it was recorded: tests/fixtures/README.md). Its figures below were read from
 # it when it was recorded; a reader that stops understanding format 1 changes them or fails to open it.
-FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "run-format-1.sqlite.gz"
 RECORDED_UNITS = {("srv-query1", 1): 441_142, ("srv-query1", 2): 678_071, ("tp-light", 1): 95_328,
                   ("tp-light", 2): 105_414}
 RECORDED_THROUGHPUT = {("srv-query1", 1): 440_501.67, ("tp-light", 2): 105_202.41}
@@ -86,7 +86,7 @@ def test_new_files_carry_the_format_and_old_files_keep_theirs(tmp_path):
 
 # --- format 2: every step carries its Measures record -------------------------------------------------------------
 
-FIXTURE_2 = Path(__file__).parent / "fixtures" / "run-format-2.sqlite.gz"
+FIXTURE_2 = Path(__file__).parents[1] / "fixtures" / "run-format-2.sqlite.gz"
 # read from it when it was recorded: units, the record's throughput and how many self-check problems each step has
 RECORDED_2 = {("srv-query1", 1): (133_120, 132_297.44, 1), ("srv-query1", 2): (164_740, 163_276.11, 1),
               ("tp-light", 1): (5_094, 5_035.63, 1), ("tp-light", 2): (10_796, 10_728.92, 1)}

@@ -27,7 +27,7 @@ from storedrows import stored
 
 pytestmark = pytest.mark.db
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 PLAN = ["srv-query1", "--jobs", "1,2", "--warmup", "0s", "--duration", "2s"]
 GONE_WITHIN_S = 10  # server-side loops end with their 1 s slice; killed clients are noticed within 2 s
 WAIT_S = 240  # a fresh data model plus a step on a busy 2-core machine

@@ -15,7 +15,7 @@ from capmark.analysis.report import stored_report_documents
 from capmark.report.html import render
 from capmark.store import DB_NAME, load_run
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 # two server-side tests, one a mix of transaction types; and scripts measured twice at four job counts with
 # per-command latency and invalid steps (tests/fixtures/README.md)
 RUNS = ("run-format-1", "run-script-repeats")

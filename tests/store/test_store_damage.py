@@ -23,7 +23,7 @@ from capmark import store
 from capmark.store import DB_NAME, SCHEMA
 
 pytestmark = pytest.mark.db
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE = 24, 1  # linux/prctl.h, linux/capability.h
 
 
@@ -223,7 +223,7 @@ def test_a_silent_run_on_another_host_is_abandoned_only_after_a_whole_step(store
 
 # --- every command that reads a stored run, on the stored fixture (no database), in-process ------------------------
 
-FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "run-format-1.sqlite.gz"
 FIXTURE_ID = "20261122-000000-f1x7"
 OTHER_ID = "20261122-000001-f1x8"
 # every command that reads a stored run (`report --format json` is the run's export); `list` and `solve` read none

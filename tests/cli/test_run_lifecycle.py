@@ -25,7 +25,7 @@ from storedrows import stored
 from capmark.engines.postgres import embedded
 
 pytestmark = pytest.mark.db
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 SHORT = ["--warmup", "1", "--duration", "3"]
 WAIT_S = 240  # a fresh data model plus a step on a busy 2-core machine
 

@@ -10,7 +10,7 @@ from capmark.analysis.report import stored_report_documents
 from capmark.report import html
 from capmark.store import DB_NAME
 
-FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"  # how it was recorded: fixtures/README.md
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "run-format-1.sqlite.gz"  # how it was recorded: fixtures/README.md
 RECORDED_THROUGHPUT_1_JOB = 440_501.67  # srv-query1 at 1 job, read from the fixture when it was recorded
 
 

@@ -19,7 +19,7 @@ from capmark import api, cli
 from capmark.report.console import GLANCE_TITLE, REPEATABILITY_NOTE, glance_table
 from capmark.results import RunResult
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 NARROW = 80
 # The default output of `capmark run` for the quick suite (three tests of three steps), from its first step on:
 # two screens of a 30-line terminal, so that the step figures, each test's table and the answer at the end can be

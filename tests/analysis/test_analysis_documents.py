@@ -18,8 +18,8 @@ from capmark.measure import record
 from capmark.report.html import render
 from capmark.store import DB_NAME
 
-FIXTURE = Path(__file__).parent / "fixtures" / "run-format-1.sqlite.gz"
-DOCS = Path(__file__).parent.parent / "docs" / "json-schemas.md"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "run-format-1.sqlite.gz"
+DOCS = Path(__file__).parents[2] / "docs" / "json-schemas.md"
 # read from the fixture when it was recorded (tests/fixtures/README.md): units / elapsed of each step
 RECORDED_THROUGHPUT = {("srv-query1", 1): 440_501.67, ("tp-light", 2): 105_202.41}
 RECORDED_CORES = 2

@@ -22,7 +22,7 @@ from capmark.engines.postgres import embedded
 from capmark.errors import CapmarkError
 
 pytestmark = pytest.mark.db
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 CHILD_ENV = {**os.environ, "PYTHONPATH": SRC}
 RESTART_WINDOW_TIMEOUT_S = 60  # the child's stop must begin well within this on a loaded 2-core machine
 

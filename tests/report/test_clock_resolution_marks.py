@@ -15,7 +15,7 @@ from capmark.report import clock, html
 from capmark.report.console import kpm_table, type_table
 from capmark.store import DB_NAME
 
-FIXTURES = Path(__file__).parent / "fixtures"  # how each run was recorded: fixtures/README.md
+FIXTURES = Path(__file__).parents[1] / "fixtures"  # how each run was recorded: fixtures/README.md
 
 
 def _parts(tmp_path: Path, name: str) -> dict:

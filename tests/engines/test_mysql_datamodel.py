@@ -154,7 +154,7 @@ def test_every_statement_prepares_executes_and_touches_its_rows(model: Any) -> N
 
 def test_catalogue_statement_names_all_have_mysql_text() -> None:
     from capmark.workloads.registry import WORKLOADS
-    # workloads with tables of their own (tpcc) are PostgreSQL's only, and refused on MySQL (tests/test_tpcc.py)
+    # workloads with tables of their own (tpcc) are PostgreSQL's only, and refused on MySQL (tests/workloads/test_tpcc.py)
     names = {k for w in WORKLOADS.values() if w.own_data is None for k in w.client_statements}
     assert names <= set(STATEMENTS)
     assert all("$" not in text for text in STATEMENTS.values())

@@ -170,7 +170,7 @@ def test_the_layer_table_names_real_units_once():
 def test_imports_run_down_the_layers():
     broken = [f"{i}: {why}" for i in all_imports()
               if (why := broken_rule(i)) and (i.module, i.imported) not in KNOWN_BACK_EDGES]
-    assert not broken, "imports against the layer order (see LAYERS in tests/test_layers.py):\n" + "\n".join(broken)
+    assert not broken, "imports against the layer order (see LAYERS in tests/code/test_layers.py):\n" + "\n".join(broken)
 
 
 def test_every_known_back_edge_is_still_there():

@@ -352,7 +352,7 @@ def test_cli_accepts_all_statements(embedded_dsn, tmp_path):
     out = subprocess.run([sys.executable, "-m", "capmark.cli", "run", "srv-query1", "--jobs", "1", "--duration", "1s",
                           "--warmup", "0s", "--dsn", embedded_dsn, "--results-dir", str(tmp_path), "--all-statements"],
                          capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
     assert out.returncode == 0, out.stderr
     run = api.open_run(None, tmp_path)
     assert run.spec["all_statements"] is True

@@ -24,7 +24,7 @@ from capmark.engines.postgres import embedded
 from capmark.errors import CapmarkError
 
 pytestmark = pytest.mark.db
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 CHILD_ENV = {**os.environ, "PYTHONPATH": SRC}
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="owners and the server's own system user need root")
 NOBODY = 65534

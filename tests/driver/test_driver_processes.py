@@ -21,7 +21,7 @@ from capmark.driver.procs import split_jobs, why_ended
 
 pytestmark = pytest.mark.db
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 CORES = os.cpu_count() or 1
 JOBS = 2 * CORES  # more jobs than processes: some processes run several jobs as threads
 WAIT_S = 120

@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.db
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 TAG = "CAPMARK_TEST_KILL_TAG"  # inherited by every process the run starts, however deep
 START_S = 180  # data setup on a fresh server included
 GONE_S = 10
