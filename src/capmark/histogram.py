@@ -1,6 +1,6 @@
 """Log-bucketed latency histogram shared by both execution modes and every stage after them.
 
-Part of the shared vocabulary at the bottom of the import order (tests/test_layers.py): the driver fills it,
+Part of the shared vocabulary at the bottom of the import order (tests/code/test_layers.py): the driver fills it,
 the workloads' PL/pgSQL loops compute its bucket index, results store it and the report reads it.
 
 Bucket i holds latencies in [exp(i/K), exp((i+1)/K)) microseconds with K = 25, a relative

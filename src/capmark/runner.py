@@ -54,7 +54,7 @@ class RunObserver:
 
 # What the caller does with a run once its final status is stored, however it ended: called with the run folder,
 # returns what it could not do, in words for the user ('' when it did everything). The runner measures and
-# stores; rendering (report.html) belongs to the layers above it (tests/test_layers.py), so it comes in here.
+# stores; rendering (report.html) belongs to the layers above it (tests/code/test_layers.py), so it comes in here.
 OnStored = Callable[[Path], str]
 
 
