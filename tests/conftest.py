@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,11 @@ import pytest
 from capmark.engines.postgres import embedded
 
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+# A suite started in the background by a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and so would
+# every capmark the tests start: the Ctrl-C tests would then test nothing. A user's terminal delivers SIGINT.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _answers(dsn: str) -> bool:

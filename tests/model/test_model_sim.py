@@ -25,6 +25,7 @@ from capmark.model.sim import (
 from capmark.plan.dbmodel import WAL_FLUSH, DbModel, solve
 from capmark.plan.simulate import simulate
 
+WIDE_INTERVAL = 0.2  # three replications of 2,000 units: an interval over a fifth of the figure says nothing
 LEVEL = 0.99  # the interval the exact figure must fall in: 1 in 100 seeds would miss it by chance alone
 NARROW = 0.03  # and its half width relative to the mean: a broken, noisy simulation would be wider
 
@@ -175,12 +176,17 @@ def test_same_seed_same_answer() -> None:
     assert a.throughput != c.throughput
 
 
-def test_prediction_carries_intervals_and_method() -> None:
-    p = simulate(_commit_model(50e-6, 300e-6), 4, units=2_000, replications=3)
-    lo, hi = p.interval["throughput"]
-    assert lo < p.throughput < hi
-    lo, hi = p.interval["response_time_s"]
-    assert lo < p.response_time_s < hi
+def test_prediction_intervals_cover_a_long_run_of_the_same_model() -> None:
+    """A short simulation's intervals must hold what a run twenty times as long (another seed) finds, and be narrow
+    enough to say something: an interval from the wrong spread, or not scaled to the replications, misses or is
+    useless. (An interval that merely contains its own mean would pass either way.)"""
+    model = _commit_model(50e-6, 300e-6)
+    p = simulate(model, 4, units=2_000, replications=3)
+    long = simulate(model, 4, seed=99, units=40_000, replications=2)
+    for key, reference in (("throughput", long.throughput), ("response_time_s", long.response_time_s)):
+        lo, hi = p.interval[key]
+        assert lo <= reference <= hi, (key, lo, hi, reference)
+        assert hi - lo < WIDE_INTERVAL * reference, (key, lo, hi)
     assert p.p95_s <= p.p99_s and p.converged
     assert "3 replications" in p.method
     assert set(p.utilizations) >= {"CPU", "disk wal", WAL_FLUSH}

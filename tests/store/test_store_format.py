@@ -59,7 +59,7 @@ def test_a_run_of_format_1_is_analysed_and_rendered_without_a_database(tmp_path)
     folder = _unpack(tmp_path)
     doc = api.calibrate(str(folder))
     light = next(t.answer for t in doc.tests if t.workload == "tp-light")
-    assert light is not None and {c["name"] for c in light.calibration["types"]} == {"read", "update"}
+    assert light is not None and {c.name for c in light.calibration.types} == {"read", "update"}
     out = _cli("report", str(folder), "--format", "json")
     assert out.returncode == 0, out.stderr
 

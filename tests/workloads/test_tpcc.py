@@ -192,12 +192,12 @@ def test_lock_contention_at_many_jobs_per_warehouse_is_diagnosed(loaded, embedde
     assert "lock_contention" in [finding.key for finding in diagnosis.findings], diagnosis.summary
     calibrated = api.calibrate(folder).tests[0]
     assert calibrated.answer is not None, calibrated.reason
-    types = {t["name"]: t for t in calibrated.answer.calibration["types"]}
+    types = {t.name: t for t in calibrated.answer.calibration.types}
     assert list(types) == list(spec.TYPES)
     # each transaction commits once, so it waits for at most one WAL flush however long it runs; delivery (ten
     # districts in one transaction) is the longest because it works, not because it flushes
-    assert all(t["flush_requests"] <= 1.0 for t in types.values()), types
-    assert types["delivery"]["scale"] > 1.5 * types["payment"]["scale"], types
+    assert all(t.flush_requests <= 1.0 for t in types.values()), types
+    assert types["delivery"].scale > 1.5 * types["payment"].scale, types
     whatif = api.whatif(folder, changes={"cpus": 4}).tests[0]
     assert whatif.answer is not None and whatif.answer.converged, whatif.reason
     sized = api.size(folder, sla_text="p95<50ms").tests[0]
