@@ -23,7 +23,7 @@ from capmark.collect import hosts, node_exporter, procfs
 from capmark.collect.os import cpu_percentages
 from capmark.config import RunSpec
 from capmark.errors import CapmarkError
-from capmark.measure.demands import HOST_CPU_KEY, HOST_CPU_LABEL_NODE_EXPORTER, demands_of_test, host_busy_s
+from capmark.measure.demands import HOST_CPU_KEY, HOST_CPU_LABEL_NODE_EXPORTER, demands_of_test
 from capmark.measure.validity import problems
 
 LOAD_SECONDS = 3.0  # long enough that the few ms between the two sources' readings are noise
@@ -422,6 +422,12 @@ def test_cpus_keep_their_numeric_order() -> None:
 
 # --- a whole run measured through the exporter ------------------------------------------------------------
 
+SERIES_AGREE = 0.05  # the 1 s series and the window's readings are a few milliseconds apart at each end of 2 s
+# the model's CPU busy at its own calibration step lies below the host's by the work no job does (the kernel's, the
+# exporter's, the driver's): 1.9-2.2 points at one job here (51.9-52.2 % measured, 50.0 % modelled)
+CPU_POINTS = 3.0
+
+
 @pytest.mark.db
 def test_a_run_measured_through_the_exporter(exporter: tuple[str, int], embedded_dsn: str, tmp_path: Path) -> None:
     """The exporter named on the command line serves the whole run, though the server runs here: its CPU series,
@@ -444,10 +450,20 @@ def test_a_run_measured_through_the_exporter(exporter: tuple[str, int], embedded
     rows = {r["key"]: r for r in demands_of_test(test)["components"]}
     assert rows[HOST_CPU_KEY]["label"] == HOST_CPU_LABEL_NODE_EXPORTER
     first = test.steps[0]
-    assert rows[HOST_CPU_KEY]["values"][0] == pytest.approx(
-        (host_busy_s(first) - first.driver_cpu["user_s"] - first.driver_cpu["sys_s"]) / first.units)
+    # the exporter's own 1 s series (another reading than the window's two): busy core-seconds over the window
+    series = first.os_series
+    series_busy_s = sum(p["cpu_busy_pct"] / 100 * cores * (p["t"] - (series[i - 1]["t"] if i else 0.0))
+                        for i, p in enumerate(series))
+    driver = first.driver_cpu["user_s"] + first.driver_cpu["sys_s"]
+    print(f"host CPU per query: {rows[HOST_CPU_KEY]['values'][0] * 1e6:.3f} us; from the exporter's series "
+          f"{(series_busy_s - driver) / first.units * 1e6:.3f} us ({series[-1]['t']:.2f} s of series)")
+    assert rows[HOST_CPU_KEY]["values"][0] == pytest.approx((series_busy_s - driver) / first.units, rel=SERIES_AGREE)
     if not problems(first):
-        model = api.calibrate(run.folder).to_json()["tests"][0]["calibration"]
-        # the model keeps the CPU one busy core would spend; the step kept `busy` cores busy
-        one_core = 1 + model["cpu_growth"] * (max(1.0, host_busy_s(first) / first.elapsed_s) - 1)
-        assert model["cores"] == cores and model["cpu_s"] * one_core == pytest.approx(host_busy_s(first) / first.units)
+        doc = api.calibrate(run.folder).to_json()["tests"][0]
+        assert doc["calibration"]["cores"] == cores
+        # the model calibrated on the first step gives back that step's CPU busy share, as the exporter measured it
+        row = next(r for r in doc["steps"] if r["jobs"] in doc["calibrated_from_jobs"])
+        print(f"CPU busy at {row['jobs']} job(s): measured {row['measured']['cpu_busy_pct']:.1f} %, "
+              f"model {row['model']['cpu_busy_pct']:.1f} %, driver {100 * driver / first.elapsed_s / cores:.1f} %, "
+              f"throughput error {row['error_pct']['throughput']:.2f} %")
+        assert -CPU_POINTS <= row["cpu_error_points"] <= 0.5, row  # never more CPU than the host was busy
