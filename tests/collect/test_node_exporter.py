@@ -424,8 +424,9 @@ def test_cpus_keep_their_numeric_order() -> None:
 
 SERIES_AGREE = 0.05  # the 1 s series and the window's readings are a few milliseconds apart at each end of 2 s
 # the model's CPU busy at its own calibration step lies below the host's by the work no job does (the kernel's, the
-# exporter's, the driver's): 1.9-2.2 points at one job here (51.9-52.2 % measured, 50.0 % modelled)
-CPU_POINTS = 3.0
+# exporter's, the driver's, capmark's sampler): 1.3-2.2 points at one job here (51.3-52.2 % measured, 50.0 % modelled),
+# 4.0 in a run with per-process sampling on the host
+CPU_POINTS = 5.0
 
 
 @pytest.mark.db
