@@ -294,10 +294,11 @@ def report(
         print(json_text(api.export(result.folder).to_json()))
         return
     console = Console(emoji=False)
-    print_run(result, console)
+    docs = api.report_documents(Path(result.folder))
+    print_run(docs, console)
     if not report_file.problem:
         console.print(f"Report: {report_file.path}", markup=False, highlight=False)
-    print_glance(api.report_documents(Path(result.folder)).headlines, console)
+    print_glance(docs.headlines, console)
 
 
 @app.command()

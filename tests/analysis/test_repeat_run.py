@@ -14,6 +14,7 @@ from scipy import stats as scipy_stats
 
 from capmark import api
 from capmark.analysis.export import run_export
+from capmark.analysis.report import report_documents
 from capmark.config import RunSpec
 from capmark.measure import noise
 from capmark.measure.stepping import stop
@@ -35,7 +36,7 @@ def t_interval(values: list[float]) -> tuple[float, float]:
 
 def printed(run) -> str:
     console = Console(record=True, width=200, emoji=False)
-    print_run(run, console)
+    print_run(report_documents(run), console)
     return console.export_text()
 
 

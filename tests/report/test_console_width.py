@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from capmark import api
+from capmark.analysis.report import report_documents
 from capmark.report.console import print_run
 from capmark.report.demands import print_demands
 from capmark.report.diagnosis import print_diagnosis
@@ -56,7 +57,7 @@ PRINTERS = {"calibrate": print_calibration, "demands": print_demands, "whatif": 
 def shown(docs: dict, view: str, width: int) -> list[str]:
     console = Console(file=io.StringIO(), width=width, color_system=None, emoji=False)
     if view == "report":
-        print_run(docs["run"], console)
+        print_run(report_documents(docs["run"]), console)
     else:
         for test_doc in docs[view].tests:
             PRINTERS[view](test_doc, console)

@@ -9,11 +9,11 @@ from rich.markup import escape
 from rich.text import Text
 
 from capmark.analysis.headline import Headline
-from capmark.analysis.sessions import overridden, overridden_sentence
+from capmark.analysis.report import ReportDocuments
 from capmark.measure import kpm, noise
 from capmark.report import clock
 from capmark.report.fit import Col, FittedTable, sayer
-from capmark.results import RunResult, StepResult, TestResult
+from capmark.results import StepResult, TestResult
 
 
 def fmt(value: object, digits: int) -> str:
@@ -233,20 +233,23 @@ def print_test(test: TestResult, console: Console, *, verbose: bool = True, expl
     return repeatability is not None
 
 
-def print_run(run: RunResult, console: Console | None = None) -> None:
-    """Every table of a stored run (capmark report), what ± means once, each test's and step's notes."""
+def print_run(docs: ReportDocuments, console: Console | None = None) -> None:
+    """Every table of a stored run (capmark report), what ± means once, each test's and step's notes, and the server
+    settings a test's sessions overrode."""
     console = console or Console(emoji=False)
+    run = docs.run
     console.print(f"[bold]capmark run {escape(run.run_id)}[/] ({escape(run.status)}) — "
                   f"{escape(short_version(str(run.target.get('version', ''))))}")
     if run.reason:
         console.print(f"{run.status}: {run.reason}", highlight=False, markup=False)
     explained = False
-    for test in run.tests:
+    for part in docs.tests:
+        test = part.test
         explained |= print_test(test, console, explain=not explained)
         for note in test.notes:
             console.print(f"{test.workload}: {note}.", markup=False, highlight=False)
-        for setting in overridden(run, test):
-            console.print(overridden_sentence(test.workload, setting), markup=False, highlight=False)
+        for sentence in part.session_overrides:
+            console.print(sentence, markup=False, highlight=False)
         for step in test.steps:
             for note in step.notes:
                 sayer(console)(f"  step {step.ordinal} ({step.jobs} jobs): {note}")
