@@ -14,6 +14,26 @@ from capmark.analysis.demands import DemandsDocument, demands_document
 from capmark.analysis.diagnosis import DiagnosisDocument, diagnosis_document
 from capmark.analysis.document import TestAnswer
 from capmark.analysis.export import RunExport, run_export
+from capmark.analysis.observation import (
+    BaselineDocument,
+    BaselineOptions,
+    ComparisonDocument,
+    ObservationReport,
+    WhatIfOptions,
+    observation_baseline,
+    observation_compare,
+    observation_report,
+    observation_size,
+    observation_whatif,
+    parse_baseline_options,
+    parse_whatif_options,
+)
+from capmark.analysis.observation import (
+    SizingDocument as ObservationSizing,
+)
+from capmark.analysis.observation import (
+    WhatIfDocument as ObservationWhatIf,
+)
 from capmark.analysis.planning import (
     AnticipationDocument,
     CalibrationDocument,
@@ -26,10 +46,17 @@ from capmark.analysis.planning import (
     sizing_document,
     whatif_document,
 )
+from capmark.analysis.stored import StoredList, list_stored
 from capmark.config import DEFAULT_RESULTS_DIR, RunSpec, check_data_dir_is_capmarks
 from capmark.engines import registry as engines
 from capmark.engines.postgres import embedded
 from capmark.errors import CapmarkError
+from capmark.observation_store import ObservationStore, is_observation, load_observation, resolve_observation
+from capmark.observations import Observation
+from capmark.observe.collector import Observed, ProgressState  # noqa: F401  (ProgressState: what progress is shown)
+from capmark.observe.collector import Progress as ObserveProgress
+from capmark.observe.collector import observe as collect_observation
+from capmark.observe.spec import ObserveSpec
 from capmark.results import RunResult, TestResult
 
 # the measuring run is part of the public API; it lives in capmark.runner
@@ -42,6 +69,15 @@ if TYPE_CHECKING:
 
 def list_workloads() -> Catalogue:
     return catalogue()
+
+
+def list_results(results_dir: Path) -> StoredList:
+    """The runs and observations stored under results_dir, newest first; nothing when the folder does not exist yet,
+    one sentence when it names something else."""
+    if results_dir.exists() and not results_dir.is_dir():
+        raise CapmarkError(f"--results-dir {results_dir} is not a folder; name the folder capmark run and capmark "
+                           "observe store their results in.")
+    return list_stored(results_dir)
 
 
 def engine_labels() -> dict[str, str]:
@@ -220,10 +256,104 @@ def export(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> R
     return run_export(open_run(ref, results_dir))
 
 
+# --- observations of a live server -------------------------------------------------------------------
+
+def observe(spec: ObserveSpec, progress: ObserveProgress | None = None) -> Observed:
+    """Observe a PostgreSQL server read-only until spec.planned_s elapses or Ctrl-C / SIGTERM, committing each
+    interval as it ends; how it ended, where it is stored. Nothing is stored when the server cannot be read."""
+    spec.check()
+    store = ObservationStore(spec.results_dir)
+    try:
+        observed = collect_observation(spec, store, progress, observation_id=store.observation_id)
+    finally:
+        store.close()
+    observed.folder = str(store.folder)
+    return observed
+
+
+def open_observation(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR) -> Observation:
+    """A stored observation by id or folder (the latest by default), from storage alone."""
+    return load_observation(resolve_observation(ref, results_dir))
+
+
+def is_observation_ref(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR) -> bool:
+    """Whether RUN names a stored observation (by folder or id); None (the latest) means a run, as before."""
+    return bool(ref) and any(is_observation(folder) for folder in (Path(ref or ""), results_dir / (ref or "")))
+
+
+def _observation(ref: str | None, results_dir: Path, command: str) -> tuple[Observation, Path]:
+    """The observation RUN names (the latest by default); a run named instead is refused in one sentence."""
+    if ref and not is_observation_ref(ref, results_dir):
+        for folder in (Path(ref), results_dir / ref):
+            if (folder / DB_NAME).is_file():
+                raise CapmarkError(f"{folder} holds a measured run, not an observation; {command} plans from an "
+                                   "observation of a live server (capmark observe makes one), so name an "
+                                   "observation folder or id.")
+    folder = resolve_observation(ref, results_dir)
+    return load_observation(folder), folder
+
+
+def baseline(ref: str | None = None, results_dir: Path = DEFAULT_RESULTS_DIR,
+             options: BaselineOptions | None = None) -> BaselineDocument:
+    """The baseline of a stored observation (the latest by default): workloads, peak, demands, model, validation."""
+    parsed = parse_baseline_options(options or BaselineOptions())
+    return observation_baseline(_observation(ref, results_dir, "capmark baseline")[0], parsed)
+
+
+def observation_whatif_of(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR,
+                          options: BaselineOptions | None = None,
+                          changes: WhatIfOptions | None = None) -> ObservationWhatIf:
+    """What-if growth and changes on an observation's baseline (the case study's 20 % x 3 without any change)."""
+    parsed, request = parse_baseline_options(options or BaselineOptions()), parse_whatif_options(changes or
+                                                                                                 WhatIfOptions())
+    return observation_whatif(observation_baseline(_observation(ref, results_dir, "capmark whatif")[0], parsed),
+                              request)
+
+
+def observation_size_of(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR,
+                        options: BaselineOptions | None = None,
+                        changes: WhatIfOptions | None = None) -> ObservationSizing:
+    """When growth runs an observed host out of capacity, and the least single change that carries it."""
+    parsed = parse_baseline_options(options or BaselineOptions())
+    request = parse_whatif_options(changes or WhatIfOptions(), default_growth=False)
+    return observation_size(observation_baseline(_observation(ref, results_dir, "capmark size")[0], parsed), request)
+
+
+def observation_report_of(ref: str | None, results_dir: Path = DEFAULT_RESULTS_DIR,
+                          options: BaselineOptions | None = None,
+                          changes: WhatIfOptions | None = None) -> tuple[ObservationReport, ReportFile]:
+    """An observation's report documents, and its report.html written into the observation's folder."""
+    from capmark.report.observation_html import write_observation_report
+
+    parsed, request = parse_baseline_options(options or BaselineOptions()), parse_whatif_options(changes or
+                                                                                                 WhatIfOptions())
+    observation, folder = _observation(ref, results_dir, "capmark report")
+    doc = observation_report(observation, folder, parsed, request)
+    try:
+        return doc, ReportFile(write_observation_report(doc, folder / "report.html"), written=True)
+    except OSError as err:
+        path = folder / "report.html"
+        return doc, ReportFile(path, written=False, problem=f"could not write {path} ({err.strerror or err})")
+
+
+def compare_observations(before_ref: str, after_ref: str, results_dir: Path = DEFAULT_RESULTS_DIR,
+                         options: BaselineOptions | None = None) -> ComparisonDocument:
+    """Two observations' peaks per workload (each baseline with the same options)."""
+    parsed = parse_baseline_options(options or BaselineOptions())
+    before = observation_baseline(_observation(before_ref, results_dir, "capmark compare")[0], parsed)
+    return observation_compare(before, observation_baseline(_observation(after_ref, results_dir,
+                                                                         "capmark compare")[0], parsed))
+
+
 # --- the embedded server -----------------------------------------------------------------------------
 
 def db_start(data_dir: Path | None = None, say: Callable[[str], None] = print) -> str:
-    """Start (or reuse) the embedded server in a folder capmark may take (config.check_data_dir); its URL."""
+    """Start (or reuse) the embedded server in a folder capmark may take (config.check_data_dir); its URL. Limits a
+    killed run left on the server (--server-cpus and the like) are removed first."""
+    cleared = runner.clear_stale_limits()
+    if cleared:
+        say(f"Removed the limits that a run which ended without cleaning up had left on the server: "
+            f"{', '.join(cleared)}.")
     return embedded.start(data_dir, say=say)
 
 

@@ -26,12 +26,15 @@ from capmark.config import (
     MAX_SCALE,
     RunSpec,
     check_data_dir,
+    check_host_metrics,
     check_output_file,
+    node_exporter_token,
     parse_data_dir,
     parse_duration,
     parse_jobs,
     parse_params,
     parse_rate,
+    platform_limits,
     redact_text,
 )
 from capmark.errors import CapmarkError, RunFailed, RunInterrupted
@@ -220,9 +223,23 @@ def run(
                                                   "default 1).")] = None,
     allow_shell: Annotated[bool, typer.Option("--allow-shell", help="Let scripts run \\shell and \\setshell "
                                               "commands.")] = False,
+    client_engine: Annotated[str, typer.Option("--client-engine", help="What runs the client side of a "
+                                               "PostgreSQL pgbench script (--script, and pgbench-tpcb, "
+                                               "pgbench-simple-update, pgbench-select-only with --mode client): "
+                                               "python (capmark's own driver, default) or pgbench (the pgbench "
+                                               "program, at its own cost per transaction).")] = "python",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every table as each test ends (per "
                                           "transaction type, per command) and each diagnosis summary; capmark "
                                           "report prints them for a stored run.")] = False,
+    server_cpus: Annotated[int | None, typer.Option("--server-cpus", help="Confine the embedded server to this many "
+                                                    "of the host's cores (a smaller platform; needs root and cgroup "
+                                                    "v1).")] = None,
+    server_cpu_quota: Annotated[float | None, typer.Option("--server-cpu-quota", help="Limit the embedded server to "
+                                                           "this many cores' worth of CPU time, e.g. 0.5.")] = None,
+    server_iops: Annotated[str | None, typer.Option("--server-iops", help="Throttle the embedded server's disk to R "
+                                                    "read and W write requests per second: R or R,W.")] = None,
+    server_mbps: Annotated[str | None, typer.Option("--server-mbps", help="Throttle the embedded server's disk to R "
+                                                    "read and W write MB per second: R or R,W.")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Measure workloads (or suites: quick, full) at stepped concurrency and store the run; it ends with one line
@@ -241,7 +258,8 @@ def run(
                    node_exporter_token_file=node_exporter_token_file, driver_procs=driver_procs,
                    cluster=cluster, scripts=list(script or []), defines=list(define or []), seed=seed,
                    query_mode=query_mode, max_tries=max_tries, allow_shell=allow_shell, repeat=repeat,
-                   jobs_auto=auto, max_jobs=max_jobs)
+                   jobs_auto=auto, max_jobs=max_jobs, client_engine=client_engine,
+                   platform=platform_limits(server_cpus, server_cpu_quota, server_iops, server_mbps))
     console = err_console if fmt == Format.json else Console(emoji=False)
     result = api.run(spec, LiveObserver(console, show_tables=fmt == Format.table, verbose=verbose))
     if fmt == Format.json:
@@ -251,6 +269,169 @@ def run(
     if result.status != "complete":
         _say(f"the run is stored but {result.status}: {result.reason}.")
         raise typer.Exit(RunFailed.exit_code)
+
+
+class ObserveLine:
+    """The observation's progress: one live line on a terminal, else a plain line per stored interval or notice."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live: Live | None = Live(Text(""), console=console, refresh_per_second=2, transient=True) \
+            if console.is_terminal else None
+        self.shown = (-1, "")
+
+    def say(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False)
+
+    def update(self, state: api.ProgressState) -> None:
+        busy = f"{state.host_busy_pct:.0f} %" if state.host_busy_pct is not None else "n/a"
+        broken = f" ({state.broken} broken)" if state.broken else ""
+        line = (f"observing {state.elapsed_s / 60:.1f} min: {state.intervals} intervals stored{broken}, host CPU busy "
+                f"{busy}, busiest application: {state.busiest or '-'}" + (f"; {state.notice}" if state.notice else ""))
+        if self.live is not None:
+            if not self.live.is_started:
+                self.live.start()
+            self.live.update(Text(line))
+        elif (state.intervals, state.notice) != self.shown:
+            self.shown = (state.intervals, state.notice)
+            self.console.print(line, markup=False, highlight=False)
+
+    def stop(self) -> None:
+        if self.live is not None and self.live.is_started:
+            self.live.stop()
+
+
+@app.command()
+def observe(
+    dsn: Annotated[str | None, typer.Option("--dsn", envvar="CAPMARK_DSN", show_envvar=True,
+                                            help="Observe this PostgreSQL 14-18 (default: the embedded one).")] = None,
+    data_dir: DataDir = None,
+    interval: Annotated[str, typer.Option("--interval", help="Length of each stored interval: 5s, 60s, 10m.")] = "60s",
+    for_: Annotated[str | None, typer.Option("--for", help="How long to observe, e.g. 8h (default: until Ctrl-C "
+                                             "or SIGTERM, which keep everything collected).")] = None,
+    sample_hz: Annotated[float, typer.Option("--sample-hz", help="Activity samples per second "
+                                             "(pg_stat_activity and each server process's CPU and IO).")] = 1.0,
+    top_statements: Annotated[int, typer.Option("--top-statements", help="Statements stored per interval, by "
+                                                "execution time; the rest are summed as one.")] = 200,
+    store_query_text: Annotated[bool, typer.Option("--store-query-text", help="Store the first 300 characters of "
+                                                   "each stored statement's text (other applications' SQL).")] = False,
+    host_metrics: Annotated[str, typer.Option("--host-metrics", help="Where the database host's CPU, disk and "
+                                              "memory counters come from: auto (default), local (this machine), "
+                                              "sql (the host's /proc through the database connection), "
+                                              "node-exporter, none.")] = "auto",
+    node_exporter: Annotated[str | None, typer.Option("--node-exporter", help="A Prometheus node_exporter on "
+                                                      "the database host, e.g. http://dbhost:9100/metrics.")] = None,
+    node_exporter_token_file: Annotated[str | None, typer.Option(
+        "--node-exporter-token-file", help="A file holding the node_exporter's bearer token (default: the "
+        "environment variable CAPMARK_NODE_EXPORTER_TOKEN).")] = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+) -> None:
+    """Observe a live PostgreSQL server read-only (it creates nothing there): per interval, the statements', database
+    views' and host's deltas, and which application used the CPU and IO (sampled activity); stored like a run."""
+    if data_dir is not None:
+        check_data_dir(data_dir)
+    check_host_metrics(host_metrics, node_exporter, node_exporter_token_file)
+    spec = api.ObserveSpec(dsn=dsn, data_dir=data_dir, interval_s=parse_duration(interval, "interval"),
+                           planned_s=parse_duration(for_, "observation length") if for_ is not None else None,
+                           sample_hz=sample_hz, top_statements=top_statements, store_query_text=store_query_text,
+                           host_metrics=host_metrics, node_exporter=node_exporter,
+                           node_exporter_token=node_exporter_token(node_exporter_token_file) if node_exporter else None,
+                           results_dir=results_dir)
+    console = Console(emoji=False, soft_wrap=True)  # a line per interval, never wrapped at the terminal width
+    line = ObserveLine(console)
+    try:
+        observed = api.observe(spec, line)
+    finally:
+        line.stop()
+    ended = observed.observation
+    console.print(f"Stored {observed.intervals} intervals ({observed.broken} broken) in {observed.folder}: "
+                  f"{ended.status}, {ended.reason}.", markup=False, highlight=False)
+
+
+# --- planning from an observation: options shared by baseline, whatif, size, report and compare -------------------
+WorkloadsOpt = Annotated[Path | None, typer.Option("--workloads", help="Observation: a TOML file of [[workload]] "
+                                                   "rules (default: sessions grouped by --group-by).")]
+GroupByOpt = Annotated[str | None, typer.Option("--group-by", help="Observation: group sessions by application "
+                                                "(default), user or database.")]
+PeakOpt = Annotated[str | None, typer.Option("--peak", help="Observation: the peak window in local time, e.g. "
+                                             "2026-11-24T10:00/11:00 (default: the busiest window).")]
+PeakByOpt = Annotated[str | None, typer.Option("--peak-by", help="Observation: find the peak by cpu (default), "
+                                               "disk or commits.")]
+PeakLengthOpt = Annotated[str | None, typer.Option("--peak-length", help="Observation: the peak window's length, "
+                                                   "e.g. 1h (default; at least 10 intervals).")]
+EstimatorOpt = Annotated[str | None, typer.Option("--estimator", help="Observation: the demands the model uses: "
+                                                  "measured (default), statements (or share) or regression.")]
+UnattributedOpt = Annotated[str | None, typer.Option("--unattributed", help="Observation: CPU no database process "
+                                                    "explains stays constant background (default), or grows with "
+                                                    "the load (load: e.g. the clients run on the database host).")]
+GrowthOpt = Annotated[list[str] | None, typer.Option("--growth", help="Load growth per period and periods, e.g. "
+                                                     "20%x3; on an observation also per workload, orders=30%x3 "
+                                                     "(repeatable).")]
+ObsSlaOpt = Annotated[list[str] | None, typer.Option("--sla", help="Observation: a workload's service level, e.g. "
+                                                     "\"orders:p95<50ms\" (p95 from the mean; repeatable).")]
+MoveOpt = Annotated[list[str] | None, typer.Option("--move", help="Observation: a workload moved off the host "
+                                                   "(repeatable).")]
+RunOrObsArg = Annotated[str | None, typer.Argument(metavar="RUN[:TEST]|OBS", help="Run id or folder, optionally "
+                                                   ":workload (default: latest run), or an observation id or "
+                                                   "folder.")]
+
+
+def _baseline_options(workloads: Path | None, group_by: str | None, peak: str | None, peak_by: str | None,
+                      peak_length: str | None, estimator: str | None,
+                      unattributed: str | None) -> api.BaselineOptions:
+    return api.BaselineOptions(workloads=workloads, group_by=group_by, peak=peak, peak_by=peak_by,
+                               peak_length=peak_length, estimator=estimator, unattributed=unattributed)
+
+
+def _given(options: dict[str, object]) -> list[str]:
+    return [name for name, value in options.items() if value not in (None, False, [], ())]
+
+
+def _refuse_for_observation(command: str, options: dict[str, object]) -> None:
+    """Options that only a run's command takes, given with an observation: one sentence naming the first."""
+    given = _given(options)
+    if given:
+        raise CapmarkError(f"{given[0]} applies to a measured run; capmark {command} on an observation takes the "
+                           "observation options (see `capmark " + command + " --help`).")
+
+
+def _refuse_for_run(command: str, options: dict[str, object]) -> None:
+    """Options that only an observation takes, given with a run: one sentence naming the first."""
+    given = _given(options)
+    if given:
+        raise CapmarkError(f"{given[0]} applies to an observation of a live server; name an observation id or folder "
+                           f"to capmark {command}, or leave {given[0]} out for a run.")
+
+
+def _obs_options(**named: object) -> dict[str, object]:
+    """The observation options by their command-line names, for the refusals above."""
+    return {f"--{k.replace('_', '-')}": v for k, v in named.items()}
+
+
+@app.command()
+def baseline(
+    obs_ref: Annotated[str | None, typer.Argument(metavar="OBS", help="Observation id or folder (default: the "
+                                                  "latest observation).")] = None,
+    workloads: WorkloadsOpt = None,
+    group_by: GroupByOpt = None,
+    peak: PeakOpt = None,
+    peak_by: PeakByOpt = None,
+    peak_length: PeakLengthOpt = None,
+    estimator: EstimatorOpt = None,
+    unattributed: UnattributedOpt = None,
+    results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """The baseline of an observation: workloads and their shares, the peak window, demands by three estimators,
+    the open queueing model of the database host at the peak and its validation."""
+    from capmark.report.observation import print_baseline
+
+    doc = api.baseline(obs_ref, results_dir, _baseline_options(workloads, group_by, peak, peak_by, peak_length,
+                                                               estimator, unattributed))
+    if fmt == Format.json:
+        print(json_text(doc.to_json()))
+        return
+    print_baseline(doc, Console(emoji=False))
 
 
 @app.command("list")
@@ -277,16 +458,60 @@ def list_cmd(fmt: FormatOpt = Format.table) -> None:
         console.print(f"suite {name}: {', '.join(members)}")
 
 
+@app.command("results")
+def results_cmd(results_dir: ResultsDir = DEFAULT_RESULTS_DIR, fmt: FormatOpt = Format.table) -> None:
+    """List the runs and observations stored in the results folder, newest first: id, when, how each ended, what it
+    holds and which database it measured or observed."""
+    from capmark.report.stored import print_stored
+
+    listing = api.list_results(results_dir)
+    if fmt == Format.json:
+        print(json_text(listing.to_json()))
+        return
+    print_stored(listing, Console(emoji=False))
+
+
 @app.command()
 def report(
-    run_ref: Annotated[str | None, typer.Argument(metavar="RUN", help="Run id or run folder (default: latest).")]
-    = None,
+    run_ref: Annotated[str | None, typer.Argument(metavar="RUN|OBS", help="Run id or folder (default: latest run), "
+                                                  "or an observation id or folder.")] = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
     rerender: Annotated[bool, typer.Option("--rerender", help="Write report.html even when it is up to date "
                                            "(it is written anyway when missing or older than the results).")] = False,
+    workloads: WorkloadsOpt = None,
+    group_by: GroupByOpt = None,
+    peak: PeakOpt = None,
+    peak_by: PeakByOpt = None,
+    peak_length: PeakLengthOpt = None,
+    estimator: EstimatorOpt = None,
+    unattributed: UnattributedOpt = None,
+    growth: GrowthOpt = None,
+    sla: ObsSlaOpt = None,
 ) -> None:
-    """Print a stored run's tables, without any database, and bring its report.html up to date."""
+    """Print a stored run's or observation's tables, without any database, and bring its report.html up to date
+    (an observation's: the timeline, the peak, the baseline, its validation and the what-if of its growth)."""
+    observation = _obs_options(workloads=workloads, group_by=group_by, peak=peak, peak_by=peak_by,
+                               peak_length=peak_length, estimator=estimator, unattributed=unattributed,
+                               growth=growth, sla=sla)
+    if api.is_observation_ref(run_ref, results_dir):
+        from capmark.report.observation import print_observation_report
+
+        doc, written = api.observation_report_of(
+            run_ref, results_dir,
+            _baseline_options(workloads, group_by, peak, peak_by, peak_length, estimator, unattributed),
+            api.WhatIfOptions(growth=tuple(growth or ()), sla=tuple(sla or ())))
+        if written.problem:
+            _say(f"{written.problem}; the stored observation itself is unaffected.")
+        if fmt == Format.json:
+            print(json_text(doc.to_json()))
+            return
+        console = Console(emoji=False)
+        print_observation_report(doc, console)
+        if not written.problem:
+            console.print(f"Report: {written.path}", markup=False, highlight=False)
+        return
+    _refuse_for_run("report", observation)
     result, report_file = api.report(run_ref, results_dir, rerender)
     if report_file.problem:
         _say(f"{report_file.problem}; the stored run itself is unaffected.")
@@ -374,9 +599,8 @@ def calibrate(
 
 @app.command()
 def whatif(
-    run_ref: RunTestArg = None,
-    growth: Annotated[str | None, typer.Option("--growth", help="Load growth per period and periods, e.g. 20%x3 "
-                                               "(open model from the baseline throughput).")] = None,
+    run_ref: RunOrObsArg = None,
+    growth: GrowthOpt = None,
     jobs: Annotated[int | None, typer.Option("--jobs", help="Jobs (closed load).")] = None,
     think: Annotated[str | None, typer.Option("--think", help="Think time per unit, e.g. 10ms.")] = None,
     cpus: Annotated[int | None, typer.Option("--cpus", help="CPU cores of the database host in the scenario.")] = None,
@@ -390,18 +614,50 @@ def whatif(
     cores: CoresOpt = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
     solver: SolverOpt = Solver.mva,
+    move: MoveOpt = None,
+    sla: ObsSlaOpt = None,
+    workloads: WorkloadsOpt = None,
+    group_by: GroupByOpt = None,
+    peak: PeakOpt = None,
+    peak_by: PeakByOpt = None,
+    peak_length: PeakLengthOpt = None,
+    estimator: EstimatorOpt = None,
+    unattributed: UnattributedOpt = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """What if the load grows or the platform changes: throughput, response time, utilization per scenario."""
+    """What if the load grows or the platform changes: throughput, response time, utilization per scenario (on an
+    observation: per resource and workload, and the first scenario over the 80 % threshold or an SLA)."""
     from capmark.report.planning import print_whatif, progress_on_stderr
 
     for option, count in (("--jobs", jobs), ("--cpus", cpus), ("--disks", disks), ("--at", at), ("--cores", cores)):
         _positive_count(count, option, "4")
     _positive_number(cpu_speed, "--cpu-speed", "1.5")
     _positive_number(disk_speed, "--disk-speed", "2")
-    changes = {"growth": growth, "jobs": jobs, "think": think, "cpus": cpus, "cpu_speed": cpu_speed,
-               "disk_speed": disk_speed, "disks": disks}
+    if api.is_observation_ref(run_ref, results_dir):
+        from capmark.report.observation import print_whatif as print_observation_whatif
+
+        _refuse_for_observation("whatif", {"--jobs": jobs, "--think": think, "--disks": disks, "--scenarios": scenarios,
+                                           "--at": at, "--from-steps": from_steps, "--cores": cores, "--save": save,
+                                           "--solver": solver if solver is not Solver.mva else None})
+        planned = api.observation_whatif_of(
+            run_ref, results_dir,
+            _baseline_options(workloads, group_by, peak, peak_by, peak_length, estimator, unattributed),
+            api.WhatIfOptions(growth=tuple(growth or ()), cpus=cpus, cpu_speed=cpu_speed, disk_speed=disk_speed,
+                              move=tuple(move or ()), sla=tuple(sla or ())))
+        if fmt == Format.json:
+            print(json_text(planned.to_json()))
+        else:
+            print_observation_whatif(planned, Console(emoji=False))
+        return
+    _refuse_for_run("whatif", _obs_options(move=move, sla=sla, workloads=workloads, group_by=group_by, peak=peak,
+                                           peak_by=peak_by, peak_length=peak_length, estimator=estimator,
+                                           unattributed=unattributed))
+    if growth and len(growth) > 1:
+        raise CapmarkError("A run's what-if takes one --growth, e.g. --growth 20%x3 (per-workload growth is for "
+                           "observations).")
+    changes = {"growth": growth[0] if growth else None, "jobs": jobs, "think": think, "cpus": cpus,
+               "cpu_speed": cpu_speed, "disk_speed": disk_speed, "disks": disks}
     with progress_on_stderr() as progress:
         doc = api.whatif(run_ref, results_dir, _from(from_steps), at, changes, scenarios, save, progress=progress,
                          cores=cores, solver=solver.value)
@@ -410,21 +666,51 @@ def whatif(
 
 @app.command()
 def size(
-    run_ref: RunTestArg = None,
-    sla: Annotated[str, typer.Option("--sla", help="Service level, e.g. \"p95<5ms\", \"mean<2ms\", \"p99<20ms\".")]
-    = "p95<5ms",
+    run_ref: RunOrObsArg = None,
+    sla: Annotated[list[str] | None, typer.Option("--sla", help="Service level, e.g. \"p95<5ms\" (a run's default), "
+                                                  "\"mean<2ms\"; on an observation per workload, "
+                                                  "\"orders:p95<50ms\" (repeatable).")] = None,
     target_tps: Annotated[float | None, typer.Option("--target-tps", help="Load to meet: find the smallest single "
                                                      "change (cores, CPU speed, disk speed).")] = None,
     from_steps: FromStepsOpt = None,
     cores: CoresOpt = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the result and show it in the run's report.")] = False,
     solver: SolverOpt = Solver.mva,
+    growth: GrowthOpt = None,
+    workloads: WorkloadsOpt = None,
+    group_by: GroupByOpt = None,
+    peak: PeakOpt = None,
+    peak_by: PeakByOpt = None,
+    peak_length: PeakLengthOpt = None,
+    estimator: EstimatorOpt = None,
+    unattributed: UnattributedOpt = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Size to a service level: the highest load within it, and what a target load needs."""
+    """Size to a service level: the highest load within it, and what a target load needs (on an observation: the
+    growth period in which capacity runs out, and the least single change that carries the growth)."""
     from capmark.report.planning import print_size, progress_on_stderr
 
+    if api.is_observation_ref(run_ref, results_dir):
+        from capmark.report.observation import print_sizing
+
+        _refuse_for_observation("size", {"--target-tps": target_tps, "--from-steps": from_steps, "--cores": cores,
+                                         "--save": save, "--solver": solver if solver is not Solver.mva else None})
+        sized = api.observation_size_of(
+            run_ref, results_dir,
+            _baseline_options(workloads, group_by, peak, peak_by, peak_length, estimator, unattributed),
+            api.WhatIfOptions(growth=tuple(growth or ()), sla=tuple(sla or ())))
+        if fmt == Format.json:
+            print(json_text(sized.to_json()))
+        else:
+            print_sizing(sized, Console(emoji=False))
+        return
+    _refuse_for_run("size", _obs_options(growth=growth, workloads=workloads, group_by=group_by, peak=peak,
+                                         peak_by=peak_by, peak_length=peak_length, estimator=estimator,
+                                         unattributed=unattributed))
+    if sla and len(sla) > 1:
+        raise CapmarkError("A run is sized to one --sla, e.g. --sla \"p95<5ms\" (several, per workload, are for "
+                           "observations).")
     if solver is Solver.sim:
         raise CapmarkError("size works with the MVA solver only: it searches arrival rates with the open model, which "
                            "the simulation (a closed load of jobs) cannot give; check a load it finds with "
@@ -433,7 +719,8 @@ def size(
     _positive_number(target_tps, "--target-tps", "5000")
     _positive_count(cores, "--cores", "8")
     with progress_on_stderr() as progress:
-        doc = api.size(run_ref, results_dir, sla, _from(from_steps), target_tps, save, progress=progress, cores=cores)
+        doc = api.size(run_ref, results_dir, sla[0] if sla else "p95<5ms", _from(from_steps), target_tps, save,
+                       progress=progress, cores=cores)
     _show_tests(doc, fmt, print_size)
 
 
@@ -489,12 +776,29 @@ def compare(
     fail_on_regression: Annotated[float | None, typer.Option("--fail-on-regression", metavar="PCT",
                                                             help="Exit 1 when a figure got significantly worse by "
                                                             "at least PCT %.")] = None,
+    workloads: WorkloadsOpt = None,
+    group_by: GroupByOpt = None,
+    peak_by: PeakByOpt = None,
+    peak_length: PeakLengthOpt = None,
+    estimator: EstimatorOpt = None,
+    unattributed: UnattributedOpt = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
 ) -> None:
     """Compare stored runs: which figures changed beyond noise (Welch's t-test), and the environment, service
-    demands, models and diagnosis beside them."""
+    demands, models and diagnosis beside them; or two observations' peaks per workload (rates, demands, response
+    times)."""
     from capmark.report.planning import progress_on_stderr
 
+    observations = [api.is_observation_ref(ref, results_dir) for ref in [baseline, *candidates]]
+    if any(observations):
+        _compare_observations(baseline, candidates, observations, fmt, output, fail_on_regression,
+                              _baseline_options(workloads, group_by, None, peak_by, peak_length, estimator,
+                                                unattributed),
+                              results_dir)
+        return
+    _refuse_for_run("compare", _obs_options(workloads=workloads, group_by=group_by, peak_by=peak_by,
+                                            peak_length=peak_length, estimator=estimator,
+                                            unattributed=unattributed))
     if fail_on_regression is not None and not (math.isfinite(fail_on_regression) and fail_on_regression >= 0):
         raise CapmarkError(f"--fail-on-regression must be a finite percentage of 0 or more; got {fail_on_regression:g}"
                            ", e.g. --fail-on-regression 5.")
@@ -525,6 +829,27 @@ def compare(
             listed = "; ".join(r.sentence() for r in found)
             _say(f"significant slow-down of at least {fail_on_regression:g} %: {listed}.")
             raise typer.Exit(1)
+
+
+def _compare_observations(baseline: str, candidates: list[str], observations: list[bool], fmt: CompareFormat,
+                          output: Path | None, fail_on_regression: float | None, options: api.BaselineOptions,
+                          results_dir: Path) -> None:
+    """capmark compare OBS1 OBS2: the two observations' peaks per workload, on the console or as JSON."""
+    from capmark.report.observation import print_observation_comparison
+
+    if not all(observations):
+        raise CapmarkError("capmark compare takes runs or observations, not one of each; name two observations "
+                           "(before, after) or runs only.")
+    if len(candidates) != 1:
+        raise CapmarkError("Two observations are compared at a time: name the earlier one, then the later one, e.g. "
+                           "`capmark compare OBS1 OBS2`.")
+    _refuse_for_observation("compare", {"--output": output, "--fail-on-regression": fail_on_regression,
+                                        "--format html": fmt if fmt == CompareFormat.html else None})
+    doc = api.compare_observations(baseline, candidates[0], results_dir, options)
+    if fmt == CompareFormat.json:
+        print(json_text(doc.to_json()))
+    else:
+        print_observation_comparison(doc, Console(emoji=False))
 
 
 @db_app.command("start")

@@ -7,7 +7,7 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -400,6 +400,8 @@ class RunSpec:
     repeat: int = 1  # runs of the step plan, interleaved (measure/stepping.py)
     jobs_auto: bool = False  # --jobs auto: step until the knee (measure/stepping.py)
     max_jobs: int | None = None  # the bound of --jobs auto (None: 4 x the database host's cores)
+    platform: PlatformLimits = field(default_factory=lambda: PlatformLimits())  # the embedded server confined
+    client_engine: str = "python"  # client side: capmark's own jobs, or pgbench for PostgreSQL script tests
 
     def validate(self) -> RunSpec:
         """Every setting checked before anything is created or any server is contacted."""
@@ -416,6 +418,12 @@ class RunSpec:
         if self.suite_file is not None and (self.workloads or self.params):
             raise CapmarkError("A suite file names its own workloads and parameters; drop the workload names and "
                                "--param, or drop --suite.")
+        if self.platform.limited:
+            if self.dsn or env_dsn():
+                raise CapmarkError("--server-cpus, --server-cpu-quota, --server-iops and --server-mbps confine the "
+                                   "embedded server that capmark starts; a server named by a DSN is not capmark's to "
+                                   "confine.")
+            check_limits(self.platform, os.cpu_count() or 1)
         if self.dsn is not None:
             check_dsn(self.dsn)
             self.dsn = canonical_dsn(self.dsn)
@@ -431,6 +439,7 @@ class RunSpec:
             raise CapmarkError("A suite file names its own tests; put the script in the suite file (script = "
                                "\"file.sql\") or drop --suite.")
         self._check_script_only_options()
+        check_client_engine(self)
         return self
 
     def node_exporter_token(self) -> str | None:
@@ -476,6 +485,31 @@ class RunSpec:
             raise CapmarkError(f"A soak must last between {MIN_SOAK_S:g} seconds and 7 days (one throughput point "
                                f"per second is kept); got {soak_s:g} s, e.g. --soak 30m.")
         check_times(self.warmup_s, MIN_STEP_S, self.think_s)
+
+
+CLIENT_ENGINES = ("python", "pgbench")
+
+
+def check_client_engine(spec: RunSpec) -> None:
+    """pgbench as the client-side engine runs PostgreSQL script tests on this host, with what pgbench can do."""
+    if spec.client_engine not in CLIENT_ENGINES:
+        raise CapmarkError(f"The client engine '{spec.client_engine}' is unknown; use --client-engine python or "
+                           "--client-engine pgbench.")
+    if spec.client_engine == "python":
+        return
+    scheme = _URL_START.match(spec.dsn or env_dsn() or "")
+    refusals = [
+        (scheme is not None and scheme.group(1).lower() in MYSQL_SCHEMES,
+         "drives PostgreSQL only; drop it for a MySQL or MariaDB target"),
+        (spec.suite_file is not None, "runs the command line's tests only; run suite files without it"),
+        (spec.cluster is not None, "runs pgbench on this host and cannot place jobs on a Ray cluster; drop --cluster"),
+        (bool(spec.think_s), "has no think time between transactions; drop --think (a \\sleep in the script pauses "
+         "pgbench's client)"),
+        (spec.driver_procs is not None, "runs one pgbench process with a thread per core; drop --driver-procs"),
+    ]
+    for refused, why in refusals:
+        if refused:
+            raise CapmarkError(f"--client-engine pgbench {why}, or use --client-engine python.")
 
 
 # A process per job is the most that helps (each job has one connection); beyond the machine's own limits the
@@ -874,3 +908,86 @@ def check_output_file(path: Path, option: str) -> None:
     if not parent.exists():
         raise CapmarkError(f"{option} {path}: the folder {parent} does not exist; create it or name a file in an "
                            "existing folder.")
+
+
+MIN_CPU_QUOTA = 0.01  # the kernel refuses a CFS quota under 1 ms per 100 ms period
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformLimits:
+    """What the user asked the embedded server to be confined to; None where it is not limited."""
+
+    cpus: int | None = None  # --server-cpus: this many cores
+    cpu_quota: float | None = None  # --server-cpu-quota: this many cores' worth of CPU time
+    read_iops: float | None = None  # --server-iops R[,W]
+    write_iops: float | None = None
+    read_mbps: float | None = None  # --server-mbps R[,W]
+    write_mbps: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        return any(v is not None for v in asdict(self).values())
+
+    def controllers(self) -> list[str]:
+        wanted = []
+        if self.cpus is not None:
+            wanted.append("cpuset")
+        if self.cpu_quota is not None:
+            wanted.append("cpu")
+        if any(v is not None for v in (self.read_iops, self.write_iops, self.read_mbps, self.write_mbps)):
+            wanted.append("blkio")
+        return wanted
+
+    def words(self) -> str:
+        """The limits as the report states them."""
+        parts = []
+        if self.cpus is not None:
+            parts.append(f"{self.cpus} core{'s' if self.cpus != 1 else ''}")
+        if self.cpu_quota is not None:
+            parts.append(f"{self.cpu_quota:g} cores' worth of CPU time")
+        for what, read, write, unit in (("IO", self.read_iops, self.write_iops, "IOPS"),
+                                        ("bandwidth", self.read_mbps, self.write_mbps, "MB/s")):
+            if read is not None or write is not None:
+                parts.append(f"{what} {_pair(read, write)} {unit} (read/write)")
+        return ", ".join(parts)
+
+
+def _pair(read: float | None, write: float | None) -> str:
+    return f"{'unlimited' if read is None else f'{read:g}'}/{'unlimited' if write is None else f'{write:g}'}"
+
+
+def parse_rate_pair(text: str, option: str, unit: str) -> tuple[float | None, float | None]:
+    """R[,W] of --server-iops / --server-mbps: a read rate and a write rate (one number limits both)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > 2 or not all(parts):
+        raise CapmarkError(f"{option} takes a read rate and optionally a write rate in {unit}, as R or R,W "
+                           f"(for example {option} 500,200); got '{text}'.")
+    values = []
+    for part in parts:
+        try:
+            value = float(part)
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value != value or value == float("inf"):
+            raise CapmarkError(f"{option} needs positive rates in {unit}, as R or R,W (for example {option} "
+                               f"500,200); got '{text}'.")
+        values.append(value)
+    return values[0], values[-1]
+
+
+def check_limits(limits: PlatformLimits, host_cores: int) -> None:
+    """The numbers themselves, before anything is started."""
+    if limits.cpus is not None and not 1 <= limits.cpus <= host_cores:
+        raise CapmarkError(f"--server-cpus {limits.cpus} is not between 1 and this host's {host_cores} cores; "
+                           "give a core count the host has.")
+    if limits.cpu_quota is not None and not MIN_CPU_QUOTA <= limits.cpu_quota <= host_cores:
+        raise CapmarkError(f"--server-cpu-quota {limits.cpu_quota:g} is not between {MIN_CPU_QUOTA:g} and this "
+                           f"host's {host_cores} cores; give a share of the host's CPU time in cores, such as 0.5.")
+
+
+def platform_limits(cpus: int | None, cpu_quota: float | None, iops: str | None, mbps: str | None) -> PlatformLimits:
+    """The --server-* options as limits (each checked again with the host's cores when the run is validated)."""
+    read_iops, write_iops = parse_rate_pair(iops, "--server-iops", "requests per second") if iops else (None, None)
+    read_mbps, write_mbps = parse_rate_pair(mbps, "--server-mbps", "MB per second") if mbps else (None, None)
+    return PlatformLimits(cpus=cpus, cpu_quota=cpu_quota, read_iops=read_iops, write_iops=write_iops,
+                          read_mbps=read_mbps, write_mbps=write_mbps)

@@ -20,7 +20,7 @@ from capmark import suite
 from capmark.collect import hosts
 from capmark.collect.environment import fingerprint
 from capmark.config import RunSpec, env_dsn, redact_dsn, redact_url
-from capmark.driver import cluster
+from capmark.driver import cluster, platform, probe
 from capmark.driver.groups import StepFailed
 from capmark.driver.quiesce import quiesce
 from capmark.driver.step import StepContext, StepPlan, run_step
@@ -84,6 +84,11 @@ def _resolve_target(spec: RunSpec, observer: RunObserver) -> tuple[str, bool]:
     dsn = spec.dsn or env_dsn()
     if dsn:
         return dsn, False
+    platform.refuse_unless_possible(spec.platform)  # before the server is touched
+    cleared = clear_stale_limits()
+    if cleared:
+        observer.say("Removed the limits that a run which ended without cleaning up had left on the server: "
+                     f"{', '.join(cleared)}.")
     observer.say(f"Starting the embedded PostgreSQL in {spec.data_dir or embedded.default_data_dir()} ...")
     return embedded.start(spec.data_dir, say=observer.say), True
 
@@ -158,12 +163,13 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
         host = hosts.choose(spec.host_metrics, dsn, control, info.data_directory, engine.connect, spec.node_exporter,
                             hosts.ThreadedServer.of(engine, info), spec.node_exporter_token())
         _describe_host(info, host)
-        cores = host.facts.cores or os.cpu_count() or 1
+        cores = spec.platform.cpus or host.facts.cores or os.cpu_count() or 1
         plans = [p.on_host(cores) for p in plans]
         if cores != (os.cpu_count() or 1) and any(p.follows_cores for p in plans):
             observer.say(f"The database host has {cores} cores: the default plan runs up to "
                          f"{max(max(p.jobs) for p in plans)} jobs.")
         _check_connections(engine, control, max(max(p.jobs) for p in plans))
+        scaling = probe.host_scaling(engine, dsn, host.facts.cores, _host_key(host), observer.say)  # unconfined
         size = datamodel.size_for(spec.scale)
         notes: list[str] = []
 
@@ -205,21 +211,60 @@ def _run_joined(spec: RunSpec, plans: list[TestPlan], store: RunStore, observer:
                        "results_dir": str(spec.results_dir),
                        "suite_file": str(spec.suite_file) if spec.suite_file else None,
                        "expected_s": expected}
-        run_result = RunResult(
-            run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            folder=str(store.folder), status="running", spec=spec_stored,
-            environment={**fingerprint(info, host), **({"cluster": joined} if joined else {})},
-            target={**asdict(info), "devices": devices, "started_at": engine.server_started(control)}, setup_notes=notes,
-            setup_s=setup_s)
-        store.save_run(run_result)
-        ctx = StepContext(dsn=dsn, info=info, control=control, host=host, devices=devices, device_note=device_note)
-        return _measure(ctx, store, run_result, plans, size, spec, observer, on_stored)
+        with _confined(spec, info, store.folder.name, observer) as limits:
+            run_result = RunResult(
+                run_id=store.folder.name, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                folder=str(store.folder), status="running", spec=spec_stored,
+                environment={**fingerprint(info, host), **({"cluster": joined} if joined else {}),
+                             **({"platform": limits} if limits else {}),
+                             **({"platform_scaling": scaling.record()} if scaling else {})},
+                target={**asdict(info), "devices": devices, "started_at": engine.server_started(control)},
+                setup_notes=notes + ([f"The server was confined to {limits['words']}."] if limits else []),
+                setup_s=setup_s)
+            store.save_run(run_result)
+            ctx = StepContext(dsn=dsn, info=info, control=control, host=host, devices=devices,
+                              device_note=device_note)
+            return _measure(ctx, store, run_result, plans, size, spec, observer, on_stored)
     finally:
         with contextlib.suppress(Exception):  # the connection may be gone with the server
             control.close()
         if host is not None:
             with contextlib.suppress(Exception):
                 host.close()
+
+
+def _host_key(host: hosts.HostSource) -> dict[str, Any]:  # open-ended: the facts that name a host, as JSON
+    """What tells one database host from another for the CPU probe's cache: the machine and this boot of it (a
+    virtual machine may be placed on other hardware when it boots again)."""
+    f = host.facts
+    return {"cpu_model": f.cpu_model, "cores": f.cores, "memory_bytes": f.memory_bytes, "kernel": f.kernel,
+            "boot_id": f.boot_id}
+
+
+def clear_stale_limits() -> list[str]:
+    """Remove the limits of confined runs that ended without cleaning up (killed); what was removed."""
+    return platform.clear_stale()
+
+
+@contextmanager
+def _confined(spec: RunSpec, info: TargetInfo, run_id: str,
+              observer: RunObserver) -> Iterator[platform.PlatformRecord | None]:
+    """The embedded server confined to the platform the user asked for while the tests run (nothing without
+    limits), and capmark's own process kept off the server's cores where the host has others, so that the load
+    does not take the smaller platform's CPU. However the run ends, both are undone."""
+    if not spec.platform.limited:
+        yield None
+        return
+    if info.postmaster_pid is None:
+        raise CapmarkError("The embedded server's processes could not be found on this host, so it cannot be "
+                           "confined; drop the --server-* options.")
+    folders = [Path(info.data_directory)] if info.data_directory else []
+    with platform.confined(spec.platform, info.postmaster_pid, folders, run_id) as applied, \
+            platform.driver_elsewhere(applied):
+        assert applied is not None
+        record = platform.record_of(applied)
+        observer.say(f"The embedded server is confined to {record['words']} for this run.")
+        yield record
 
 
 def _join_cluster(spec: RunSpec, plans: list[TestPlan], observer: RunObserver) -> cluster.Cluster | None:
@@ -337,7 +382,7 @@ def _run_test(ctx: StepContext, store: RunStore, run_result: RunResult, ordinal:
                                  settings, plan.think_s, plan.rate, driver_procs=spec.driver_procs,
                                  cluster=bool(spec.cluster) and plan.mode == "client",
                                  memory_every_s=_memory_period(spec),
-                                 all_statements=spec.all_statements)
+                                 all_statements=spec.all_statements, client_engine=spec.client_engine)
             try:
                 step = run_step(ctx, workload, params, size, step_plan,
                                 functools.partial(observer.step_progress, test, jobs), observer.say)

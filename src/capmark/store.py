@@ -60,7 +60,7 @@ def new_run_id() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def _now() -> str:
+def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
@@ -106,20 +106,13 @@ class RunStore:
     @classmethod
     def create(cls, results_dir: Path, run_id: str) -> RunStore:
         """Check now that results_dir is writable; the run folder itself is made when the run record is saved."""
-        try:
-            results_dir.mkdir(parents=True, exist_ok=True)
-            probe = results_dir / f".write-test-{run_id}"
-            probe.write_text("ok")
-            probe.unlink()
-        except OSError as err:
-            raise CapmarkError(f"Cannot write results to {results_dir} ({err.strerror}); choose a writable folder "
-                               "with --results-dir.") from None
+        check_writable(results_dir, run_id)
         return cls(results_dir / run_id, deferred=True)
 
     def save_run(self, run: RunResult) -> None:
         """The run record, with the measuring process's pid and start time so a later reader can tell it died."""
         me = psutil.Process()
-        run.pid, run.host, run.heartbeat_at = me.pid, socket.gethostname(), _now()
+        run.pid, run.host, run.heartbeat_at = me.pid, socket.gethostname(), now()
         values = (run.run_id, run.created_at, run.status, _dumps(run.spec), _dumps(run.environment),
                   _dumps(run.target), _dumps(run.setup_notes), run.setup_s, run.reason, run.pid, me.create_time(),
                   run.host, run.heartbeat_at)
@@ -129,11 +122,11 @@ class RunStore:
 
     def set_status(self, run_id: str, status: str, reason: str = "", *, only_if_running: bool = False) -> None:
         self.db.execute("update run set status = ?, reason = ?, heartbeat_at = ? where run_id = ?"
-                        + (" and status = 'running'" if only_if_running else ""), (status, reason, _now(), run_id))
+                        + (" and status = 'running'" if only_if_running else ""), (status, reason, now(), run_id))
         self.db.commit()
 
     def heartbeat(self, run_id: str) -> None:
-        self.db.execute("update run set heartbeat_at = ? where run_id = ?", (_now(), run_id))
+        self.db.execute("update run set heartbeat_at = ? where run_id = ?", (now(), run_id))
         self.db.commit()
 
     def save_test(self, run_id: str, test: TestResult) -> None:
@@ -186,6 +179,19 @@ class RunStore:
             self._db = None
 
 
+def check_writable(results_dir: Path, name: str) -> None:
+    """Check now that results_dir is writable (made if missing), before anything is measured or collected into it;
+    `name` keeps the probe file apart from another writer's."""
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        probe = results_dir / f".write-test-{name}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise CapmarkError(f"Cannot write results to {results_dir} ({err.strerror}); choose a writable folder "
+                           "with --results-dir.") from None
+
+
 def format_of(db: sqlite3.Connection) -> int:
     return int(db.execute("pragma user_version").fetchone()[0])
 
@@ -204,7 +210,7 @@ BUSY_TIMEOUT_S = 5.0
 CHANGED = "the file was changed by something other than capmark; restore it from a copy, or remove the run folder"
 
 
-def _read_only(path: Path) -> sqlite3.Connection:
+def read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection; the path as a file: URI, so that a folder name with '?' or '#' stays a name."""
     return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
 
@@ -276,10 +282,11 @@ def load_run(folder: Path) -> RunResult:
         raise CapmarkError(f"{folder} holds no capmark run (no {DB_NAME}); name a run folder or run id.")
     _check_file(path)
     try:
-        db = _read_only(path)
+        db = read_only(path)
     except sqlite3.Error as err:
         raise _damaged(path, err) from None
     try:
+        _refuse_observation(db, folder)
         _check_format(db, path)
         run, pid_started = _read_run(db, path, folder)
     except sqlite3.Error as err:
@@ -288,6 +295,21 @@ def load_run(folder: Path) -> RunResult:
         db.close()
     _mark_dead(run, pid_started)
     return run
+
+
+# The table that makes a results file an observation's (observation_store.TABLE; the store layer's units do not
+# import each other), and the commands that read one.
+OBSERVATION_TABLE = "observation"
+OBSERVATION_COMMANDS = "capmark baseline, report, whatif, size and compare take it"
+
+
+def _refuse_observation(db: sqlite3.Connection, folder: Path) -> None:
+    """An observation of a live server in the results folder is no run: one sentence saying so."""
+    if db.execute("select count(*) from sqlite_master where type = 'table' and name = ?",
+                  (OBSERVATION_TABLE,)).fetchone()[0]:
+        db.close()
+        raise CapmarkError(f"{folder} holds an observation of a live server (capmark observe), not a measured run; "
+                           f"{OBSERVATION_COMMANDS}, so name a run folder or id to this command.")
 
 
 # --- records as stored: each JSON value must have the shape its field declares --------------------------------
@@ -476,7 +498,7 @@ def _mark_dead(run: RunResult, started: float | None) -> None:
     if run.status != "running" or run.pid is None:
         return
     if run.host == socket.gethostname():
-        if _process_alive(run.pid, started):
+        if process_alive(run.pid, started):
             return
         run.status = "killed"
         run.reason = f"the run's process (pid {run.pid}) is gone: it was killed or crashed"
@@ -491,7 +513,8 @@ def _mark_dead(run: RunResult, started: float | None) -> None:
             test.status, test.reason = run.status, run.reason
 
 
-def _process_alive(pid: int, started: float | None) -> bool:
+def process_alive(pid: int, started: float | None) -> bool:
+    """Whether the process that wrote a record still runs: its pid alive, not a zombie, started when it was then."""
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -524,7 +547,7 @@ def load_derived(folder: Path, kind: str) -> dict[int, Any]:
     if not path.is_file():
         return {}
     try:
-        db = _read_only(path)
+        db = read_only(path)
         try:
             rows = db.execute("select test_ordinal, doc from derived where kind = ?", (kind,)).fetchall()
         finally:
@@ -551,7 +574,7 @@ def resolve_run(ref: str | None, results_dir: Path) -> Path:
         if (results_dir / ref / DB_NAME).exists():
             return results_dir / ref
         raise CapmarkError(f"No capmark run '{ref}' found (neither a folder with {DB_NAME} nor a run id under "
-                           f"{results_dir}); `ls {results_dir}` lists the runs.")
+                           f"{results_dir}); capmark results --results-dir {results_dir} lists them.")
     runs = sorted((p.parent for p in results_dir.glob(f"*/{DB_NAME}")), key=lambda p: p.name, reverse=True)
     latest = next((folder for folder in runs if _may_hold_a_run(folder / DB_NAME)), None)
     if latest is None:
@@ -565,7 +588,7 @@ def _may_hold_a_run(path: Path) -> bool:
     if not path.is_file():
         return True  # a folder or a pipe by that name: said by load_run, never opened here
     try:
-        db = _read_only(path)
+        db = read_only(path)
         try:
             return db.execute("select count(*) from run").fetchone()[0] > 0
         finally:

@@ -229,7 +229,23 @@ def plan(spec: RunSpec) -> list[TestPlan]:
     plans = from_command_line(spec.workloads, settings) if spec.workloads or not spec.scripts else []
     if spec.scripts:
         plans.append(script_plan(spec.scripts, settings))
+    if spec.client_engine == "pgbench":
+        check_pgbench_engine(plans)
     return plans
+
+
+def check_pgbench_engine(plans: list[TestPlan]) -> None:
+    """pgbench as the client-side engine runs pgbench scripts client-side: the user's, and the catalogue's
+    pgbench workloads (pgbench's own built-in scripts)."""
+    for p in plans:
+        if not isinstance(p.workload.recipe, scripts.ScriptRecipe):
+            runs_scripts = ", ".join(w.name for w in registry.WORKLOADS.values()
+                                     if isinstance(w.recipe, scripts.ScriptRecipe))
+            raise CapmarkError(f"--client-engine pgbench runs pgbench scripts (--script files, {runs_scripts}) and "
+                               f"{p.workload.name} is not one; run it without --client-engine pgbench.")
+        if p.settings.mode != "client":
+            raise CapmarkError(f"--client-engine pgbench drives client-side tests and {p.workload.name} runs "
+                               "server-side here; add --mode client.")
 
 
 def from_command_line(names: list[str], settings: TestSettings) -> list[TestPlan]:
@@ -281,7 +297,7 @@ def from_file(path: Path, settings: TestSettings) -> list[TestPlan]:
     for i, entry in enumerate(tests, start=1):
         plans += _test_plans(entry, base, path, i)
     allow_shell = settings.script.allow_shell
-    if allow_shell and not any(isinstance(p.workload.recipe, scripts.ScriptRecipe) for p in plans):
+    if allow_shell and not any(p.workload.family == scripts.SCRIPT_FAMILY for p in plans):
         raise CapmarkError(f"--allow-shell lets pgbench scripts run shell commands, and the suite file {path} has no "
                            "script test; drop --allow-shell.")
     return plans

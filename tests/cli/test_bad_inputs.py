@@ -25,6 +25,7 @@ import psycopg
 import psycopg.conninfo
 import pytest
 from commandline import assert_one_sentence, invoke
+from test_observation_bad_inputs import CASES as OBSERVATION_CASES
 
 from capmark import api, cli
 from capmark.config import MAX_INPUT_FILE_BYTES, RunSpec
@@ -426,6 +427,8 @@ CASES = [
     # --- the rest of the command line --------------------------------------------------------------------------
     other("no-such-command", word="No such command"),
     other("list", "--format", "yaml", word="--format"),
+    other("results", "--format", "yaml", word="--format"),
+    other("results", "--results-dir", "{FILE:latin1.toml}", word="is not a folder"),
     other("db", "start", "--data-dir", "{FILE:latin1.toml}", word="is a file"),
     other("db", "url", "--data-dir", "{DIR}/no-server", word="not running"),
     # --- run references, output formats and solvers of the analysis commands
@@ -537,6 +540,25 @@ CASES = [
     stored("compare", "{RUN}", "{RUN}", "--format", "html", "--output", "{DIR}/no-such-folder/x.html",
            word="does not exist"),
     # --- Ray cluster addresses
+    run_case("srv-query1", "--client-engine", "rocket", word="The client engine 'rocket' is unknown"),
+    # --- the platform the embedded server is confined to
+    run_case("srv-query1", "--server-cpus", "2", word="not capmark's to confine"),
+    run_case("srv-query1", "--data-dir", "{DIR}/pg", "--server-cpus", "999", word="is not between 1 and this host's"),
+    run_case("srv-query1", "--data-dir", "{DIR}/pg", "--server-cpu-quota", "0", word="is not between 0.01 and"),
+    run_case("srv-query1", "--data-dir", "{DIR}/pg", "--server-iops", "0", word="--server-iops needs positive rates"),
+    run_case("srv-query1", "--data-dir", "{DIR}/pg", "--server-mbps", "1,2,3", word="takes a read rate and optionally"),
+    # --- capmark observe (checked before any server is contacted)
+    other("observe", "--interval", "0s", word="--interval 0s is out of range"),
+    other("observe", "--for", "soon", word="is not a duration"),
+    other("observe", "--sample-hz", "0", word="--sample-hz 0 is out of range"),
+    other("observe", "--top-statements", "0", word="--top-statements 0 is out of range"),
+    other("observe", "--host-metrics", "bogus", word="--host-metrics 'bogus' is unknown"),
+    other("observe", "--node-exporter", "ftp://x", word="is not the address of a node_exporter"),
+    other("observe", "--node-exporter-token-file", "{DIR}/missing", word="is the bearer token of a node_exporter"),
+    other("observe", "--dsn", "mysql://root@127.0.0.1:1/x", word="supports PostgreSQL for now"),
+    other("observe", "--data-dir", "{FILE:latin1.toml}", word="is a file, not a folder"),
+    other("observe", "--dsn", "postgresql://x@127.0.0.1:1/x", "--results-dir", "{FILE:latin1.toml}",
+          word="Cannot write results"),
 ]
 
 
@@ -804,6 +826,10 @@ def test_every_option_of_every_command_has_a_malformed_value_case():
     covered: dict[str, set[str]] = {name: set() for name in commands}
     for case in CASES:
         command, args = _case_command(case)
+        if command in commands:
+            covered[command] |= _covered(commands[command], args)
+    for case in OBSERVATION_CASES:  # the commands that take an observation: their own table, on a stored one
+        command, *args = case.values[0]
         if command in commands:
             covered[command] |= _covered(commands[command], args)
     missing = sorted(f"{command} {name}" for command, params in commands.items()

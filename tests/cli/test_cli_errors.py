@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import psycopg
 import psycopg.conninfo
@@ -69,48 +65,6 @@ def test_wrong_password_message_names_the_fix():
     err = psycopg.OperationalError('connection failed: FATAL:  password authentication failed for user "bob"')
     msg = str(explain_connect_error(err, "postgresql://bob:hunter2@db/app"))
     assert "rejected the login" in msg and "hunter2" not in msg and "--dsn" in msg
-
-
-@pytest.mark.db
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interruption_keeps_completed_steps_and_leaves_no_backends(signum, embedded_dsn, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "capmark.cli", "run", "srv-query1", "--jobs", "1,2",
-                             "--warmup", "0", "--duration", "3", "--dsn", embedded_dsn,
-                             "--results-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    db = None
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        dbs = list(tmp_path.glob("*/results.sqlite"))
-        if dbs:
-            try:
-                con = sqlite3.connect(dbs[0])
-                n = con.execute("select count(*) from step").fetchone()[0]
-                con.close()
-            except sqlite3.Error:
-                n = 0
-            if n >= 1:
-                db = dbs[0]
-                break
-        time.sleep(0.2)
-    assert db is not None, "the first step never completed"
-    time.sleep(1.0)  # now inside the second step
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
-    assert "Traceback" not in err
-    con = sqlite3.connect(db)
-    assert con.execute("select count(*) from step").fetchone()[0] == 1
-    assert con.execute("select status from run").fetchone()[0] == "interrupted"
-    assert (Path(db).parent / "report.html").exists()
-    with psycopg.connect(embedded_dsn, autocommit=True) as conn:
-        for _ in range(50):
-            left = conn.execute("select count(*) from pg_stat_activity where application_name like 'capmark%'"
-                                ).fetchone()[0]
-            if left == 0:
-                break
-            time.sleep(0.1)
-    assert left == 0
 
 
 @pytest.mark.db

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from liveruns import run_without_report
 from psycopg.conninfo import make_conninfo
 from scipy.stats import poisson
 
@@ -126,7 +127,7 @@ def test_report_rerenders_without_a_database(server_run, tmp_path):
 def test_client_mode_measures_round_trips(target_dsn, tmp_path):
     spec = RunSpec(workloads=["srv-query1"], jobs=[1], mode="client", dsn=target_dsn, results_dir=tmp_path,
                    **SHORT)
-    run = api.run(spec)
+    run = run_without_report(spec)
     step = run.tests[0].steps[0]
     assert step.units > 0
     assert step.units == server_counted_units("srv-query1", step)
@@ -169,7 +170,7 @@ def test_open_loop_rate_is_met_and_lag_is_measured(embedded_dsn, tmp_path):
     rate, duration = 1000.0, 3.0
     spec = RunSpec(workloads=["stress-query"], jobs=[2], mode="client", rate=rate, dsn=embedded_dsn,
                    results_dir=tmp_path, warmup_s=0.5, duration_s=duration)
-    test = api.run(spec).tests[0]
+    test = run_without_report(spec).tests[0]
     step = test.steps[0]
     values, _ = kpm.compute(step, test.per_unit)
     low, high = _poisson_range(rate, duration)
@@ -197,7 +198,7 @@ def test_think_time_bounds_a_closed_loop(embedded_dsn, tmp_path):
     jobs, think = 8, 0.01
     spec = RunSpec(workloads=["stress-query"], jobs=[jobs], mode="client", think_s=think, dsn=embedded_dsn,
                    results_dir=tmp_path, warmup_s=0.5, duration_s=3.0)
-    step = api.run(spec).tests[0].steps[0]
+    step = run_without_report(spec).tests[0].steps[0]
     cycle = jobs * step.elapsed_s / step.units  # R + Z + overhead, as the step lived it
     law = step.latency.mean_s + think
     noise = 4 * think / math.sqrt(step.units)

@@ -23,17 +23,21 @@ ROOT = "__init__"  # capmark/__init__.py: `from capmark import __version__`
 # histogram format they hold, suite below runner (the runner runs what the suite planned).
 LAYERS: list[tuple[str, frozenset[str]]] = [
     ("vocabulary: formats and errors", frozenset({ROOT, "errors", "histogram"})),
-    ("vocabulary: stage records", frozenset({"results"})),
+    ("vocabulary: stage records", frozenset({"results", "observations"})),  # a run's records; an observation's
     ("config and pure models", frozenset({"config", "model"})),  # user input's domains; queueing maths
     ("engines", frozenset({"engines"})),
     ("workloads", frozenset({"workloads"})),
     ("collect", frozenset({"collect"})),
     ("driver", frozenset({"driver"})),
+    ("observe", frozenset({"observe"})),  # the passive collector: engines and host sources, no load
     ("measure", frozenset({"measure"})),
     ("store", frozenset({"store"})),
+    # an observation's store, on the run store's pieces (results folder, read-only files, a writer gone)
+    ("observation store", frozenset({"observation_store"})),
     ("suite", frozenset({"suite"})),
     ("runner", frozenset({"runner"})),
     ("plan and diagnose", frozenset({"plan", "diagnose"})),
+    ("capacity", frozenset({"capacity"})),  # planning from an observation: workloads, peak, baseline, what-if
     ("analysis", frozenset({"analysis"})),
     ("report", frozenset({"report"})),
     ("api", frozenset({"api"})),
@@ -41,7 +45,8 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("entry point", frozenset({"launch"})),  # installs the signal handlers, then loads the command line
     ("python -m capmark", frozenset({"__main__"})),  # the same entry point
 ]
-NOT_YET_WRITTEN: frozenset[str] = frozenset()  # a unit placed before it exists, so that it lands in its layer
+# a unit placed before it exists, so that it lands in its layer
+NOT_YET_WRITTEN: frozenset[str] = frozenset()
 
 VOCABULARY = LAYERS[0][1] | LAYERS[1][1]
 # The units the top of the flow may import besides its own (every other unit may import all lower layers).
@@ -50,7 +55,8 @@ REACH: dict[str, frozenset[str]] = {
     "report": VOCABULARY | {"model", "analysis"},
     # measures through the runner, reads the store, answers every question after it through analysis
     # and `capmark solve`, which solves the user's own queueing models with the model library directly
-    "api": VOCABULARY | {"config", "engines", "workloads", "store", "suite", "runner", "analysis", "report", "model"},
+    "api": VOCABULARY | {"config", "engines", "workloads", "store", "suite", "runner", "analysis", "report", "model",
+                         "observe", "observation_store"},
     # parses, calls the API, renders
     "cli": VOCABULARY | {"config", "api", "report"},
     # only the command line, after the signal handlers

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from liveruns import run_without_report
 from rich.console import Console
 
-from capmark import api
 from capmark.analysis.demands import demands_of
 from capmark.analysis.report import report_documents
 from capmark.collect import netinfo
@@ -146,8 +146,8 @@ def run_db() -> str:
 @pytest.fixture(scope="module")
 def tcp_run(run_db, tmp_path_factory):
     dsn = f"postgresql://postgres@127.0.0.1:5432/{run_db}"
-    return api.run(RunSpec(workloads=["srv-query1"], jobs=[JOBS], mode="client", dsn=dsn,
-                           results_dir=tmp_path_factory.mktemp("net"), **SHORT))
+    return run_without_report(RunSpec(workloads=["srv-query1"], jobs=[JOBS], mode="client", dsn=dsn,
+                                      results_dir=tmp_path_factory.mktemp("net"), **SHORT))
 
 
 def _query1_bytes(dsn: str) -> tuple[float, float]:
@@ -219,8 +219,8 @@ def test_unix_socket_run_says_why_network_is_na(run_db, tmp_path):
     if not Path(SOCKET_DIR).is_dir():
         pytest.skip(f"no Unix socket directory {SOCKET_DIR}")
     dsn = f"host={SOCKET_DIR} user=postgres dbname={run_db}"
-    run = api.run(RunSpec(workloads=["srv-query1"], jobs=[1], mode="client", dsn=dsn, results_dir=tmp_path,
-                          warmup_s=0.0, duration_s=1.0))
+    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[1], mode="client", dsn=dsn, results_dir=tmp_path,
+                                     warmup_s=0.0, duration_s=1.0))
     step = run.tests[0].steps[0]
     assert step.network == {"transport": "unix", "connections": 1, "reason": "n/a: Unix socket"}
     rows = {r["key"]: r for r in demands_of_test(run.tests[0])["components"]}

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from liveruns import run_without_report
 from node_exporter_process import EXPORTER, HTPASSWD, Recorder, free_port, install, running_exporter
 
 from capmark import api
@@ -425,8 +426,8 @@ def test_cpus_keep_their_numeric_order() -> None:
 SERIES_AGREE = 0.05  # the 1 s series and the window's readings are a few milliseconds apart at each end of 2 s
 # the model's CPU busy at its own calibration step lies below the host's by the work no job does (the kernel's, the
 # exporter's, the driver's, capmark's sampler): 1.3-2.2 points at one job here (51.3-52.2 % measured, 50.0 % modelled),
-# 4.0 in a run with per-process sampling on the host
-CPU_POINTS = 5.0
+# 4.0 in a run with per-process sampling on the host, 5.7 on a host whose speed swung 1.7x (that work takes longer)
+CPU_POINTS = 7.0
 
 
 @pytest.mark.db
@@ -435,8 +436,8 @@ def test_a_run_measured_through_the_exporter(exporter: tuple[str, int], embedded
     device and facts, and no per-process CPU (the exporter has none)."""
     cores = os.cpu_count() or 1
     plan = [1, cores]
-    run = api.run(RunSpec(workloads=["srv-query1"], jobs=plan, warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
-                          results_dir=tmp_path, node_exporter=exporter[0]))
+    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=plan, warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                                     results_dir=tmp_path, node_exporter=exporter[0]))
     assert run.status == "complete"
     env = run.environment["database_host"]
     assert env["source"] == "node-exporter" and env["cores"] == cores and env["driver_on_host"]

@@ -247,6 +247,22 @@ def test_rising_cpu_only_where_jobs_outnumber_saturated_cores_is_information():
     assert varying_demand(view(*saturated, varies=[reads])) is None  # bytes describe a demand, they are not one
 
 
+def test_a_cpu_change_within_the_hosts_own_swing_is_not_called_varying():
+    """A host whose speed swings (another tenant) moved CPU per unit 45 % within one step at a fixed load: a 30 %
+    change of CPU per query across the steps is within that and not called; a 60 % one is, and a device demand
+    moving 30 % is whatever the CPU did. A quiet host's 5 % swing leaves the 30 % change a finding."""
+    rise = DemandTrend(key="cpu_client_backends_s", label="CPU client backends", group="cpu", time=True,
+                       direction="falls", change_pct=-30.0, share_pct=90.0, note="CPU client backends falls by 30 %")
+    swinging = [step(1, 9000, cpu_per_unit_swing=0.45), step(2, 17000, cpu_per_unit_swing=0.10),
+                step(4, 18000, cpu_per_unit_swing=0.20)]
+    assert varying_demand(view(*swinging, varies=[rise])) is None
+    assert varying_demand(view(*swinging, varies=[replace(rise, change_pct=-60.0)])) is not None
+    disk = replace(rise, label="vda busy", key="disk_vda_busy_s", group="disk", note="vda busy falls by 30 %")
+    assert varying_demand(view(*swinging, varies=[disk])) is not None
+    quiet = [replace(s, cpu_per_unit_swing=0.05) for s in swinging]
+    assert varying_demand(view(*quiet, varies=[rise])) is not None
+
+
 def test_varying_demand_ignores_small_components_and_the_remainder():
     """The server-side driver's few ms and the OS-overhead remainder swing by 100 % on a quiet host without any
     unit costing more; only a component that is a real part of its group's time can make the finding."""

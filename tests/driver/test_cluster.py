@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from liveruns import run_without_report
 
-from capmark import api
 from capmark.config import RunSpec
 from capmark.measure import validity
 from capmark.runner import RunObserver
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.db
 
 JOBS = 4
 CPUS_PER_NODE = 2  # logical CPUs each node offers: two job processes per node for 4 jobs
+ROUNDS = 5  # alternating single-host and cluster rounds, median judged (one CI run's three gave 0.60, 0.80, 1.17)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,8 @@ def ray_cluster(tmp_path_factory):
 
 def _run(dsn: str, results: Path, workload: str, cluster: str | None, duration: float = 2.0,
          observer: RunObserver | None = None):
-    run = api.run(RunSpec(workloads=[workload], jobs=[JOBS], mode="client", warmup_s=0.5, duration_s=duration,
-                          dsn=dsn, results_dir=results, cluster=cluster), observer)
+    run = run_without_report(RunSpec(workloads=[workload], jobs=[JOBS], mode="client", warmup_s=0.5, duration_s=duration,
+                                     dsn=dsn, results_dir=results, cluster=cluster), observer)
     steps = run.tests[0].steps
     return run, steps[0] if steps else None
 
@@ -97,19 +98,19 @@ def test_transactions_on_the_cluster_match_the_servers_statement_counts(embedded
 
 
 def test_the_cluster_offers_the_load_of_the_single_host_driver(embedded_dsn, tmp_path, ray_cluster):
-    """Three alternating rounds: the two-node cluster's 4 jobs reach at least 0.8 of the single-host worker
+    """Five alternating rounds: the two-node cluster's 4 jobs reach at least 0.8 of the single-host worker
     processes' (benchmarks/cluster_scaling.py measured 1.16x); jobs serialised on one process (Python's global
     lock) would give about 0.55 in every round. The median of the rounds' ratios, each round's pair measured side
     by side: best against best was not enough on the shared CI host, where one lucky single-host round (28,546
     against 22,213-23,951 queries/s in the others) set the bar."""
     single, spread = [], []
-    for _ in range(3):
+    for _ in range(ROUNDS):
         for address, into in ((None, single), (ray_cluster.address, spread)):
             _, step = _run(embedded_dsn, tmp_path, "srv-query1", address)
             assert step.status == "ok", step.notes
             into.append(step.units / step.elapsed_s)
     ratios = sorted(c / s for c, s in zip(spread, single, strict=True))
-    assert ratios[1] >= 0.8, (spread, single)
+    assert ratios[ROUNDS // 2] >= 0.8, (spread, single)
 
 
 class _WhenMeasuring(RunObserver):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from liveruns import run_without_report
 
 from capmark import api
 from capmark.config import RunSpec
@@ -72,12 +73,12 @@ def runs(embedded_dsn, tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:  # an extra instrument beside capmark's snapshots, nothing replaced
         patch.setattr(step_module, "_os_reading", with_other_processes)
-        cpu = api.run(RunSpec(workloads=["srv-query1"], jobs=[2], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
-                              results_dir=folder))
-    wal = api.run(RunSpec(workloads=["wal-lat1"], jobs=[1, 8], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
-                          results_dir=folder))
-    dbwr = api.run(RunSpec(workloads=["dbwr-thr"], jobs=[1], warmup_s=0.5, duration_s=2.5, dsn=embedded_dsn,
-                           results_dir=folder))
+        cpu = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[2], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                                         results_dir=folder))
+    wal = run_without_report(RunSpec(workloads=["wal-lat1"], jobs=[1, 8], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                                     results_dir=folder))
+    dbwr = run_without_report(RunSpec(workloads=["dbwr-thr"], jobs=[1], warmup_s=0.5, duration_s=2.5, dsn=embedded_dsn,
+                                      results_dir=folder))
     return {"cpu": cpu, "wal": wal, "dbwr": dbwr, "cpu_readings": readings}
 
 
@@ -165,8 +166,8 @@ def test_demands_command_prints_json(runs):
 
 
 def test_nested_statements_show_per_statement_costs(embedded_dsn, tmp_path):
-    run = api.run(RunSpec(workloads=["tp-light"], jobs=[1], warmup_s=0.5, duration_s=1.5, dsn=embedded_dsn,
-                          params={"update_pct": "100"}, nested_statements=True, results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["tp-light"], jobs=[1], warmup_s=0.5, duration_s=1.5, dsn=embedded_dsn,
+                                     params={"update_pct": "100"}, nested_statements=True, results_dir=tmp_path))
     statements = demands_of_test(run.tests[0])["statements"][-1]
     update = [s for s in statements if s["query"].startswith("update capmark.account")]
     assert update and update[0]["calls"] >= run.tests[0].steps[0].units * 0.99

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
+from liveruns import run_without_report
 
 from capmark import api
 from capmark.collect import hosts
@@ -259,8 +260,8 @@ def _local_pg_answers() -> bool:
 def test_storage_step_without_eviction_is_noted_and_invalid(tmp_path):
     """PostgreSQL 15 has no pg_buffercache_evict_relation: the scale-1 block table (~200 MB) is less than four
     times the default 128 MB of shared buffers, so most reads are served by them."""
-    run = api.run(RunSpec(workloads=["sto-random"], jobs=[1], warmup_s=1, duration_s=2, dsn=LOCAL_PG,
-                          results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["sto-random"], jobs=[1], warmup_s=1, duration_s=2, dsn=LOCAL_PG,
+                                     results_dir=tmp_path))
     step = run.tests[0].steps[0]
     note = [n for n in step.notes if n.startswith("Shared buffers were not evicted")]
     assert note and "PostgreSQL 18" in note[0], step.notes
@@ -276,20 +277,20 @@ def _stress_rows(dsn: str) -> tuple[int, int]:
 
 
 def test_the_stress_table_is_restored_before_each_stress_test(embedded_dsn, tmp_path):
-    api.run(RunSpec(workloads=["stress-delete", "stress-insert"], jobs=[1], warmup_s=0, duration_s=1,
-                    dsn=embedded_dsn, results_dir=tmp_path))
+    run_without_report(RunSpec(workloads=["stress-delete", "stress-insert"], jobs=[1], warmup_s=0, duration_s=1,
+                               dsn=embedded_dsn, results_dir=tmp_path))
     rows, top = _stress_rows(embedded_dsn)
     assert top > SIZE.items  # the inserts went beyond the model's ids: the table drifted
-    api.run(RunSpec(workloads=["stress-query"], jobs=[1], warmup_s=0, duration_s=1, dsn=embedded_dsn,
-                    results_dir=tmp_path))
+    run_without_report(RunSpec(workloads=["stress-query"], jobs=[1], warmup_s=0, duration_s=1, dsn=embedded_dsn,
+                               results_dir=tmp_path))
     assert _stress_rows(embedded_dsn) == (SIZE.items, SIZE.items)
 
 
 def test_stress_delete_starts_from_the_full_table(embedded_dsn, tmp_path):
     with psycopg.connect(embedded_dsn, autocommit=True) as conn:
         conn.execute("delete from capmark.stress_item where id <= %s", (SIZE.items // 2,))
-    run = api.run(RunSpec(workloads=["stress-delete"], jobs=[1], warmup_s=0, duration_s=1, dsn=embedded_dsn,
-                          results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["stress-delete"], jobs=[1], warmup_s=0, duration_s=1, dsn=embedded_dsn,
+                                     results_dir=tmp_path))
     step = run.tests[0].steps[0]
     deleted = sum(r.get("n_tup_del") or 0 for r in step.db_delta["tables"] if r["relname"] == "stress_item")
     # restored, a delete finds its row unless an earlier delete of the step drew the same id: n uniform draws from
@@ -343,8 +344,8 @@ def test_all_statements_stores_other_applications_sql(ctx, other_application_sql
 
 
 def test_run_notes_say_which_statements_rule_applied(embedded_dsn, tmp_path):
-    run = api.run(RunSpec(workloads=["srv-query1"], jobs=[1], warmup_s=0, duration_s=1, dsn=embedded_dsn,
-                          results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[1], warmup_s=0, duration_s=1, dsn=embedded_dsn,
+                                     results_dir=tmp_path))
     assert any("only statements run by capmark's role" in n for n in run.setup_notes)
 
 

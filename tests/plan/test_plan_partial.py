@@ -1,5 +1,6 @@
 """Planning answers every test that can be answered and says why the others cannot, on stored real runs
-(copies of one measured run whose stored steps are edited, as a failed or interrupted test leaves them)."""
+(copies of the stored run tests/fixtures/plan-cpu-commit.sqlite.gz whose steps are edited, as a failed or interrupted
+test leaves them); and dbwr-thr measured live, whose checkpoints must fall inside its units."""
 
 from __future__ import annotations
 
@@ -11,19 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from liveruns import run_without_report
 
 from capmark import api
 from capmark.config import RunSpec
 from capmark.errors import CapmarkError
 from capmark.measure.validity import LITTLE_TOLERANCE, little_gap, problems
-
-pytestmark = pytest.mark.db
+from capmark.store import load_run
 
 
 @pytest.fixture(scope="module")
-def measured(embedded_dsn, tmp_path_factory):
-    return api.run(RunSpec(workloads=["srv-query1", "wal-lat1"], jobs=[1, 2], warmup_s=0.5, duration_s=2.0,
-                           dsn=embedded_dsn, results_dir=tmp_path_factory.mktemp("partial")))
+def measured(cpu_and_commit_run, tmp_path_factory):
+    """The shared run of srv-query1 and wal-lat1 (tests/plan/conftest.py), in a folder of this module's."""
+    folder = tmp_path_factory.mktemp("partial") / Path(cpu_and_commit_run.folder).name
+    shutil.copytree(cpu_and_commit_run.folder, folder)
+    return load_run(folder)
 
 
 def _copy(run, tmp_path: Path) -> Path:
@@ -140,11 +143,12 @@ def test_bounds_are_checked_before_any_work(measured):
         api.anticipate(measured.folder, servers=-1)
 
 
+@pytest.mark.db
 def test_dbwr_checkpoints_inside_measured_units(embedded_dsn, tmp_path):
     """Its checkpoint was requested before each slice's clock started, so jobs spent time outside units and
     Little's law failed by a third at one job: no step could calibrate a model."""
-    run = api.run(RunSpec(workloads=["dbwr-thr"], jobs=[1], warmup_s=0.5, duration_s=2.5, dsn=embedded_dsn,
-                          results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["dbwr-thr"], jobs=[1], warmup_s=0.5, duration_s=2.5, dsn=embedded_dsn,
+                                     results_dir=tmp_path))
     step = run.tests[0].steps[0]
     gap = little_gap(step)
     assert gap is not None and abs(gap) < LITTLE_TOLERANCE

@@ -2,11 +2,12 @@
 never from the machine analysing it; a run without the database host's CPU is refused in one sentence, or, with
 --cores, answered from the wait samples and labelled as an estimate.
 
-Every run here is a real measured run: one with this machine's host metrics, one with none
-(`--host-metrics none`). Where a test compares two situations of the same run (the estimate with the measured
-CPU, a driver elsewhere with the driver here), the second is a copy of the first with the stored step keys
-edited exactly as a run with that source stores them (see _without_host_metrics and friends), and the refusals
-are checked on both the real run without host metrics and the copy.
+Every run here is a real measured run: one with the host metrics of the machine it ran on, stored in
+tests/fixtures/plan-remote-query1.sqlite.gz, and one measured here with none (`--host-metrics none`). Where a test
+compares two situations of the same run (the estimate with the measured CPU, a driver elsewhere with the driver
+here), the second is a copy of the first with the stored step keys edited exactly as a run with that source stores
+them (see _without_host_metrics and friends), and the refusals are checked on both the real run without host metrics
+and the copy.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from liveruns import run_without_report
+from storedruns import unpack
 from typer.testing import CliRunner
 
 from capmark import api
@@ -31,8 +34,7 @@ from capmark.measure.demands import HOST_CPU_KEY, HOST_CPU_LABEL_NODE_EXPORTER, 
 from capmark.measure.validity import problems
 from capmark.plan.dbmodel import CPU_ESTIMATED
 from capmark.plan.sizing import MAX_JOBS
-
-pytestmark = pytest.mark.db
+from capmark.store import load_run
 
 # The estimate stands for the CPU of the jobs' database sessions; a session waiting for a core looks the same in
 # the wait samples as one running. So it is scored against the sessions' measured CPU only where the host had an
@@ -48,7 +50,6 @@ SESSIONS_ERROR = 0.10
 # (51 samples at 10 Hz: about 3 %).
 OTHER_PROGRAMS_LIMIT = 0.10
 ESTIMATE_ERROR = 0.15
-ATTEMPTS = 3  # measurements of the run until its one-job step is valid (other programs can make it invalid)
 NO_HOST_CPU_WORDS = ("no measurement of the database host's CPU", "--host-metrics sql", "--node-exporter URL",
                      "--cores N")
 
@@ -57,21 +58,18 @@ EnvEdit = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def measured(embedded_dsn, tmp_path_factory):
-    """srv-query1 is CPU bound: one job keeps a core busy, two keep both. A step during which other programs
-    took the host is invalid and calibrates nothing, so the run is measured again (a few times at most)."""
-    for _ in range(ATTEMPTS):
-        run = api.run(RunSpec(workloads=["srv-query1"], jobs=[1, 2], warmup_s=0.5, duration_s=5.0, dsn=embedded_dsn,
-                              results_dir=tmp_path_factory.mktemp("remote")))
-        if not problems(run.tests[0].steps[0]):
-            break
-    return run
+def measured(tmp_path_factory):
+    """srv-query1 is CPU bound: one job keeps a core busy, two keep both. Stored with its one-job step valid, an
+    idle core beside it and other programs out of the host (tests/fixtures/README.md): a step during which they
+    took the host is invalid and calibrates nothing."""
+    results = tmp_path_factory.mktemp("remote")
+    (run_id,) = unpack(results, "plan-remote-query1")
+    return load_run(results / run_id)
 
 
 def _needs_a_valid_step(run) -> None:
     why = problems(run.tests[0].steps[0])
-    if why:
-        pytest.skip(f"the measured one-job step is invalid ({why[0]}): no model to compare with")
+    assert not why, f"the stored one-job step is invalid ({why[0]}): no model to compare with"
 
 
 def _stored_copy(run, folder: Path, step_edit: StepEdit, env_edit: EnvEdit) -> Path:
@@ -133,8 +131,8 @@ def no_host_metrics(measured, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def measured_without_host_metrics(embedded_dsn, tmp_path_factory) -> Path:
     """A real run with --host-metrics none: the server runs here, but capmark is told not to look."""
-    run = api.run(RunSpec(workloads=["srv-query1"], jobs=[1, 2], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
-                          results_dir=tmp_path_factory.mktemp("real-none"), host_metrics="none"))
+    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[1, 2], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                                     results_dir=tmp_path_factory.mktemp("real-none"), host_metrics="none"))
     assert run.environment["database_host"]["source"] == "none"
     assert all(s.os == {} and s.process_cpu == {} for s in run.tests[0].steps)
     return Path(run.folder)
@@ -198,7 +196,8 @@ def test_a_stored_run_gives_the_same_answers_on_another_machine(measured, no_hos
         (5, "recorded with the run"), (2, "stated with --cores")]
 
 
-@pytest.mark.parametrize("copy", ["measured_without_host_metrics", "no_host_metrics", "old_remote"])
+@pytest.mark.parametrize("copy", [pytest.param("measured_without_host_metrics", marks=pytest.mark.db),
+                                  "no_host_metrics", "old_remote"])
 def test_without_the_host_cpu_planning_is_refused_in_one_sentence(copy, request):
     folder = request.getfixturevalue(copy)
     for command in (["calibrate"], ["whatif", "--cpus", "4"], ["size", "--sla", "mean<1ms"]):

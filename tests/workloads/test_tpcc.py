@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from liveruns import run_without_report
 from scipy.stats import binom
 
 from capmark import api
@@ -82,9 +83,10 @@ def measured(request, conn, loaded, embedded_dsn, tmp_path_factory):
     run wrote from the loaded ones."""
     since = conn.execute("select localtimestamp").fetchone()[0]
     mode = request.param
-    run = api.run(RunSpec(workloads=["tpcc"], jobs=[JOBS], warmup_s=1.0, duration_s=6.0 if mode == "server" else 12.0,
-                          mode=mode, params={"warehouses": str(WAREHOUSES), "check": "on"}, dsn=embedded_dsn,
-                          results_dir=tmp_path_factory.mktemp(f"tpcc-{mode}")))
+    run = run_without_report(RunSpec(workloads=["tpcc"], jobs=[JOBS], warmup_s=1.0,
+                                     duration_s=6.0 if mode == "server" else 12.0, mode=mode,
+                                     params={"warehouses": str(WAREHOUSES), "check": "on"}, dsn=embedded_dsn,
+                                     results_dir=tmp_path_factory.mktemp(f"tpcc-{mode}")))
     return run.tests[0], since
 
 
@@ -169,9 +171,9 @@ def test_keying_and_think_times_bound_throughput_by_the_users(loaded, embedded_d
     """16 users, each at most one transaction per 2 s of keying (plus one carried in from the warm-up): thousands
     of transactions a second would mean the pauses are skipped, a response time of seconds that they are timed."""
     users, window = 16, 10.0
-    run = api.run(RunSpec(workloads=["tpcc"], jobs=[users], warmup_s=2.0, duration_s=window, mode="client",
-                          params={"warehouses": str(WAREHOUSES), "keying": "on"}, dsn=embedded_dsn,
-                          results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["tpcc"], jobs=[users], warmup_s=2.0, duration_s=window, mode="client",
+                                     params={"warehouses": str(WAREHOUSES), "keying": "on"}, dsn=embedded_dsn,
+                                     results_dir=tmp_path))
     step = run.tests[0].steps[0]
     assert 1 <= step.units <= users * (window / min(spec.KEYING_S.values()) + 1)
     assert step.latency.observed_max_s < min(spec.KEYING_S.values())  # a pause inside the timing would show
@@ -185,8 +187,8 @@ def test_keying_and_think_times_bound_throughput_by_the_users(loaded, embedded_d
 def test_lock_contention_at_many_jobs_per_warehouse_is_diagnosed(loaded, embedded_dsn, tmp_path):
     """4 jobs per warehouse queue on the warehouse and district rows (payments and new orders update them): the
     diagnosis names lock contention, and the model, what-if and sizing take the six types with no special case."""
-    run = api.run(RunSpec(workloads=["tpcc"], jobs=[1, 4 * WAREHOUSES], warmup_s=1.0, duration_s=4.0,
-                          params={"warehouses": str(WAREHOUSES)}, dsn=embedded_dsn, results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["tpcc"], jobs=[1, 4 * WAREHOUSES], warmup_s=1.0, duration_s=4.0,
+                                     params={"warehouses": str(WAREHOUSES)}, dsn=embedded_dsn, results_dir=tmp_path))
     folder = run.folder
     diagnosis = api.diagnose(folder).tests[0]
     assert "lock_contention" in [finding.key for finding in diagnosis.findings], diagnosis.summary

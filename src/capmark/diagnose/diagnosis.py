@@ -37,7 +37,7 @@ class TestDiagnosis:
     workload: str
     unit: str
     summary: str
-    clean: bool  # no problem found, and every step completed units of work
+    clean: bool  # no problem found, every step completed units of work, and one at least passed its self-checks
     findings: list[Finding]  # problems to act on
     information: list[Finding]  # expected behaviour worth knowing (severity "info")
     invalid_steps: list[InvalidStep]
@@ -73,12 +73,15 @@ def diagnose_test(test: TestResult, engine: Engine | None = None) -> TestDiagnos
     invalid += [InvalidStep(s.jobs, list(record.of(s).problems)) for s in test.steps
                 if s.status != "ok" or not s.units]
     idle = [s for s in test.steps if s.status == "ok" and not s.units]
+    unchecked = bool(invalid) and not view.valid_steps  # every step failed a self-check: nothing is known to be clean
     if findings:
         summary = f"{len(findings)} finding(s); most likely: {findings[0].name} ({findings[0].level} confidence)"
     elif idle:  # a step that measured nothing says nothing of bottlenecks, and hides whatever stopped it
         summary = (f"not diagnosed: {len(idle)} step(s) completed no unit of work ({record.of(idle[0]).problems[0]})"
                    if not view.valid_steps else f"no bottleneck signature fired in the valid steps, but {len(idle)} "
                    f"step(s) completed no unit of work ({record.of(idle[0]).problems[0]})")
+    elif unchecked:
+        summary = f"not diagnosed: no step passed its self-checks ({_first_problem(invalid)})"
     else:
         summary = "clean: no bottleneck signature fired"
     for f in information:
@@ -88,6 +91,11 @@ def diagnose_test(test: TestResult, engine: Engine | None = None) -> TestDiagnos
     flagged = [StepCautions(s.jobs, why) for s in test.steps if (why := cautions(s))]
     if flagged:
         summary += f"; {len(flagged)} step(s) shared the host with other busy programs (see the cautions)"
-    return TestDiagnosis(workload=test.workload, unit=test.unit, summary=summary, clean=not (findings or idle),
+    return TestDiagnosis(workload=test.workload, unit=test.unit, summary=summary,
+                         clean=not (findings or idle or unchecked),
                          findings=findings, information=information, invalid_steps=invalid, cautions=flagged,
                          steps=[s.jobs for s in view.steps])
+
+
+def _first_problem(invalid: list[InvalidStep]) -> str:
+    return next((p for s in invalid for p in s.problems), "no reason recorded")

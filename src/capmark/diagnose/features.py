@@ -15,6 +15,7 @@ from capmark.engines.base import Engine
 from capmark.measure import kpm, record
 from capmark.measure.demands import demands_of_test, devices, host_busy_s, per_commit, run_queue
 from capmark.measure.reconcile import reconcile
+from capmark.measure.validity import full_seconds
 from capmark.results import StepResult, TestResult, WaitClass, WaitKey, wait_shares
 
 Classify = Callable[[WaitKey], WaitClass]  # an engine's wait_class
@@ -74,6 +75,9 @@ class StepView:
     cpu_iowait_pct: float | None = None
     per_cpu_busy_pct: list[float] = field(default_factory=list)
     cpu_per_unit_s: float | None = None  # host busy CPU per unit
+    # how far the host's CPU per unit moved within the step, second by second (largest over smallest, less 1), while
+    # the load stood still: a host whose speed swings (another tenant) moves it too. None: too few units a second
+    cpu_per_unit_swing: float | None = None
     ctxt_per_unit: float | None = None
     run_queue_waiting: float | None = None
     devices: dict[str, dict[str, float | None]] = field(default_factory=dict)  # utilization_pct, queue_length, ...
@@ -134,6 +138,22 @@ def engine_of(test: TestResult) -> Engine:
     return registry.of_delta(delta)
 
 
+# Below this many units in a second, a second's CPU per unit moves by counting alone (a few units more or less)
+MIN_UNITS_PER_SECOND = 100
+
+
+def _cpu_per_unit_swing(step: StepResult) -> float | None:
+    """Largest over smallest of the window's per-second CPU per unit (host busy cores over units), less 1; the
+    last second, which often holds units that ended just after the window, left out as the stability check does."""
+    cores = step.os.get("cores")
+    if not isinstance(cores, int) or cores <= 0:
+        return None
+    busy = [p.get("cpu_busy_pct") for p in step.os_series]
+    per_unit = [b / 100 * cores / u for b, u in zip(busy, full_seconds(step.series_units), strict=False)
+                if isinstance(b, int | float) and b > 0 and u >= MIN_UNITS_PER_SECOND]
+    return max(per_unit) / min(per_unit) - 1 if len(per_unit) >= 2 else None
+
+
 def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
               classify: Classify | None = None) -> StepView:
     """classify: the engine's wait_class (default: the engine the step's statistics name)."""
@@ -156,6 +176,7 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
         cpu_sys_pct=values.get("cpu_sys_pct"), cpu_iowait_pct=values.get("cpu_iowait_pct"),
         per_cpu_busy_pct=[c.get("busy", 0.0) for c in step.os.get("per_cpu_pct") or []],
         cpu_per_unit_s=busy / units if busy is not None and units else None,
+        cpu_per_unit_swing=_cpu_per_unit_swing(step),
         ctxt_per_unit=(step.os.get("ctxt") or 0) / units if step.os.get("ctxt") is not None and units else None,
         run_queue_waiting=run_queue(step)["waiting"], devices=devices(step),
         buffer_hit_pct=values.get("buffer_hit_pct"), reads_per_unit=reads / units if reads is not None and units else None,

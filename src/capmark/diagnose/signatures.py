@@ -365,13 +365,22 @@ def commit_bound(t: TestView) -> Finding | None:
 MIN_VARYING_SHARE_PCT = 10.0
 
 
+def host_swing_pct(t: TestView) -> float:
+    """The most the host's CPU per unit moved within one step while its load stood still, in percent: a change of
+    a CPU demand across the steps no larger than this is the host's speed moving, not the load."""
+    swings = [s.cpu_per_unit_swing for s in t.steps if s.cpu_per_unit_swing is not None]
+    return max(swings, default=0.0) * 100
+
+
 def varying_demand(t: TestView) -> Finding | None:
     # service demands are times per unit; counts and bytes (flushes, reads) describe them and have signatures
     # of their own (group commit, poor caching)
+    swing = host_swing_pct(t)
     big = [v for v in t.varies if v.group in ("cpu", "disk", "wal", "dbio") and v.change_pct is not None
            and v.time and abs(v.change_pct) >= 25
            and v.key != "cpu_os_overhead_s"  # a remainder, often near zero
-           and (v.share_pct is None or v.share_pct >= MIN_VARYING_SHARE_PCT)]
+           and (v.share_pct is None or v.share_pct >= MIN_VARYING_SHARE_PCT)
+           and not (v.group == "cpu" and abs(v.change_pct) <= swing)]
     if not big:
         return None
     big.sort(key=lambda v: -abs(v.change_pct or 0.0))

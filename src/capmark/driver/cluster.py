@@ -119,9 +119,10 @@ def join(address: str) -> Cluster:
                    ray_version=ray.__version__)
 
 
-# A head that has just started answers on its client port before its client server can start a session for a new
-# driver ("Initialization failure from server"); the join is tried again for this long before it counts as failed.
-JOIN_STARTING_HEAD_S = 10.0
+# A head that has just started, or a busy one, answers on its client port before its client server can start a
+# session for a new driver ("Initialization failure from server"); the join is tried again for this long before it
+# counts as failed. 10 s was seen to run out on a loaded 2-core host whose head had accepted a client moments before.
+JOIN_STARTING_HEAD_S = 30.0
 JOIN_RETRY_PAUSE_S = 1.0
 
 

@@ -21,12 +21,13 @@ from capmark.collect.sampler import Sampler, Samples
 from capmark.driver import sampling
 from capmark.driver.groups import Outcome, ProcessCpu, StepJobs, driver_processes, job_group
 from capmark.driver.jobs import Pacing
+from capmark.driver.pgbench_engine import PgbenchGroup, client_engine_record
 from capmark.engines import registry as engines
 from capmark.engines.base import Engine, TargetInfo
 from capmark.histogram import merge_all
 from capmark.results import StepResult
 from capmark.workloads import sto
-from capmark.workloads.base import DataSize, ParamValue, Workload
+from capmark.workloads.base import STEP_JOBS, DataSize, ParamValue, Workload
 
 if TYPE_CHECKING:
     from capmark.driver.cluster import NodeLayout
@@ -97,6 +98,7 @@ class StepPlan:
     memory_every_s: float = 60.0  # instance process memory sampling period (a soak samples at least 20 times)
     all_statements: bool = False  # keep every role's statements in the top statements, not only capmark's
     cluster: bool = False  # client side: the run joined a Ray cluster, whose nodes run the jobs
+    client_engine: str = "python"  # client side: capmark's own jobs, or pgbench (a PostgreSQL script test)
 
 
 @dataclass(frozen=True)
@@ -165,8 +167,10 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
     engine = engines.named(ctx.info.engine)
     pacing = Pacing(plan.think_s, plan.rate / plan.jobs if plan.rate else 0.0)
     procs = driver_processes(plan.driver_procs, plan.jobs, plan.mode, workload, plan.cluster)
-    group = job_group(StepJobs(ctx.dsn, workload, params, size, plan.mode, ctx.info, pacing, plan.jobs,
-                               plan.session_settings), procs, plan.cluster)
+    spec = StepJobs(ctx.dsn, workload, {**params, STEP_JOBS: plan.jobs}, size, plan.mode, ctx.info, pacing, plan.jobs,
+                    plan.session_settings)
+    group = (PgbenchGroup(spec, plan.warmup_s, plan.duration_s, plan.rate) if plan.client_engine == "pgbench"
+             else job_group(spec, procs, plan.cluster))
     stopping = threading.Event()
     try:
         eviction = sto.eviction_status(ctx.control, workload) if sto.evicts(workload) else None
@@ -256,6 +260,9 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
                                               "host_metrics": host_statements},
                      "statements": engine.statements_rule(plan.all_statements)},
     )
+    if plan.client_engine == "pgbench":
+        result.instruments["client_engine"] = client_engine_record()
+        result.notes.append(result.instruments["client_engine"]["not_measured"])
     if watch.record is not None:
         result.instruments["overrun"] = watch.record
         result.notes.append(watch.record["sentence"])
@@ -340,7 +347,7 @@ def _capmark_transactions(ctx: StepContext, plan: StepPlan, samples: Samples, sa
         return {"sampler": samples.transactions if sampled else 0, "control": 0, "jobs": 0}
     flushes = ctx.info.has("force_flush")
     return {"sampler": (1 + samples.transactions) if sampled else 0, "control": 1,
-            "jobs": plan.jobs if flushes else 0}
+            "jobs": plan.jobs if flushes and plan.client_engine == "python" else 0}
 
 
 def _other_processes(before: oscollect.HostProcesses, after: oscollect.HostProcesses, os_before: _OsReading | None,

@@ -101,3 +101,30 @@ def open_network(arrival_rates: list[float], demands: list[list[float]]) -> dict
     response = [sum(residence[k][c] for k in range(len(demands))) for c in range(len(arrival_rates))]
     return {"utilizations": utilizations, "residence_times": residence, "response_times": response,
             "stretch": [math.nan if u >= 1 else 1 / (1 - u) for u in utilizations]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StationResult:
+    """One station of an open multi-class network: its utilisation (per server) and each class's residence time."""
+
+    utilization: float
+    residence_times: list[float]
+    wait_factor: float  # residence / demand: 1 + the waiting a unit of demand meets (the stretch factor)
+
+
+def open_multiclass_station(arrival_rates: list[float], demands: list[float], servers: int = 1,
+                            background_busy: float = 0.0) -> StationResult:
+    """A station of m identical servers shared by several open classes (FCFS, exponential service; Menasce, Almeida
+    and Dowdy's multi-class multi-server approximation): utilisation rho = (background + sum(lambda_c D_c)) / m and
+    residence R_c = D_c (1 + C(m, m rho) / (m (1 - rho))), with C Erlang's wait probability. For one class it is
+    M/M/m exactly; for m = 1 it is D_c / (1 - rho), the product-form single server. `background_busy` is servers kept
+    busy by work that is not modelled as a class (it takes capacity, its own response is not asked for)."""
+    if servers < 1:
+        raise CapmarkError(f"A station needs at least one server; got {servers}.")
+    busy = background_busy + sum(lam * d for lam, d in zip(arrival_rates, demands, strict=True))
+    rho = busy / servers
+    if rho >= 1:
+        return StationResult(utilization=rho, residence_times=[math.inf if d > 0 else 0.0 for d in demands],
+                             wait_factor=math.inf)
+    factor = 1 + erlang_c(servers, busy) / (servers * (1 - rho)) if busy > 0 else 1.0
+    return StationResult(utilization=rho, residence_times=[d * factor for d in demands], wait_factor=factor)

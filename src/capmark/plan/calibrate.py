@@ -23,6 +23,7 @@ from capmark.measure.demands import Component, devices, disk_key, host_busy_s, s
 from capmark.model import usl
 from capmark.plan import cpuscaling
 from capmark.plan.dbhost import (
+    CORES_QUOTA,
     CORES_STATED,
     DatabaseHost,
     cores_for,
@@ -47,7 +48,7 @@ from capmark.plan.mix import type_demands
 from capmark.plan.predict import CurveJson, curve
 from capmark.plan.simulate import SIM_MODEL
 from capmark.plan.simulate import solver as solver_for
-from capmark.results import StepResult, TestResult
+from capmark.results import StepResult, TestResult, WaitClass
 
 # The calibration's fixed point (flush requests <-> batch size, delay <-> cycle time): rounds of each, and how far
 # its last delay correction may still move the cycle time for the calibration to count as settled (a tenth of a
@@ -169,7 +170,13 @@ def _cpu_scaling(valid: list[StepResult], cores: int, host: DatabaseHost, reques
     points = [cpuscaling.CpuPoint(s.jobs, _busy_cores(s), _step_parameters(s, host).cpu,
                                   _commit_waits(s, requests))
               for s in valid if s.jobs <= cores and has_host_cpu(s)]
-    return cpuscaling.fit(points, cores)
+    scaling = cpuscaling.fit(points, cores)
+    if host.probe_growth is not None and scaling.note and not scaling.wait_cpu_s and not scaling.growth:
+        # the steps could not show how the CPU scales (one core, one job count, too little spread): the host's own
+        # probe can, and a what-if that changes the cores needs it
+        return cpuscaling.CpuScaling(host.probe_growth, scaling.points,
+                                     f"{scaling.note}; taken from the host's CPU probe instead ({host.probe_words})")
+    return scaling
 
 
 def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: DatabaseHost | None = None) -> DbModel:
@@ -211,12 +218,16 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
         flush_device_s=mean(p.flush_device for p in params), delay_s=0.0,
         client_s=mean(p.client for p in params), think_s=chosen[0].pacing.get("think_s", 0.0),
         p95_over_mean=mean(p.p95 for p in params), p99_over_mean=mean(p.p99 for p in params),
-        calibrated_from=sorted({s.jobs for s in chosen}), cores_from=cores.origin,
+        calibrated_from=sorted({s.jobs for s in chosen}), cores_from=cores.origin, core_speed=cores.speed,
         cpu_from=CPU_ESTIMATED if unmeasured else CPU_MEASURED, cpu_growth=scaling.growth,
         wait_cpu_s=scaling.wait_cpu_s,
         cpu_scaling=scaling.fitted(cores.count))
     if cores.origin == CORES_STATED:
         model.notes.append(stated_cores_note(host, chosen[0]))
+    if cores.origin == CORES_QUOTA:
+        model.notes.append(f"the server was limited to {host.cpu_quota:g} cores' worth of CPU time: the model takes "
+                           f"it as {cores.count} core{'s' if cores.count != 1 else ''} at {cores.speed:.0%} of a "
+                           "core's speed, and a what-if's CPU speed is relative to that")
     if unmeasured:
         model.notes.append(estimate_note([s.jobs for s in unmeasured], len(unmeasured) < len(chosen)))
     if model.flush_requests > 0 and not model.flush_cpu_s and not model.flush_device_s:
@@ -231,7 +242,68 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     if model.delay_s < 0:
         model.notes.append(f"the measured response time is {-model.delay_s * 1e6:.1f} us per unit shorter than the "
                            "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
+    if not from_jobs and not unmeasured:
+        _fit_oversubscription(model, valid, host, scaling, requests)
+    model.notes.extend(assumption_notes(valid, cores.count, host, unmeasured=bool(unmeasured),
+                                        oversubscription_modelled=bool(model.probe_jobs)))
     return model
+
+
+def _fit_oversubscription(model: DbModel, valid: list[StepResult], host: DatabaseHost, scaling: cpuscaling.CpuScaling,
+                          requests: float) -> None:
+    """More runnable jobs than cores cost CPU per unit (time slices starting with a cold cache), which steps up to
+    the cores cannot show: the lowest valid job count above the cores is the probe that measures it. A probe step
+    whose CPU per unit rose is used (and then never scored); one that did not rise stays an ordinary step."""
+    above = sorted({s.jobs for s in valid if s.jobs > model.cores and has_host_cpu(s)})
+    if not above:
+        return
+    probe = [s for s in valid if s.jobs == above[0]]
+    measured = statistics.fmean(max(0.0, _step_parameters(s, host).cpu - scaling.wait_cpu_s * _commit_waits(s, requests))
+                                for s in probe)
+    at_cores = model.cpu_s * scaling.per_unit(1.0, model.cores)
+    over = cpuscaling.fit_oversubscription(at_cores, measured, above[0], model.cores)
+    if over > 0:
+        model.cpu_oversubscription, model.probe_jobs = over, [above[0]]
+        model.notes.append(f"CPU per unit at {above[0]} jobs is {measured / at_cores - 1:+.0%} of that at the "
+                           f"{model.cores} cores' (more runnable jobs than cores: time slices starting with a cold "
+                           f"cache); the model takes it from that step, which is a probe and not scored, and lets it "
+                           f"grow towards {1 + over:.2f} x as the runnable jobs grow")
+
+
+# Where the measured steps show an assumption of the model failing, calibrate, whatif and size say so beside the
+# figures. CPU per unit varies 2-5 % between steps on a shared host, so a rise beyond the cores is named only above
+# this; lock waits below this share of the active time do not limit throughput much; a device this busy has no room
+# left, and the model serves its requests one at a time.
+RISING_DEMAND = 0.15
+LOCK_SHARE = 0.10
+BUSY_DEVICE_PCT = 90.0
+
+
+def assumption_notes(valid: list[StepResult], cores: int, host: DatabaseHost, *, unmeasured: bool = False,
+                     oversubscription_modelled: bool = False) -> list[str]:
+    """One line per assumption of the model that the measured steps visibly break."""
+    notes = []
+    by_jobs = sorted(valid, key=lambda s: s.jobs)
+    within = [s for s in by_jobs if s.jobs <= cores and has_host_cpu(s)]
+    beyond = [s for s in by_jobs if s.jobs > cores and has_host_cpu(s)]
+    if within and beyond and not unmeasured and not oversubscription_modelled:
+        base, top = _step_parameters(within[-1], host).cpu, _step_parameters(beyond[-1], host).cpu
+        if base > 0 and top / base - 1 > RISING_DEMAND:
+            notes.append(f"CPU per unit rises {top / base - 1:.0%} from {within[-1].jobs} to {beyond[-1].jobs} jobs "
+                         f"(more runnable jobs than the {cores} cores: time slicing and cache pressure), which the "
+                         "model does not hold: its predictions beyond the cores are optimistic")
+    locks = [(s.jobs, record.of(s).waits.get(WaitClass.LOCK, 0.0)) for s in by_jobs]
+    if locks and locks[-1][1] >= LOCK_SHARE and locks[-1][1] > locks[0][1]:
+        notes.append(f"lock waits take {locks[-1][1]:.0%} of the active time at {locks[-1][0]} jobs "
+                     f"({locks[0][1]:.0%} at {locks[0][0]}): row-lock contention is not a station of this model, so "
+                     "it over-predicts throughput where they grow")
+    if by_jobs:
+        for name, figures in devices(by_jobs[-1]).items():
+            busy = figures.get("utilization_pct")
+            if busy is not None and busy >= BUSY_DEVICE_PCT:
+                notes.append(f"device {name} is {busy:.0f} % busy at {by_jobs[-1].jobs} jobs: the model serves its "
+                             "requests one at a time, so where it serves several at once the model under-predicts it")
+    return notes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -591,7 +663,8 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
                      if station in p.utilizations}
         interval = _intervals(spread)
         row = StepRow(
-            jobs=spread.jobs, valid=not why, invalid_because=why, calibration=spread.jobs in model.calibrated_from,
+            jobs=spread.jobs, valid=not why, invalid_because=why,
+            calibration=spread.jobs in model.calibrated_from or spread.jobs in model.probe_jobs,
             repetitions=len(mine), repetitions_used=len(use) if not why else 0,
             repetitions_left_out=left_out if spread.used else {},
             measured=measured, measured_interval=interval, model=_point(p),

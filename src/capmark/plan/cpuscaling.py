@@ -39,6 +39,11 @@ MAX_WAIT_CPU_S = 100e-6
 # which is not a capacity and must not let the model promise more than the cores).
 MAX_GROWTH = 1.0
 MIN_GROWTH = -0.2
+# More runnable jobs than cores: a probe step's CPU per unit must rise above one step's run-to-run noise (2-5 % on a
+# shared host) to count, and the cost of every slice starting cold is bounded at three times the CPU (beyond it, it
+# is not the caches but something the model should name otherwise, such as a lock).
+MIN_OVERSUBSCRIPTION_RISE = 0.05
+MAX_OVERSUBSCRIPTION = 2.0
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,36 @@ def effective_cores(cores: int, growth: float) -> float:
     return cores / (1 + growth * (cores - 1))
 
 
-def demand_table(cpu_one_core: float, growth: float, cores: int) -> list[float]:
+def demand_table(cpu_one_core: float, growth: float, cores: int, oversubscription: float = 0.0,
+                 up_to: int = 0) -> list[float]:
     """For a load-dependent CPU station: the time per completion with j = 1..cores jobs at the CPU (each job
-    on its own core, each core slower by the growth); beyond `cores` jobs it stays at the last entry."""
-    return [cpu_one_core * (1 + growth * (k - 1)) / k for k in range(1, cores + 1)]
+    on its own core, each core slower by the growth); beyond `cores`, up to `up_to` jobs, slower still by the
+    oversubscription (oversubscribed), after which it stays at the last entry."""
+    table = [cpu_one_core * (1 + growth * (k - 1)) / k for k in range(1, cores + 1)]
+    if oversubscription > 0:
+        table += [table[-1] * oversubscribed(oversubscription, k, cores) for k in range(cores + 1, up_to + 1)]
+    return table
+
+
+def oversubscribed(oversubscription: float, runnable: float, cores: int) -> float:
+    """How much more CPU a unit takes with `runnable` jobs on `cores` cores than with one job per core: time slices
+    that start with a cold cache, and the switches between them. The share of slices that start cold grows as
+    1 - cores / runnable, so the cost rises from nothing at the core count towards 1 + oversubscription when every
+    slice starts cold (a line in the runnable jobs would grow for ever; the caches' refill cannot)."""
+    if runnable <= cores or oversubscription <= 0:
+        return 1.0
+    return 1 + oversubscription * (1 - cores / runnable)
+
+
+def fit_oversubscription(cpu_at_cores: float, cpu_at_probe: float, probe_jobs: int, cores: int) -> float:
+    """The oversubscription that gives the CPU per unit a step above the cores measured (its probe), from that at the
+    core count; 0 where the rise is within a step's noise (MIN_OVERSUBSCRIPTION_RISE), bounded by MAX_OVERSUBSCRIPTION."""
+    if probe_jobs <= cores or cpu_at_cores <= 0:
+        return 0.0
+    rise = cpu_at_probe / cpu_at_cores - 1
+    if rise < MIN_OVERSUBSCRIPTION_RISE:
+        return 0.0
+    return min(MAX_OVERSUBSCRIPTION, rise / (1 - cores / probe_jobs))
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:

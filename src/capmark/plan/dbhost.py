@@ -5,6 +5,7 @@ re-analysed anywhere gives the same answers; and never a model without a CPU whe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ OLD_REMOTE_REASON = "the database ran on another host, which capmark could not m
 CORES_MEASURED = "measured"
 CORES_RECORDED = "recorded with the run"
 CORES_STATED = "stated with --cores"
+CORES_CONFINED = "the cores the server was confined to"
+CORES_QUOTA = "the CPU time the server was limited to"
 
 
 @dataclass(frozen=True)
@@ -32,12 +35,18 @@ class DatabaseHost:
     reason: str = ""  # why no source measured the host
     driver_on_host: bool | None = None  # capmark's process ran on the database host; None: not recorded
     stated_cores: int | None = None  # --cores: the user's word overrides what the run recorded
+    confined_cores: int | None = None  # --server-cpus: the server had only these of the host's cores
+    cpu_quota: float | None = None  # --server-cpu-quota: the server had this many cores' worth of CPU time
+    probe_growth: float | None = None  # the host's own CPU scaling, as capmark's probe measured it (driver/probe.py)
+    probe_words: str = ""
 
 
 @dataclass(frozen=True)
 class Cores:
     count: int
-    origin: str  # CORES_MEASURED | CORES_RECORDED | CORES_STATED
+    origin: str  # CORES_MEASURED | CORES_RECORDED | CORES_STATED | CORES_CONFINED | CORES_QUOTA
+    # each core's speed relative to the host's: below 1 where a CPU quota gave the server fewer cores' worth of time
+    speed: float = 1.0
 
 
 def _count(value: Any) -> int | None:
@@ -50,14 +59,28 @@ def database_host(run: RunResult, stated_cores: int | None = None) -> DatabaseHo
     that ran capmark ("host"), which was the database host only when the database was local."""
     env = run.environment or {}
     recorded = env.get("database_host")
+    confined = env.get("platform")
+    confined_cores = _count(confined.get("cpus")) if isinstance(confined, dict) else None
+    quota = confined.get("cpu_quota") if isinstance(confined, dict) else None
+    cpu_quota = float(quota) if isinstance(quota, int | float) and not isinstance(quota, bool) and quota > 0 else None
+    probe = env.get("platform_scaling")
+    growth = probe.get("growth") if isinstance(probe, dict) else None
+    probe_growth = float(growth) if isinstance(growth, int | float) and not isinstance(growth, bool) else None
+    probe_words = _probe_words(probe) if probe_growth is not None and isinstance(probe, dict) else ""
     if isinstance(recorded, dict):
         on_host = recorded.get("driver_on_host")
         return DatabaseHost(_count(recorded.get("cores")), recorded.get("source"), str(recorded.get("reason") or ""),
-                            on_host if isinstance(on_host, bool) else None, stated_cores)
+                            on_host if isinstance(on_host, bool) else None, stated_cores, confined_cores,
+                            cpu_quota, probe_growth, probe_words)
     local = (env.get("database") or {}).get("local")
     if local is True:
         return DatabaseHost(_count((env.get("host") or {}).get("logical_cores")), None, "", True, stated_cores)
     return DatabaseHost(None, None, OLD_REMOTE_REASON if local is False else "", None, stated_cores)
+
+
+def _probe_words(probe: dict[str, Any]) -> str:  # open-ended: the probe's record as the run stored it
+    words = probe.get("words")
+    return words if isinstance(words, str) else "the host's CPU probe"
 
 
 def has_host_cpu(step: StepResult) -> bool:
@@ -80,10 +103,15 @@ def require_host_cpu(run: RunResult, tests: list[TestResult], host: DatabaseHost
 
 
 def cores_for(step: StepResult, host: DatabaseHost, subject: str) -> Cores:
-    """The database host's cores for the model: as stated (--cores), else as the step measured them, else as the
-    run recorded them; a CapmarkError naming --cores where none of these exists."""
+    """The database host's cores for the model: as stated (--cores), else those the server was confined to
+    (--server-cpus, and a CPU quota: see _quota_cores), else as the step measured them, else as the run recorded
+    them; a CapmarkError naming --cores where none of these exists."""
     if host.stated_cores is not None:
         return Cores(host.stated_cores, CORES_STATED)
+    if host.cpu_quota is not None:
+        return _quota_cores(host.cpu_quota, host.confined_cores or _count(step.os.get("cores")) or host.cores)
+    if host.confined_cores is not None:
+        return Cores(host.confined_cores, CORES_CONFINED)
     measured = _count(step.os.get("cores"))
     if measured is not None:
         return Cores(measured, CORES_MEASURED)
@@ -91,6 +119,17 @@ def cores_for(step: StepResult, host: DatabaseHost, subject: str) -> Cores:
         return Cores(host.cores, CORES_RECORDED)
     raise CapmarkError(f"{subject} does not record how many cores the database host has; state them with "
                        "`--cores N`.")
+
+
+def _quota_cores(quota: float, cores: int | None) -> Cores:
+    """A quota of F cores' worth of CPU time, as the model's cores: ceil(F) cores (at most those the server had),
+    each running at F / ceil(F) of its speed, so that the jobs together never run above F, as under the kernel's
+    quota (averaged over its 100 ms periods). Exact for F up to 1 and for whole F; between whole numbers one job
+    runs at F / ceil(F) of a core, where the kernel would let it use a whole one."""
+    count = math.ceil(quota - 1e-9)  # a whole quota of 2.0 is 2 cores, not 3
+    if cores is not None:
+        count = min(count, cores)
+    return Cores(count, CORES_QUOTA, speed=min(1.0, quota / count))
 
 
 def stated_cores_note(host: DatabaseHost, step: StepResult) -> str:

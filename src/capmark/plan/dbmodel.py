@@ -121,11 +121,18 @@ class DbModel:
     calibrated_from: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cores_from: str = "measured"  # measured | recorded with the run | stated with --cores
+    # each core's speed on the measured platform relative to a whole core: below 1 where the server ran under a CPU
+    # quota (plan/dbhost._quota_cores); a what-if's --cpu-speed is relative to it
+    core_speed: float = 1.0
     cpu_from: str = CPU_MEASURED  # or CPU_ESTIMATED: the CPU per unit is an estimate, not a measurement
     # CPU per unit rises by this fraction per busy core beyond the first (plan/cpuscaling.py); cpu_s and
     # flush_cpu_s are then the CPU with one core busy
     cpu_growth: float = 0.0
     wait_cpu_s: float = 0.0  # CPU of one commit's wait for another job's flush (plan/cpuscaling.py)
+    # more jobs at the CPU than cores cost CPU per unit, rising towards 1 + this (plan/cpuscaling.oversubscribed);
+    # fitted from a probe step above the cores, whose jobs are in probe_jobs (a probe step is never scored)
+    cpu_oversubscription: float = 0.0
+    probe_jobs: list[int] = field(default_factory=list)
     cpu_scaling: CpuScalingFit | None = None  # the fit's points and note, for the report (None: not calibrated)
     types: list[TypeDemand] = field(default_factory=list)  # the classes of a mix (empty: one type)
     # the response time's parts (cpu, devices, fixed, flush) the model gives at the calibration load: a type's
@@ -257,7 +264,8 @@ def device_station(device: str) -> str:
 
 def _demands(model: DbModel, cfg: Config) -> _Demands:
     """Per-unit demands on the configured platform (before batching)."""
-    cpu = model.cpu_s / cfg.cpu_speed
+    speed = cfg.cpu_speed * model.core_speed
+    cpu = model.cpu_s / speed
     devices = {device_station(k): v / cfg.disk_speed for k, v in model.devices.items()}
     wal = device_station(model.wal_device) if model.wal_device else None
     if cfg.disks:
@@ -266,18 +274,21 @@ def _demands(model: DbModel, cfg: Config) -> _Demands:
         wal = f"disk 1 of {cfg.disks}" if model.wal_device else None
     if wal and wal not in devices:
         devices[wal] = 0.0
-    return _Demands(cpu=cpu, devices=devices, flush_cpu=model.flush_cpu_s / cfg.cpu_speed,
+    return _Demands(cpu=cpu, devices=devices, flush_cpu=model.flush_cpu_s / speed,
                     flush_device=model.flush_device_s / cfg.disk_speed, wal_station=wal,
-                    wait_cpu=model.wait_cpu_s / cfg.cpu_speed)
+                    wait_cpu=model.wait_cpu_s / speed)
 
 
-def _stations(d: _Demands, flushes: float, cores: int, growth: float = 0.0) -> list[mva.Station]:
+def _stations(d: _Demands, flushes: float, cores: int, growth: float = 0.0, oversubscription: float = 0.0,
+              jobs: int = 0) -> list[mva.Station]:
     """CPU carries the flushes' CPU too (it competes with the backends); devices carry only the other IO: one
     flusher never queues behind its own writes, so the flush's device time is part of the flush server. With a
-    CPU growth the cores serve less than linearly (plan/cpuscaling.py): a load-dependent station."""
+    CPU growth the cores serve less than linearly, and with an oversubscription more jobs at the CPU than cores
+    slow it further (plan/cpuscaling.py): a load-dependent station, its table as long as the jobs."""
     cpu = max(d.cpu + flushes * d.flush_cpu, 1e-12)
     m = max(1, cores)
-    table = demand_table(cpu, growth, m) if growth and m > 1 else None
+    table = (demand_table(cpu, growth, m, oversubscription, jobs)
+             if (growth and m > 1) or (oversubscription and jobs > m) else None)
     out = [mva.Station("CPU", demand=cpu, servers=m, service_time_with_n_present=table)]
     out += [mva.Station(name, demand=max(v, 1e-12)) for name, v in d.devices.items()]
     return out
@@ -380,7 +391,7 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     flush_s = _flush_time(d, state.wal_other, state.cpu_wait, state.slow)
     extra = q * state.wait - f * d.flush_cpu * state.cpu_stretch  # the batch's flush, less the CPU already queued
     extra += _burst_wait(q, state.batch, d.cpu + f * d.flush_cpu, cfg.cores)
-    stations = _stations(d, f, cfg.cores, model.cpu_growth)
+    stations = _stations(d, f, cfg.cores, model.cpu_growth, model.cpu_oversubscription, n)
     think_s = z + model.delay_s + model.client_s + extra
     result = mva.exact_mva(stations, n, think_s) if n <= EXACT_JOBS else mva.approximate_mva(stations, n, think_s)
     x = result.throughput
@@ -444,7 +455,7 @@ def solve(model: DbModel, jobs: float, think_s: float | None = None, config: Con
     x, b = state.throughput, state.batch
     r0 = _no_queue_response(model, d)  # one unit alone: no commit waits for another's flush
     d = _with_waits(d, q, state.flusher_busy, n)
-    stations = _stations(d, q / b, cfg.cores, model.cpu_growth)
+    stations = _stations(d, q / b, cfg.cores, model.cpu_growth, model.cpu_oversubscription, n)
     r = n / x - z
     util = _utilizations([st.name for st in stations], result.utilizations, d, rate=x, flushes=q / b, flush_s=flush_s,
                          q=q)

@@ -242,6 +242,8 @@ def print_run(docs: ReportDocuments, console: Console | None = None) -> None:
                   f"{escape(short_version(str(run.target.get('version', ''))))}")
     if run.reason:
         console.print(f"{run.status}: {run.reason}", highlight=False, markup=False)
+    for line in platform_lines(run.environment):
+        console.print(line, highlight=False, markup=False)
     explained = False
     for part in docs.tests:
         test = part.test
@@ -254,6 +256,19 @@ def print_run(docs: ReportDocuments, console: Console | None = None) -> None:
             for note in step.notes:
                 sayer(console)(f"  step {step.ordinal} ({step.jobs} jobs): {note}")
     console.print(f"Stored in {run.folder}", markup=False, highlight=False)
+
+
+# open-ended: the stored environment as whichever capmark version wrote it
+def platform_lines(environment: dict[str, Any]) -> list[str]:
+    """The platform the run measured where it is not simply the host: the limits it was confined to, and what the
+    host's cores deliver (capmark's probe)."""
+    lines = []
+    confined, probe = environment.get("platform"), environment.get("platform_scaling")
+    if isinstance(confined, dict) and confined.get("words"):
+        lines.append(f"The server was confined to {confined['words']}; the model calibrates on that platform.")
+    if isinstance(probe, dict) and isinstance(probe.get("words"), str):
+        lines.append(f"This host's CPU: {probe['words']}.")
+    return lines
 
 
 GLANCE_TITLE = "At a glance"

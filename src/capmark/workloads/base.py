@@ -22,6 +22,9 @@ COMMON_KPMS = (
 
 
 ParamValue = int | str
+# the parameter that tells a job how many jobs its step has (each job also gets its own number as "job"): a pgbench
+# script's clients draw their seeds, and :default_seed after them, as pgbench does for that many clients
+STEP_JOBS = "step_jobs"
 
 
 @dataclass(frozen=True)

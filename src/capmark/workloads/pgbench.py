@@ -14,7 +14,7 @@ from __future__ import annotations
 from capmark.config import MAX_SEED
 from capmark.engines.postgres.datamodel import PGBENCH_ACCOUNTS, PGBENCH_BRANCHES, PGBENCH_TELLERS
 from capmark.workloads.base import ParamSpec, Unit, Workload, kpms, procedure_sql
-from capmark.workloads.scripts import ScriptOptions, ScriptSource, script_functions
+from capmark.workloads.scripts import ScriptOptions, ScriptRecipe, ScriptSource, script_functions
 
 # pgbench 18's built-in scripts as `pgbench --show-script=NAME` prints them (less its "-- NAME: ..." title line),
 # with the tables qualified by schema capmark.
@@ -118,14 +118,15 @@ SEED = ParamSpec("seed", 0, "client side: random seed (pgbench --random-seed); 0
 def _pgbench(name: str, description: str, unit: Unit, script: str, *, writes: bool, batch: int) -> Workload:
     proc = "slice_" + name.replace("-", "_")
     builtin = name.removeprefix("pgbench-").replace("tpcb", "tpcb-like")
-    client_unit, client_stats = script_functions(
-        (ScriptSource("transaction", f"pgbench's built-in {builtin} script", script),), ScriptOptions(),
-        zero_seed_is_fresh=True)
+    # the script as pgbench runs it, for pgbench itself as the client-side engine (--client-engine pgbench)
+    recipe = ScriptRecipe((ScriptSource("transaction", f"pgbench's built-in {builtin} script", script),),
+                          ScriptOptions(zero_seed_is_fresh=True))
+    client_unit, client_stats = script_functions(recipe.sources, recipe.options)
     return Workload(name=name, family="pgbench", description=description, unit="transaction",
                     throughput_label="tps", txn_types=("transaction",), procedure=proc,
                     procedure_sql=procedure_sql(proc, unit.declare, unit.body, batch=batch), kpms=PGBENCH_KPMS,
                     writes=writes, warm=PGBENCH_WARM, prepare_sql=PGBENCH_PREPARE if writes else (),
-                    client_unit=client_unit, client_stats=client_stats, params=(SEED,))
+                    client_unit=client_unit, client_stats=client_stats, params=(SEED,), recipe=recipe)
 
 
 # batch: units between two deadline checks; a read-only unit takes a few microseconds, an updating one far longer

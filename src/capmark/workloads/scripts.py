@@ -21,7 +21,7 @@ import psycopg
 
 from capmark.config import MAX_SEED, MAX_TRIES, QUERY_MODES, read_input_file
 from capmark.errors import CapmarkError
-from capmark.workloads.base import COMMON_KPMS, DataSize, ParamSpec, Workload
+from capmark.workloads.base import COMMON_KPMS, STEP_JOBS, DataSize, ParamSpec, Workload
 from capmark.workloads.pgscript import Script, ScriptRunner, parse_script, pgbench_seeds
 from capmark.workloads.pgscript.interpret import CommandStats, pgbench_variables
 
@@ -48,6 +48,9 @@ class ScriptOptions:
     query_mode: str = "prepared"
     max_tries: int = 1
     allow_shell: bool = False
+    # a seed of 0 draws a new one for every job (pgbench's default, a seed from the time), as the catalogue's
+    # pgbench workloads do; a user's script keeps 0 as a seed, as pgbench --random-seed 0 does
+    zero_seed_is_fresh: bool = False
 
 
 def _located(path: str, base: Path | None) -> Path:
@@ -194,8 +197,8 @@ class _Client:
     """One job as a pgbench client: a runner per script, sharing variables and random numbers."""
 
     def __init__(self, session: Any, scripts: list[Script], sources: tuple[ScriptSource, ...],
-                 options: ScriptOptions, job: int, scale: int, labels: list[list[tuple[int, str]]]) -> None:
-        seeds = pgbench_seeds(options.seed, job)
+                 options: ScriptOptions, job: int, jobs: int, scale: int, labels: list[list[tuple[int, str]]]) -> None:
+        seeds = pgbench_seeds(options.seed, max(job, jobs))  # :default_seed is drawn after all the step's clients'
         variables = pgbench_variables(client_id=job - 1, scale=scale, random_seed=options.seed,
                                       default_seed=seeds.default_seed, defines=dict(options.defines))
         rng = seeds.client_rng(job - 1)
@@ -226,6 +229,9 @@ class _Client:
         return ScriptStats([r.stats for r in self.runners], self.failures, self.labels, self.names).copy()
 
 
+SCRIPT_FAMILY = "SCRIPT"  # the family of a test of the user's scripts
+
+
 @dataclass(frozen=True)
 class ScriptRecipe:
     """Everything that makes the scripts' workload, picklable, so that worker processes and cluster nodes
@@ -242,11 +248,10 @@ def workload_name(sources: tuple[ScriptSource, ...]) -> str:
     return SCRIPT_PREFIX + "+".join(s.name for s in sources)
 
 
-def script_functions(sources: tuple[ScriptSource, ...], options: ScriptOptions,
-                     zero_seed_is_fresh: bool = False) -> tuple[Any, Any]:
+def script_functions(sources: tuple[ScriptSource, ...], options: ScriptOptions) -> tuple[Any, Any]:
     """The client unit that runs one transaction of the scripts on a job's session, and the function that reads
-    the job's statistics of them. The seed is the test's `seed` parameter where it has one, else the options';
-    with zero_seed_is_fresh a seed of 0 draws a new one for every job (pgbench's default, a seed from the time)."""
+    the job's statistics of them. The seed is the test's `seed` parameter where it has one, else the options'."""
+    zero_seed_is_fresh = options.zero_seed_is_fresh
     if options.query_mode not in QUERY_MODES:
         raise CapmarkError(f"The query mode '{options.query_mode}' is unknown; use one of {', '.join(QUERY_MODES)}.")
     scripts = [parse_script(s.text, s.path) for s in sources]
@@ -261,8 +266,9 @@ def script_functions(sources: tuple[ScriptSource, ...], options: ScriptOptions,
             if zero_seed_is_fresh and not seed:
                 seed = int.from_bytes(os.urandom(8)) >> 1
             chosen = replace(options, seed=int(seed)) if seed is not None else options
-            client = session.script_client = _Client(session, scripts, sources, chosen, params["job"],
-                                                     size.pgbench_scale, labels)
+            job = int(params["job"])
+            client = session.script_client = _Client(session, scripts, sources, chosen, job,
+                                                     int(params.get(STEP_JOBS, job)), size.pgbench_scale, labels)
         kind = client.choose()
         runner = client.runners[kind]
         trips = runner.round_trips
@@ -294,7 +300,7 @@ def script_workload(sources: tuple[ScriptSource, ...], options: ScriptOptions) -
     unit, stats = script_functions(sources, options)
     mix = ", ".join(f"{s.name} ({s.path}, weight {s.weight})" for s in sources)
     return Workload(
-        name=workload_name(sources), family="SCRIPT",
+        name=workload_name(sources), family=SCRIPT_FAMILY,
         description=f"Your pgbench script{'s' if len(sources) > 1 else ''}: {mix}; query mode {options.query_mode}.",
         unit="transaction", throughput_label="tps", txn_types=tuple(s.name for s in sources), procedure="",
         procedure_sql="", client_unit=unit, client_stats=stats, kpms=COMMON_KPMS,

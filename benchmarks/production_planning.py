@@ -1,0 +1,267 @@
+"""Planning from production against the truth: `capmark observe` through a small production, then the baseline and
+the what-if checked against pgbench and the host.
+
+The production (tests/production.py) is three pgbench applications on the embedded PostgreSQL, each with its own
+application_name and open arrivals: lookups (an indexed SELECT), orders (UPDATE + INSERT, committed) and reports (an
+aggregate over 12,000 rows). Their rates go through a quiet part, a peak and a dip while `capmark observe --interval
+5s` runs; then the three run at 1.2x, 1.44x and 1.728x the peak's rates (20 % a period, compounded), not observed,
+to check the what-if's predictions. Printed:
+
+  - the profile: each phase's host CPU, and how much of it was the server's, pgbench's, and neither's (other work on
+    the machine);
+  - the peak found against the real one;
+  - per workload: transactions pgbench completed inside the observation against the observation's count; mean
+    response time at the peak as pgbench measured it (from each transaction's scheduled start), as the server spent
+    it (pg_stat_statements, per transaction), and as the baseline model gives it at pgbench's rates;
+  - CPU utilisation at the peak, host against model;
+  - per growth level: CPU utilisation and each workload's mean response time, measured against the what-if's;
+  - each miss against the goals (CPU 3 points and response times 15 % at the peak; 5 points and 20 % at each growth
+    level the host carried), with its cause in numbers.
+
+    python benchmarks/production_planning.py [--quiet 90] [--peak 120] [--dip 90] [--growth 60] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import production  # noqa: E402  (tests/production.py: the production the test uses too)
+
+from capmark.capacity import (  # noqa: E402
+    BaselineDocument,
+    PeakOptions,
+    WhatIfRequest,
+    baseline,
+    parse_growth,
+    solve,
+    whatif,
+)
+from capmark.capacity.demands import CPU  # noqa: E402
+from capmark.engines.postgres import embedded  # noqa: E402
+from capmark.observation_store import load_observation  # noqa: E402
+from capmark.observations import Observation  # noqa: E402
+
+INTERVAL_S = 5
+BASELINE_CPU_POINTS = 0.03
+BASELINE_RESPONSE = 0.15
+PREDICTED_CPU_POINTS = 0.05
+PREDICTED_RESPONSE = 0.20
+COUNT_TOLERANCE = 0.02
+SATURATED_CPU = 0.90  # a growth level with the host's CPU this busy is not one the host carries
+SATURATED_COMPLETION = 0.97  # nor one where an application completed fewer of the transactions it was asked for
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+SECTION = "## Planning from production (`benchmarks/production_planning.py`)"
+
+
+@dataclass
+class Report:
+    lines: list[str]
+    misses: list[str]
+
+    def add(self, text: str = "") -> None:
+        print(text)
+        self.lines.append(text)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3f}" if math.isfinite(s) else "inf"
+
+
+def observe_through(dsn: str, results: Path, phases: list[production.Phase]) -> tuple[Path, list[production.PhaseRun]]:
+    planned = 3 + sum(p.seconds for p in phases) + 2 * INTERVAL_S
+    proc = subprocess.Popen([sys.executable, "-m", "capmark.cli", "observe", "--dsn", dsn, "--interval",
+                             f"{INTERVAL_S}s", "--for", f"{planned}s", "--results-dir",
+                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while not any(results.iterdir()):
+        if proc.poll() is not None:
+            sys.exit(f"capmark observe ended before it stored anything: {proc.communicate()[0][-500:]}")
+        time.sleep(0.2)
+    time.sleep(3)
+    runs = production.run_profile(dsn, phases, lambda r: print(f"  {r.phase.name} done", file=sys.stderr))
+    out = proc.communicate()[0]
+    if proc.returncode != 0:
+        sys.exit(f"capmark observe failed: {out[-500:]}")
+    return next(f for f in results.iterdir() if f.is_dir()), runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dsn", help="a PostgreSQL with pg_stat_statements (default: an embedded server of its own)")
+    ap.add_argument("--quiet", type=int, default=90, help="seconds of the quiet part")
+    ap.add_argument("--peak", type=int, default=120, help="seconds of the peak (the peak window's length too)")
+    ap.add_argument("--dip", type=int, default=90, help="seconds of the dip")
+    ap.add_argument("--growth", type=int, default=60, help="seconds of each growth level")
+    ap.add_argument("--write-docs", action="store_true", help=f"write the tables into {DOCS.name}")
+    args = ap.parse_args()
+    base_dir = None
+    if args.dsn:
+        dsn = args.dsn
+    else:
+        base_dir = Path(tempfile.mkdtemp(prefix="capmark-production-"))
+        base_dir.chmod(0o755)
+        dsn = embedded.start(base_dir / "data")
+    try:
+        report = run(dsn, args)
+    finally:
+        if base_dir is not None:
+            embedded.stop(base_dir / "data")
+            shutil.rmtree(base_dir, ignore_errors=True)
+    if args.write_docs:
+        write_docs(report, args)
+
+
+def run(dsn: str, args: argparse.Namespace) -> Report:
+    production.build(dsn)
+    with tempfile.TemporaryDirectory(prefix="observations-") as tmp:
+        folder, runs = observe_through(dsn, Path(tmp), production.profile(args.quiet, args.peak, args.dip))
+        observation = load_observation(folder)
+    grown = production.run_profile(dsn, production.growth(args.growth),
+                                   lambda r: print(f"  {r.phase.name} done", file=sys.stderr))
+    r = Report([], [])
+    cores = observation.host_cores or os.cpu_count() or 1
+    r.add(f"Embedded PostgreSQL, {cores} cores; {len(observation.usable())} of {len(observation.intervals)} "
+          f"intervals of {INTERVAL_S} s usable; model: measured demands, CPU no process explains kept as constant "
+          "background.")
+    r.add()
+    r.add("| phase | s | rates asked (lookups / orders / reports per s) | host CPU | server | pgbench | other work |")
+    r.add("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+    for run_ in runs + grown:
+        rates = " / ".join(f"{run_.phase.rates[a]:.0f}" for a in production.APPS)
+        r.add(f"| {run_.phase.name} | {run_.seconds:.0f} | {rates} "
+              f"| {_pct(run_.cpu_busy())} | {_pct(_share(run_.server_cpu_s, run_, cores))} "
+              f"| {_pct(_share(run_.client_cpu_s, run_, cores))} | {_pct(_other(run_, cores))} |")
+    for by in ("cpu", "commits"):
+        base = baseline(observation, None, PeakOptions(by=by, length_s=args.peak))
+        validate(r, base, observation, runs, grown, cores, by)
+        if by == "cpu" and abs(base.peak.start - next(x for x in runs if x.phase.name == "peak").start) <= INTERVAL_S:
+            break  # the peak by commits is the same window
+    r.add()
+    r.add("Misses against the goals:" if r.misses else "No misses against the goals.")
+    for m in r.misses:
+        r.add(f"- {m}.")
+    return r
+
+
+def validate(r: Report, base: BaselineDocument, observation: Observation, runs: list[production.PhaseRun],
+             grown: list[production.PhaseRun], cores: int, by: str) -> None:
+    """The tables for one choice of the peak: counts, the baseline at the peak, the what-if at each growth level."""
+    peak = next(x for x in runs if x.phase.name == "peak")
+    offset = base.peak.start - peak.start
+    r.add()
+    r.add(f"**Peak by {by}**: starts {offset:+.1f} s from the real peak's start (goal: within {INTERVAL_S} s).")
+    first_miss = len(r.misses)
+    if abs(offset) > INTERVAL_S:
+        busiest = max(runs, key=lambda x: x.cpu_busy())
+        why = (f"the host's CPU was busiest in the {busiest.phase.name} ({_pct(busiest.cpu_busy())}, of which "
+               f"{_pct(_other(busiest, cores))} other work) against the peak's {_pct(peak.cpu_busy())}"
+               if busiest is not peak else
+               f"other work, {_pct(_other(peak, cores))} of the CPU over the peak phase, moved the busiest window")
+        r.misses.append(f"the peak found starts {offset:+.1f} s from the real one: {why}")
+    start, end = observation.intervals[0].start, observation.intervals[-1].end
+    shares = {w.name: w for w in base.workloads}
+    solved = solve(base.model, {**base.model.rates, **{a.app: a.transactions / peak.phase.seconds
+                                                       for a in peak.apps.values()}})
+    rows = {w.name: w for w in base.at_peak}
+    r.add()
+    r.add("| workload | transactions pgbench | observed | diff | peak: pgbench ms | server ms | observed ms "
+          "| modelled ms | model / pgbench |")
+    r.add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for app in production.APPS:
+        truth = sum(x.apps[app].completed_between(start, end) for x in runs)
+        seen = shares[app].units if app in shares else 0.0
+        a = peak.apps[app]
+        model = solved.response_s.get(app, math.nan)
+        r.add(f"| {app} | {truth:,} | {seen:,.0f} | {(seen / truth - 1) * 100:+.2f} % | {_ms(a.mean_response_s)} "
+              f"| {_ms(a.server_time_per_txn_s)} | {_ms(rows[app].response_measured_s) if app in rows else 'n/a'} "
+              f"| {_ms(model)} | {model / a.mean_response_s:.2f} |")
+        if abs(seen / truth - 1) > COUNT_TOLERANCE:
+            r.misses.append(f"{app}: {seen:,.0f} transactions observed against pgbench's {truth:,}")
+        if not (math.isfinite(model) and abs(model / a.mean_response_s - 1) <= BASELINE_RESPONSE):
+            r.misses.append(_response_miss(app, "peak", model, a))
+    cpu_model = solved.utilisation[CPU]
+    r.add()
+    r.add(f"CPU at the peak: host {_pct(peak.cpu_busy())}, model {_pct(cpu_model)} at pgbench's rates "
+          f"({(cpu_model - peak.cpu_busy()) * 100:+.1f} points; goal within {BASELINE_CPU_POINTS * 100:.0f}).")
+    if abs(cpu_model - peak.cpu_busy()) > BASELINE_CPU_POINTS:
+        r.misses.append(f"peak CPU modelled {_pct(cpu_model)} against {_pct(peak.cpu_busy())}: other work on the "
+                        f"machine was {_pct(_other(peak, cores))} of its CPU during the peak phase")
+    doc = whatif(base, WhatIfRequest(growth=(parse_growth("20%x3"),)))
+    scenarios = [s for s in doc.scenarios if s.period > 0]
+    r.add()
+    r.add("| growth | carried | CPU measured | modelled | " + " | ".join(f"{a} ms measured | modelled"
+                                                                       for a in production.APPS) + " |")
+    r.add("| --- | --- | ---: | ---: | " + " | ".join("---: | ---:" for _ in production.APPS) + " |")
+    for scenario, g in zip(scenarios, grown, strict=True):
+        completion = min(a.transactions / (a.rate * g.phase.seconds) for a in g.apps.values())
+        carried = g.cpu_busy() < SATURATED_CPU and completion >= SATURATED_COMPLETION
+        cpu = scenario.utilisation[CPU]
+        models = {w.name: w.response_s for w in scenario.workloads}
+        r.add(f"| {g.phase.name} | {'yes' if carried else f'no ({completion * 100:.1f} % completed)'} "
+              f"| {_pct(g.cpu_busy())} | {_pct(cpu)} | "
+              + " | ".join(f"{_ms(g.apps[a].mean_response_s)} | {_ms(models.get(a, math.nan))}" for a in production.APPS)
+              + " |")
+        if not carried:
+            continue
+        if abs(cpu - g.cpu_busy()) > PREDICTED_CPU_POINTS:
+            r.misses.append(f"{g.phase.name} CPU modelled {_pct(cpu)} against {_pct(g.cpu_busy())}: other work "
+                            f"{_pct(_other(g, cores))} of the CPU then against {_pct(_other(peak, cores))} at the peak, "
+                            f"pgbench {_pct(_share(g.client_cpu_s, g, cores))} against "
+                            f"{_pct(_share(peak.client_cpu_s, peak, cores))}")
+        for a in production.APPS:
+            model = models.get(a, math.nan)
+            if not (math.isfinite(model) and abs(model / g.apps[a].mean_response_s - 1) <= PREDICTED_RESPONSE):
+                r.misses.append(_response_miss(a, g.phase.name, model, g.apps[a]))
+    r.misses[first_miss:] = [f"[peak by {by}] {m}" for m in r.misses[first_miss:]]
+
+
+def _response_miss(app: str, where: str, model: float, a: production.AppRun) -> str:
+    outside = a.mean_response_s - a.server_time_per_txn_s
+    return (f"{app} at {where}: modelled {_ms(model)} ms against pgbench's {_ms(a.mean_response_s)} ms, of which "
+            f"{_ms(a.server_time_per_txn_s)} ms in the server's statements and {_ms(outside)} ms outside them (client, "
+            f"socket, commit's WAL flush, {_ms(a.mean_lag_s)} ms waiting for a free pgbench client)")
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f} %"
+
+
+def _share(cpu_s: float, run_: production.PhaseRun, cores: int) -> float:
+    return cpu_s / run_.seconds / cores
+
+
+def _other(run_: production.PhaseRun, cores: int) -> float:
+    return run_.cpu_busy() - _share(run_.server_cpu_s + run_.client_cpu_s, run_, cores)
+
+
+def write_docs(report: Report, args: argparse.Namespace) -> None:
+    text = DOCS.read_text()
+    body = "\n".join([
+        SECTION, "",
+        f"{date.today().isoformat()}: a quiet part ({args.quiet} s), a peak ({args.peak} s) and a dip ({args.dip} s) "
+        f"observed at {INTERVAL_S} s intervals, then each growth level for {args.growth} s. The 'other work' column "
+        "is the host's CPU less the server's and pgbench's processes: work on the machine that the host measured and "
+        "the model does not know of.", "",
+        *report.lines, "", ""])
+    if SECTION in text:
+        head, rest = text.split(SECTION, 1)
+        nxt = rest.find("\n## ")
+        text = head + body + (rest[nxt + 1:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + body
+    DOCS.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

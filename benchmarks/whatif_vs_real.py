@@ -1,0 +1,139 @@
+"""A what-if about cores, or about CPU speed, checked against the real change, on this host.
+
+Cores (`--lever cores`): each workload is measured twice, side by side: with the embedded server confined to one core
+(`--server-cpus 1`) and unconfined (all the host's cores). Then the model calibrated on the confined run predicts
+the unconfined one (`whatif --cpus N`), and the model calibrated on the unconfined run predicts the confined one
+(`whatif --cpus 1`), at every job count measured.
+
+CPU speed (`--lever quota`): the same with the server under a CPU quota of half a core and of a whole one
+(`--server-cpu-quota 0.5` and `1`); each run's model with the CPU twice (or half) as fast (`whatif --cpu-speed 2`,
+`0.5`) predicts the other.
+
+The goal: throughput within 10 % and mean response time within 15 % at every job count where the platform is not
+saturated, and the maximum throughput within 10 %.
+
+The host's own CPU scaling (capmark's probe, measured once per host and recorded with every run) is what lets the
+confined run's model know that this host's second core is not a whole core.
+
+    python benchmarks/whatif_vs_real.py [--lever cores|quota] [--jobs 1,2,4] [--duration 10s] [--workloads ...]
+    python benchmarks/whatif_vs_real.py [--lever cores|quota] --runs SMALLER_DIR LARGER_DIR   # score stored runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from capmark import api
+from capmark.config import PlatformLimits, RunSpec, parse_duration
+from capmark.errors import CapmarkError
+from capmark.plan import dbmodel
+from capmark.plan.calibrate import calibrate
+from capmark.plan.dbhost import database_host
+from capmark.results import RunResult, TestResult
+from capmark.store import load_run
+
+WORKLOADS = ["srv-query1", "srv-report", "tp-light", "stress-mixed"]
+GOAL_THROUGHPUT = 0.10
+GOAL_RESPONSE = 0.15
+
+
+QUOTAS = (0.5, 1.0)  # the quota lever's two platforms: half a core's worth of CPU time and a whole one's
+
+
+def measure(workloads: list[str], jobs: list[int], duration_s: float, limits: PlatformLimits,
+            results: Path) -> RunResult:
+    spec = RunSpec(workloads=workloads, jobs=jobs, warmup_s=3.0, duration_s=duration_s, results_dir=results,
+                   platform=limits).validate()
+    return api.run(spec)
+
+
+def _measured(test: TestResult) -> dict[int, tuple[float, float]]:
+    """Per job count: median throughput and mean response time over its steps."""
+    by_jobs: dict[int, list[tuple[float, float]]] = {}
+    for s in test.steps:
+        if s.status == "ok" and s.units:
+            by_jobs.setdefault(s.jobs, []).append((s.measures.throughput, s.measures.latency.mean_s or 0.0))
+    return {j: (statistics.median(x for x, _ in v), statistics.median(r for _, r in v)) for j, v in by_jobs.items()}
+
+
+Platform = Callable[[dbmodel.DbModel], dbmodel.Config]  # the platform predicted for, from the source's model
+
+
+def predict(source: RunResult, test: TestResult, platform: Platform,
+            jobs: list[int]) -> dict[int, tuple[float, float, bool]]:
+    model = calibrate(test, host=database_host(source))
+    out = {}
+    for j in jobs:
+        p = dbmodel.solve(model, j, config=platform(model))
+        out[j] = (p.throughput or 0.0, p.response_time_s or 0.0, p.saturated)
+    return out
+
+
+def compare(source: RunResult, target: RunResult, platform: Platform, label: str) -> list[str]:
+    lines = []
+    for test in source.tests:
+        other = next((t for t in target.tests if t.workload == test.workload), None)
+        if other is None:
+            continue
+        measured = _measured(other)
+        try:
+            predicted = predict(source, test, platform, sorted(measured))
+        except CapmarkError as err:
+            lines.append(f"| {test.workload} | {label} | not calibrated: {err} |")
+            continue
+        for j in sorted(measured):
+            mx, mr = measured[j]
+            px, pr, _ = predicted[j]
+            ex, er = px / mx - 1, pr / mr - 1 if mr else float("nan")
+            ok = abs(ex) <= GOAL_THROUGHPUT and abs(er) <= GOAL_RESPONSE
+            lines.append(f"| {test.workload} | {label} | {j} | {mx:,.0f} | {px:,.0f} | {ex:+.1%} | {mr * 1e3:.3f} | "
+                         f"{pr * 1e3:.3f} | {er:+.1%} | {'met' if ok else 'missed'} |")
+        peak_m, peak_p = max(x for x, _ in measured.values()), max(x for x, _, _ in predicted.values())
+        lines.append(f"| {test.workload} | {label} | max | {peak_m:,.0f} | {peak_p:,.0f} | {peak_p / peak_m - 1:+.1%} "
+                     f"| | | | {'met' if abs(peak_p / peak_m - 1) <= GOAL_THROUGHPUT else 'missed'} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lever", choices=("cores", "quota"), default="cores")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--jobs", default="1,2,4")
+    ap.add_argument("--duration", default="10s")
+    ap.add_argument("--results", type=Path, default=Path("results-whatif-vs-real"))
+    ap.add_argument("--runs", nargs=2, type=Path, metavar=("SMALLER", "LARGER"))
+    args = ap.parse_args()
+    host_cores = os.cpu_count() or 1
+    if args.lever == "cores":
+        limits = (PlatformLimits(cpus=1), PlatformLimits())
+        names = ("1 core", f"{host_cores} cores")
+        up: Platform = lambda model: dbmodel.Config(host_cores)  # noqa: E731 - one line each, side by side
+        down: Platform = lambda model: dbmodel.Config(1)  # noqa: E731
+    else:
+        limits = tuple(PlatformLimits(cpu_quota=q) for q in QUOTAS)
+        names = tuple(f"quota {q:g}" for q in QUOTAS)
+        up = lambda model: dbmodel.Config(model.cores, cpu_speed=QUOTAS[1] / QUOTAS[0])  # noqa: E731
+        down = lambda model: dbmodel.Config(model.cores, cpu_speed=QUOTAS[0] / QUOTAS[1])  # noqa: E731
+    if args.runs:
+        smaller, larger = load_run(args.runs[0]), load_run(args.runs[1])
+    else:
+        workloads, jobs = args.workloads.split(","), [int(j) for j in args.jobs.split(",")]
+        duration = parse_duration(args.duration, "duration")
+        smaller = measure(workloads, jobs, duration, limits[0], args.results)
+        larger = measure(workloads, jobs, duration, limits[1], args.results)
+    scaling = larger.environment.get("platform_scaling") or smaller.environment.get("platform_scaling")
+    print(f"Run on {names[0]} {smaller.folder}, on {names[1]} {larger.folder}; host probe: {scaling}")
+    print("| workload | prediction | jobs | measured [units/s] | predicted | error | measured RT [ms] | "
+          "predicted RT [ms] | error | goal |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for line in compare(smaller, larger, up, f"{names[0]} -> {names[1]}") + \
+            compare(larger, smaller, down, f"{names[1]} -> {names[0]}"):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""The baseline model: an open multi-class queueing network of the database host, calibrated on the peak window.
+
+Stations: the CPU, a multi-server station with the database host's cores (from the observation, never the analysing
+machine's); each busy device and the WAL flush, single servers. Every modelled workload is an open class at its
+measured rate with its demands there (one estimator's, `measured` by default). Work of no modelled workload (SYSTEM,
+the collector, what no process explains) keeps its servers busy as background. What the stations do not explain of
+a workload's measured response time (lock waits, waits the model does not hold) is its residual delay, a constant
+added to its modelled response time.
+
+The measured response time of a unit is its statements' execution and planning time per unit (pg_stat_statements):
+the time the server worked or waited for it, without the client's think and network time between statements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from capmark.capacity.demands import CPU, DemandTable, Estimator, ResourceKind, estimate, wal_flush_s
+from capmark.capacity.document import CapacityDocument
+from capmark.capacity.peak import PeakOptions, PeakWindow, cpu_busy, find_peak, held_out
+from capmark.capacity.workloads import (
+    Attribution,
+    Reconciliation,
+    WorkloadRules,
+    WorkloadShare,
+    attribute,
+    database_transactions,
+    reconcile,
+    workload_shares,
+)
+from capmark.errors import CapmarkError
+from capmark.model.open import open_multiclass_station
+from capmark.observations import Observation
+
+Unattributed = Literal["background", "load"]
+UNATTRIBUTED: tuple[Unattributed, ...] = ("background", "load")
+UTILISATION_THRESHOLD = 0.80  # Bulumulle and Bordin: response times degraded fast once CPUs and controllers passed 80 %
+STRETCH_LIMIT = 2.0  # the case study: a stretch factor of two or more (as long queued as served) should be avoided
+
+
+@dataclass(kw_only=True)
+class Station:
+    """One station of the calibrated model: seconds of it per unit of each workload, and the background it carries."""
+
+    name: str
+    kind: ResourceKind
+    servers: int
+    background_busy: float  # servers busy with work of no modelled workload
+    demands: dict[str, float]  # workload -> seconds per unit
+
+
+@dataclass(kw_only=True)
+class BaselineModel:
+    """What what-if, sizing and compare solve: the stations, the rates at the peak and each workload's residual."""
+
+    estimator: Estimator
+    rates: dict[str, float]  # units per second at the peak
+    stations: list[Station]
+    residual_s: dict[str, float]  # measured response time less the modelled residences (at least 0)
+    measured_response_s: dict[str, float]
+    unattributed: Unattributed = "background"  # how the CPU no database process explains is modelled
+
+
+@dataclass(kw_only=True)
+class Solution:
+    """The model solved at some rates: utilisation per station, response time and stretch per workload. A saturated
+    station (utilisation >= 1) gives every workload that uses it an infinite response time."""
+
+    rates: dict[str, float]
+    utilisation: dict[str, float]
+    residence_s: dict[str, dict[str, float]]  # station -> workload -> seconds per unit
+    response_s: dict[str, float]
+    stretch: dict[str, float]  # residence over demand, summed over the stations
+    saturated: list[str]
+
+
+def solve(model: BaselineModel, rates: dict[str, float] | None = None, *, cpus: int | None = None,
+          cpu_speed: float = 1.0, disk_speed: float = 1.0) -> Solution:
+    """Solve the model at `rates` (default: the peak's) on a host with `cpus` cores and faster (or slower) CPUs and
+    disks: demands and background on the CPU divide by cpu_speed, on devices and the WAL flush by disk_speed."""
+    rates = dict(model.rates if rates is None else rates)
+    names = list(rates)
+    utilisation: dict[str, float] = {}
+    residence: dict[str, dict[str, float]] = {}
+    saturated = []
+    for st in model.stations:
+        speed = cpu_speed if st.kind == "cpu" else disk_speed
+        servers = cpus if st.kind == "cpu" and cpus is not None else st.servers
+        demands = [st.demands.get(n, 0.0) / speed for n in names]
+        r = open_multiclass_station([rates[n] for n in names], demands, servers, st.background_busy / speed)
+        utilisation[st.name] = r.utilization
+        residence[st.name] = dict(zip(names, r.residence_times, strict=True))
+        if r.utilization >= 1:
+            saturated.append(st.name)
+    response: dict[str, float] = {}
+    stretch: dict[str, float] = {}
+    for n in names:
+        demand = sum(st.demands.get(n, 0.0) / (cpu_speed if st.kind == "cpu" else disk_speed) for st in model.stations)
+        res = sum(residence[st.name][n] for st in model.stations)
+        response[n] = res + model.residual_s.get(n, 0.0)
+        stretch[n] = res / demand if demand > 0 else math.nan
+    return Solution(rates=rates, utilisation=utilisation, residence_s=residence, response_s=response,
+                    stretch=stretch, saturated=saturated)
+
+
+@dataclass(kw_only=True)
+class ResourceCheck:
+    resource: str
+    measured: float  # utilisation (per server)
+    modelled: float
+
+
+@dataclass(kw_only=True)
+class ResponseCheck:
+    workload: str
+    rate: float
+    measured_s: float
+    modelled_s: float
+
+
+@dataclass(kw_only=True)
+class Validation:
+    """Model against measurement on one window: on the peak it checks the calibration, on another busy window the
+    prediction (the peak's model at that window's measured rates)."""
+
+    window: str  # "peak" or "held-out"
+    start: float
+    end: float
+    resources: list[ResourceCheck]
+    responses: list[ResponseCheck]
+
+
+@dataclass(kw_only=True)
+class WorkloadRow:
+    """One workload at the peak: the baseline table's row."""
+
+    name: str
+    unit: str
+    rate: float
+    response_measured_s: float
+    response_modelled_s: float
+    residual_s: float
+    demands_s: dict[str, float]  # resource -> seconds per unit (the model's estimator)
+    utilisation_share: dict[str, float]  # resource -> its part of the resource's utilisation
+    stretch: float
+
+
+@dataclass(kw_only=True)
+class TimelinePoint:
+    """One interval for the collection's timeline: CPU cores busy by workload, devices' utilisation, commits."""
+
+    ordinal: int
+    start: float
+    end: float
+    broken: bool
+    cpu_busy: float | None  # fraction of the host's CPU
+    cores_by_workload: dict[str, float]
+    devices: dict[str, float]
+    commits_per_s: float | None
+
+
+@dataclass(kw_only=True)
+class BaselineDocument(CapacityDocument):
+    """capmark baseline: the workloads, the peak, the demands by three estimators, the model and its validation."""
+
+    SCHEMA = "capmark.capacity.baseline/1"
+
+    observation_id: str
+    host_cores: int
+    workloads: list[WorkloadShare]
+    reconciliation: Reconciliation  # over the whole observation
+    peak_reconciliation: Reconciliation
+    peak: PeakWindow
+    demands: DemandTable
+    model: BaselineModel
+    at_peak: list[WorkloadRow]
+    unattributed_cpu_cores: float  # busy cores no database process explains at the peak
+    validation: Validation
+    held_out: Validation | None
+    held_out_reason: str
+    timeline: list[TimelinePoint]
+    attribution_notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def calibrate(observation: Observation, attribution: Attribution, ordinals: Sequence[int], cores: int,
+              estimator: Estimator, unattributed: Unattributed = "background") -> tuple[BaselineModel, DemandTable]:
+    """The model calibrated on the given intervals, and the demand table it came from. `unattributed`: the CPU no
+    database process explains stays constant background ("background"), or grows with the load ("load": it joins
+    the workloads' CPU demands in proportion to their CPU, as when their clients run on the database host)."""
+    table = estimate(observation, attribution, ordinals, cores)
+    use = attribution.over(ordinals)
+    rates = {w.name: w.rate for w in table.resources[0].workloads}
+    stations = []
+    for r in table.resources:
+        demands = {w.name: (e.value if (e := w.of(estimator)) is not None else math.nan) for w in r.workloads}
+        if any(math.isnan(v) for v in demands.values()):
+            if estimator == "measured" and r.kind == "cpu":
+                raise CapmarkError("The observation has no per-process CPU, so the measured estimator has no CPU "
+                                   "demands; choose the regression or statements estimator.")
+            demands = {n: (e.value if (e := w.measured) is not None else 0.0) for n, w in
+                       ((w.name, w) for w in r.workloads)}
+        background = r.background_busy(estimator)
+        spread = r.background.get("unattributed", 0.0) if r.kind == "cpu" and estimator != "regression" else 0.0
+        ours = sum(rates[n] * d for n, d in demands.items())
+        if unattributed == "load" and spread > 0 and ours > 0:
+            demands = {n: d * (1 + spread / ours) for n, d in demands.items()}
+            background -= spread
+        stations.append(Station(name=r.resource, kind=r.kind, servers=r.servers, background_busy=background,
+                                demands=demands))
+    measured = {n: use[n].exec_time_s / use[n].units for n in rates}
+    model = BaselineModel(estimator=estimator, rates=rates, stations=stations, residual_s={},
+                          measured_response_s=measured, unattributed=unattributed)
+    bare = solve(model)
+    model.residual_s = {n: max(0.0, measured[n] - (bare.response_s[n] if math.isfinite(bare.response_s[n]) else 0.0))
+                        for n in rates}
+    return model, table
+
+
+def _validate(observation: Observation, attribution: Attribution, model: BaselineModel, ordinals: Sequence[int],
+              window: str) -> Validation:
+    by_ordinal = {i.ordinal: i for i in observation.usable()}
+    intervals = [by_ordinal[o] for o in ordinals]
+    length = sum(i.length_s for i in intervals)
+    use = attribution.over(ordinals)
+    rates = {n: use[n].units / length if n in use else 0.0 for n in model.rates}
+    solved = solve(model, rates)
+    resources = []
+    for st in model.stations:
+        if st.kind == "cpu":
+            measured = sum(i.host.busy_s for i in intervals if i.host) / length / st.servers
+        elif st.kind == "device":
+            measured = sum(d.busy_s for i in intervals if i.host for d in i.host.devices if d.name == st.name) / length
+        else:
+            measured = sum(wal_flush_s(i) or 0.0 for i in intervals) / length
+        resources.append(ResourceCheck(resource=st.name, measured=measured, modelled=solved.utilisation[st.name]))
+    responses = [ResponseCheck(workload=n, rate=rates[n],
+                               measured_s=use[n].exec_time_s / use[n].units if use[n].units > 0 else math.nan,
+                               modelled_s=solved.response_s[n]) for n in model.rates]
+    return Validation(window=window, start=intervals[0].start, end=intervals[-1].end, resources=resources,
+                      responses=responses)
+
+
+def timeline(observation: Observation, attribution: Attribution) -> list[TimelinePoint]:
+    points = []
+    for i in observation.intervals:
+        iu = attribution.intervals.get(i.ordinal)
+        cores = {n: w.cpu_s / i.length_s for n, w in iu.workloads.items()} if iu and i.length_s > 0 else {}
+        devices = {d.name: d.busy_s / i.length_s for d in i.host.devices} if i.host and i.length_s > 0 else {}
+        x = database_transactions(i) if iu else None
+        points.append(TimelinePoint(ordinal=i.ordinal, start=i.start, end=i.end, broken=iu is None,
+                                    cpu_busy=cpu_busy(i) if iu else None, cores_by_workload=cores, devices=devices,
+                                    commits_per_s=x / i.length_s if x is not None and i.length_s > 0 else None))
+    return points
+
+
+def host_cores(observation: Observation) -> int:
+    if observation.host_cores is None or observation.host_cores < 1:
+        raise CapmarkError("The observation does not record the database host's cores (its host counters were not "
+                           "collected), so the CPU cannot be modelled; observe again with --host-metrics.")
+    return observation.host_cores
+
+
+def baseline(observation: Observation, rules: WorkloadRules | None = None, peak: PeakOptions | None = None,
+             estimator: Estimator = "measured", unattributed: Unattributed = "background") -> BaselineDocument:
+    """The baseline document of an observation: workloads by `rules` (default: by application), the peak window
+    chosen by `peak`, demands by three estimators, the model calibrated with `estimator`'s demands (the CPU no
+    process explains as constant background, or growing with the load: `unattributed`), and its validation on the
+    peak and on another busy window."""
+    rules = rules or WorkloadRules()
+    peak = peak or PeakOptions()
+    cores = host_cores(observation)
+    attribution = attribute(observation, rules)
+    window = find_peak(observation, attribution, peak)
+    model, table = calibrate(observation, attribution, window.ordinals, cores, estimator, unattributed)
+    solved = solve(model)
+    rows = []
+    for n in model.rates:
+        demands = {st.name: st.demands.get(n, 0.0) for st in model.stations}
+        share = {st.name: model.rates[n] * st.demands.get(n, 0.0) / st.servers / solved.utilisation[st.name]
+                 if solved.utilisation[st.name] > 0 else 0.0 for st in model.stations}
+        rows.append(WorkloadRow(name=n, unit=attribution.unit_names[n], rate=model.rates[n],
+                                response_measured_s=model.measured_response_s[n],
+                                response_modelled_s=solved.response_s[n], residual_s=model.residual_s[n],
+                                demands_s=demands, utilisation_share=share, stretch=solved.stretch[n]))
+    cpu = next(r for r in table.resources if r.resource == CPU)
+    notes: list[str] = list(table.notes) + list(window.notes)
+    other = held_out(observation, window, peak)
+    reason = "" if other is not None else "the observation has no other busy window of the peak's length that does " \
+        "not overlap the peak; observe longer to check the model's predictions"
+    return BaselineDocument(
+        observation_id=observation.observation_id, host_cores=cores,
+        workloads=workload_shares(attribution, window.ordinals),
+        reconciliation=reconcile(attribution, list(attribution.intervals)),
+        peak_reconciliation=reconcile(attribution, window.ordinals), peak=window, demands=table, model=model,
+        at_peak=rows, unattributed_cpu_cores=cpu.background.get("unattributed", 0.0),
+        validation=_validate(observation, attribution, model, window.ordinals, "peak"),
+        held_out=_validate(observation, attribution, model, other, "held-out") if other else None,
+        held_out_reason=reason, timeline=timeline(observation, attribution), attribution_notes=attribution.notes,
+        notes=notes)

@@ -1,0 +1,178 @@
+"""What N busy cores of the database host really deliver: a short CPU-bound probe through the database itself.
+
+Two busy cores are not always twice one (SMT siblings, a hypervisor's scheduling, shared caches). A what-if that
+changes the core count, or a model calibrated on a run confined to fewer cores, needs the host's own answer, which
+the steps of a confined run cannot show. The probe runs the same CPU-bound statement in 1, 2, ... N sessions (and
+2N, to see what oversubscription costs), in alternating rounds with medians, and calls the throughput at k sessions
+over that at one the effective cores at k: peakmarks reports the same property as thread performance at low and at
+high utilisation. It runs once per database host (its fingerprint) and is kept in the user's cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from capmark.engines.base import Engine
+
+PROBE_STATEMENTS = {  # CPU-bound, no table, no IO: the server's executor alone
+    "postgresql": "select count(*) from generate_series(1, 500000)",
+    "mysql": "select benchmark(2000000, md5('capmark'))",
+}
+PROBE_LEVEL_S = 2.0  # each level's window: tens of statements of ~50 ms, so the last one's overrun is a few %
+PROBE_ROUNDS = 3  # alternating order (up, down, up) with medians: the host's drift between levels cancels
+PROBE_FORMAT = 1
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capmark" / "platforms"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformScaling:
+    """The host's CPU scaling as the probe measured it."""
+
+    cores: int
+    effective_cores: dict[str, float]  # sessions (1 .. cores, 2 x cores) -> cores' worth of one session's work
+    growth: float  # the rise of CPU per unit per busy core beyond the first (plan/cpuscaling's line through them)
+    statements_per_s_one: float  # one session's rate: what the effective cores are relative to
+    measured_at: str
+    format: int = PROBE_FORMAT
+
+    @property
+    def at_full_load(self) -> float:
+        return self.effective_cores[str(self.cores)]
+
+    @property
+    def decline_per_core(self) -> float:
+        """How much one core's throughput falls at full load against a lone busy core (peakmarks' decline)."""
+        return 1 - self.at_full_load / self.cores
+
+    def words(self) -> str:
+        full = self.at_full_load
+        over = self.effective_cores.get(str(2 * self.cores))
+        return (f"{self.cores} busy cores did {full:.2f} cores' worth of one core's work ({self.decline_per_core:.0%} "
+                f"less per core than one busy core)"
+                + (f"; {2 * self.cores} sessions did {over:.2f}" if over is not None else ""))
+
+    def record(self) -> dict[str, Any]:  # open-ended: the run's environment is JSON
+        """As the run's environment keeps it: the figures and, once, the sentence every reader shows."""
+        return {**asdict(self), "words": self.words()}
+
+
+def growth_of(effective: dict[int, float]) -> float:
+    """The growth g of k / (1 + g (k - 1)) through the measured points k = 2 .. cores (least squares of
+    k / E(k) - 1 on k - 1 through the origin); 0 with one core."""
+    pairs = [(k - 1, k / e - 1) for k, e in effective.items() if k >= 2 and e > 0]
+    den = sum(x * x for x, _ in pairs)
+    return sum(x * y for x, y in pairs) / den if den else 0.0
+
+
+def _level(engine: Engine, dsn: str, sessions: int, statement: str) -> float:
+    """Statements per second of `sessions` sessions each running `statement` back to back: those that ended inside
+    the window, over the window, which opens once every session has finished its first statement (connections
+    warm, all sessions busy)."""
+    conns = [engine.connect(dsn, application_name="capmark probe") for _ in range(sessions)]
+    ends: list[list[float]] = [[] for _ in range(sessions)]
+    first_done = threading.Barrier(sessions)
+    window: list[float] = []
+
+    def loop(i: int) -> None:
+        engine.execute(conns[i], statement)
+        if first_done.wait() == 0:
+            window.append(time.monotonic())
+        while True:
+            engine.execute(conns[i], statement)
+            now = time.monotonic()
+            ends[i].append(now)
+            if window and now >= window[0] + PROBE_LEVEL_S:
+                return
+
+    try:
+        threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(sessions)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        opened = window[0]
+        return sum(1 for e in ends for t in e if opened < t <= opened + PROBE_LEVEL_S) / PROBE_LEVEL_S
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def probe_levels(cores: int) -> list[int]:
+    """1, 2, 4 ... up to the cores, the cores, and twice the cores: a few levels even on a large host."""
+    levels = {cores, 2 * cores}
+    k = 1
+    while k < cores:
+        levels.add(k)
+        k *= 2
+    return sorted(levels)
+
+
+def measure(engine: Engine, dsn: str, cores: int) -> PlatformScaling:
+    levels = probe_levels(cores)
+    rates: dict[int, list[float]] = {k: [] for k in levels}
+    statement = PROBE_STATEMENTS[engine.name]
+    for r in range(PROBE_ROUNDS):
+        for k in levels if r % 2 == 0 else reversed(levels):
+            rates[k].append(_level(engine, dsn, k, statement))
+    medians = {k: statistics.median(v) for k, v in rates.items()}
+    effective = {k: medians[k] / medians[1] for k in levels}
+    return PlatformScaling(cores=cores, effective_cores={str(k): round(v, 4) for k, v in effective.items()},
+                           growth=growth_of({k: v for k, v in effective.items() if k <= cores}),
+                           statements_per_s_one=medians[1],
+                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+# k sessions on k cores do at most k cores' worth, and sessions beyond the cores add none: a probe that says more
+# (beyond this margin, a level's quantisation and drift) was disturbed by other programs and is not kept
+PLAUSIBLE_MARGIN = 0.10
+
+
+def plausible(scaling: PlatformScaling) -> bool:
+    full = scaling.effective_cores.get(str(scaling.cores), 0.0)
+    over = scaling.effective_cores.get(str(2 * scaling.cores), 0.0)
+    within = all(e <= int(k) * (1 + PLAUSIBLE_MARGIN) for k, e in scaling.effective_cores.items() if int(k) <= scaling.cores)
+    return within and over <= full * (1 + PLAUSIBLE_MARGIN)
+
+
+def _cache_file(engine: Engine, host_key: dict[str, Any]) -> Path:  # open-ended: host facts that name the host
+    digest = hashlib.sha256(json.dumps({"engine": engine.name, **host_key}, sort_keys=True).encode()).hexdigest()
+    return CACHE_DIR / f"{digest[:16]}.json"
+
+
+# open-ended: host_key is the host facts that name the host (runner._host_key), as JSON
+def host_scaling(engine: Engine, dsn: str, cores: int | None, host_key: dict[str, Any],
+                 say: Callable[[str], None]) -> PlatformScaling | None:
+    """The host's scaling from the cache, else measured now and cached; None where it cannot be measured (an
+    engine without a probe statement, an unknown core count)."""
+    if not cores or engine.name not in PROBE_STATEMENTS:
+        return None
+    path = _cache_file(engine, host_key)
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("format") == PROBE_FORMAT and stored.get("cores") == cores:
+            return PlatformScaling(**stored)
+    except (OSError, ValueError, TypeError):
+        pass
+    say(f"Measuring what {cores} busy cores of the database host deliver (once per host, about "
+        f"{len(probe_levels(cores)) * PROBE_ROUNDS * PROBE_LEVEL_S:.0f} s) ...")
+    scaling = measure(engine, dsn, cores)
+    say(f"This host: {scaling.words()}.")
+    if not plausible(scaling):
+        say("Other programs seem to have taken the CPU while it was measured (more sessions did more than their "
+            "cores could); it will be measured again next time.")
+        return scaling
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(scaling)))
+    except OSError:
+        pass  # measured again next time
+    return scaling

@@ -1,0 +1,120 @@
+"""The database host's side of an observation, through the host source a run would use (collect/hosts.choose):
+host-wide counters at each interval's edges, and each server process's /proc CPU and IO at each activity sample.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from capmark.collect import procfs
+from capmark.collect.hosts import ProcHost
+from capmark.collect.hostsource import HostSource
+from capmark.observations import DeviceDelta, HostDelta
+from capmark.observe.sessions import ProcReading
+
+SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own sector size
+# Whole disks only: a partition's counters are also in its disk's, and loop, RAM and zram devices are not storage
+_NOT_A_DISK = re.compile(r"^(loop|ram|zram|sr|fd)\d*|^(sd|vd|xvd|hd)[a-z]+\d+$|^(nvme\d+n\d+|mmcblk\d+)p\d+$")
+
+
+@dataclass
+class HostReading:
+    taken_at: float
+    stat: procfs.ProcStat | None
+    disks: dict[str, dict[str, int]]
+    memory: dict[str, int]
+    pressure: dict[str, procfs.Pressure]
+
+
+def read_host(host: HostSource, devices: list[str]) -> HostReading:
+    stat, disks, memory, pressure = host.counters(devices)
+    return HostReading(time.time(), stat, disks, memory, pressure)
+
+
+def devices_of(host: HostSource, data_device: str | None) -> list[str]:
+    """The data directory's device and every other whole disk the host shows (a /proc source), busy or not."""
+    names = [data_device] if data_device else []
+    if isinstance(host, ProcHost):
+        text = host.reader.read(["/proc/diskstats"])["/proc/diskstats"] or ""
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) > 3 and not _NOT_A_DISK.match(parts[2]) and parts[2] not in names:
+                names.append(parts[2])
+    return names
+
+
+def host_delta(before: HostReading, after: HostReading, run_queue: list[int]) -> HostDelta | None:
+    if before.stat is None or after.stat is None:
+        return None
+    cpu = {k: max(0, after.stat.cpu.get(k, 0) - v) / procfs.USER_HZ for k, v in before.stat.cpu.items()}
+    devices = []
+    for name, end in after.disks.items():
+        start = before.disks.get(name)
+        if start is None:
+            continue
+        d = {k: max(0, end.get(k, 0) - start.get(k, 0)) for k in end}
+        devices.append(DeviceDelta(name=name, reads=d.get("reads", 0), writes=d.get("writes", 0),
+                                   read_bytes=d.get("sectors_read", 0) * SECTOR_BYTES,
+                                   write_bytes=d.get("sectors_written", 0) * SECTOR_BYTES,
+                                   busy_s=d.get("io_ms", 0) / 1e3, read_time_s=d.get("read_ms", 0) / 1e3,
+                                   write_time_s=d.get("write_ms", 0) / 1e3))
+    return HostDelta(cpu_s=cpu, devices=devices, memory=dict(after.memory),
+                     run_queue=sum(run_queue) / len(run_queue) if run_queue else None,
+                     pressure={k: p.some_avg10 for k, p in after.pressure.items()})
+
+
+def parse_pid_io(text: str) -> tuple[float, float]:
+    """read_bytes and write_bytes of /proc/<pid>/io (0 where the file could not be read)."""
+    values = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("read_bytes", "write_bytes") and rest.strip().isdigit():
+            values[key] = float(rest.strip())
+    return values.get("read_bytes", 0.0), values.get("write_bytes", 0.0)
+
+
+@dataclass
+class ProcessSampler:
+    """Each server process's CPU and IO, and the host's run queue and CPU busy, in one reading per sample (one file
+    read per process locally; one statement through SQL). A source that cannot read /proc reads nothing."""
+
+    host: HostSource
+    run_queue: list[int] = field(default_factory=list)
+    _last_cpu: dict[str, int] | None = None
+    busy_pct: float | None = None  # host CPU busy between the last two samples
+
+    @property
+    def sees_processes(self) -> bool:
+        return isinstance(self.host, ProcHost)
+
+    def read(self, pids: list[int]) -> tuple[dict[int, ProcReading], tuple[int, ProcReading] | None]:
+        """The processes' readings, and the postmaster's own (not its children's)."""
+        if not isinstance(self.host, ProcHost):
+            return {}, None
+        postmaster = self.host.postmaster_pid
+        every = [*pids, *([postmaster] if postmaster else [])]
+        paths = ["/proc/stat", *(f"/proc/{pid}/{name}" for pid in every for name in ("stat", "io"))]
+        texts = self.host.reader.read(paths)
+        stat = procfs.parse_stat(texts["/proc/stat"] or "") if texts["/proc/stat"] else None
+        if stat is not None:
+            self.run_queue.append(stat.procs_running)
+            if self._last_cpu is not None:
+                d = {k: v - self._last_cpu.get(k, 0) for k, v in stat.cpu.items()}
+                total = sum(d.values())
+                self.busy_pct = 100.0 * (total - d.get("idle", 0) - d.get("iowait", 0)) / total if total else None
+            self._last_cpu = stat.cpu
+        out: dict[int, ProcReading] = {}
+        for pid in every:
+            st = procfs.parse_pid_stat(texts.get(f"/proc/{pid}/stat") or "")
+            if st is None:
+                continue
+            read_bytes, write_bytes = parse_pid_io(texts.get(f"/proc/{pid}/io") or "")
+            out[pid] = ProcReading(st.start_ticks, st.user_s, st.sys_s, read_bytes, write_bytes)
+        pm = out.pop(postmaster, None) if postmaster else None
+        return out, (postmaster, pm) if postmaster and pm else None
+
+    def take_run_queue(self) -> list[int]:
+        taken, self.run_queue = self.run_queue, []
+        return taken

