@@ -205,3 +205,35 @@ def test_sigterm_on_a_cluster_run_interrupts_it_as_anywhere(embedded_dsn, tmp_pa
     assert "Traceback" not in err and "unexpected" not in err.lower(), err
     stored = load_run(next(results.iterdir()))
     assert stored.status == "interrupted" and [s.jobs for s in stored.tests[0].steps] == [1], stored.status
+
+
+THREADS_AFTER_JOIN = """
+import sys, threading
+from capmark.driver import cluster
+cluster._ray_to_log_file("ray://127.0.0.1:10001")
+
+def _run():  # as a thread of Ray's client is named when the head dies under it
+    raise ConnectionError("the head is gone (Ray's thread)")
+
+def capmark_bug():
+    raise ValueError("capmark's own thread")
+
+for target, name in ((_run, None), (capmark_bug, "capmark-overrun")):
+    thread = threading.Thread(target=target, name=name)
+    thread.start()
+    thread.join()
+print("went on", flush=True)
+"""
+
+
+def test_an_error_that_ends_one_of_rays_threads_goes_to_its_log_and_capmarks_own_reaches_the_console(tmp_path):
+    """When the head dies, Ray's client threads can end with an exception, which Python prints on the terminal as
+    a traceback; once a cluster is joined it goes to Ray's log file. A capmark thread's error is still printed."""
+    done = subprocess.run([sys.executable, "-c", THREADS_AFTER_JOIN], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "CAPMARK_LOG_DIR": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout == "went on\n", done
+    assert "the head is gone" not in done.stderr, done.stderr
+    assert "ValueError: capmark's own thread" in done.stderr, done.stderr
+    log = (tmp_path / "ray.log").read_text()
+    assert "ConnectionError: the head is gone (Ray's thread)" in log and "Traceback" in log, log
+    assert "capmark's own thread" not in log, log

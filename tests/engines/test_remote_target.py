@@ -45,6 +45,9 @@ SIZE = datamodel.size_for(1)
 # The two sources read one after the other, a few milliseconds apart, over a 3 s window: busy shares may differ
 # by the CPU of those milliseconds, device bytes by the writes in them (a commit-bound step writes ~20 MB/s).
 BUSY_POINTS = 2.0
+# A srv-query1 job keeps one core busy (100 / cores % of the host); a CI host whose neighbours took time from it
+# read 31 % of 50 % (psutil agreeing). An idle host reads a few %: at 0.4 of one job's share the figure is real.
+ONE_JOB_BUSY_SHARE = 0.4
 SHARE = 0.05
 
 
@@ -147,7 +150,7 @@ def test_host_cpu_through_sql_agrees_with_psutil(cpu_steps):
         assert sql.os["driver_on_host"]  # same kernel (boot id): the driver's CPU is host CPU
         assert sql.os["cores"] == psutil.cpu_count()
         assert sql.os["cpu_pct"]["busy"] == pytest.approx(reference, abs=BUSY_POINTS)
-        assert sql.os["cpu_pct"]["busy"] > 40  # srv-query1 keeps a core busy per job: the figure is real
+        assert sql.os["cpu_pct"]["busy"] > ONE_JOB_BUSY_SHARE * 100 / sql.os["cores"]  # the figure is load, not idle
 
 
 @needs_pg15

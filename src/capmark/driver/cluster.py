@@ -22,6 +22,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,6 +173,9 @@ def _ray_to_log_file(address: str) -> Path:
     if warnings.showwarning is not _show_warning:
         _show_warning.previous = warnings.showwarning  # type: ignore[attr-defined]
         warnings.showwarning = _show_warning
+    if threading.excepthook is not _thread_error:
+        _thread_error.previous = threading.excepthook  # type: ignore[attr-defined]
+        threading.excepthook = _thread_error
     logging.getLogger("ray").info("capmark (process %d) joins the Ray cluster at %s", os.getpid(), address)
     return path
 
@@ -217,6 +221,28 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 _show_warning.previous = warnings.showwarning  # type: ignore[attr-defined]
+
+CAPMARK_THREAD_PREFIX = "capmark-"  # capmark names its threads so; an error in one of them is capmark's own
+
+
+def _thread_error(args: threading.ExceptHookArgs) -> None:
+    """An exception that ends one of Ray's or gRPC's threads (the client's threads raise when the head dies) goes
+    to Ray's log file, with its traceback; Python would print it on the terminal. An error in a thread of capmark's
+    own is printed as before."""
+    if args.exc_type is SystemExit:  # as Python's own hook: a thread that exits says nothing
+        return
+    thread_name = args.thread.name if args.thread else ""
+    frames = traceback.extract_tb(args.exc_traceback) if args.exc_traceback else []
+    theirs = any(f"{os.sep}ray{os.sep}" in f.filename or f"{os.sep}grpc{os.sep}" in f.filename for f in frames)
+    if theirs or not thread_name.startswith(CAPMARK_THREAD_PREFIX):
+        logging.getLogger("ray").warning("A thread of Ray's client (%s) ended with an error:\n%s", thread_name,
+                                         "".join(traceback.format_exception(args.exc_type, args.exc_value,
+                                                                            args.exc_traceback)).rstrip())
+    else:
+        _thread_error.previous(args)  # type: ignore[attr-defined]
+
+
+_thread_error.previous = threading.excepthook  # type: ignore[attr-defined]
 
 
 class ClusterLost(CapmarkError):
