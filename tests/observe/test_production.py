@@ -47,11 +47,19 @@ PREDICTED_CPU_POINTS = 0.05  # at each growth level the host carries
 # time, tests/production.py), the level's CPU moves by that share whatever the model does: the bound widens to it,
 # never beyond this, which a model that ignored the growth still fails at 1.44x and 1.728x (0.2 and 0.3 cores).
 PREDICTED_CPU_NOISE_CAP = 0.15
+# A level measured while the host's speed is within this share of the peak's is taken as it is; else it is measured
+# again, up to LEVEL_TRIES times in all (a quiet host's levels moved -9 to +8 %, a noisy one's 41 %).
+SAME_SPEED = 0.10
+LEVEL_TRIES = 3
 PREDICTED_RESPONSE = 0.20
 # A growth level the host did not carry: its CPU this busy, or an application completing fewer than this share of the
 # transactions it was asked for (pgbench's clients fell behind their schedule).
 SATURATED_CPU = 0.90
 SATURATED_COMPLETION = 0.97
+# pgbench -R starts transactions at Poisson times: over a phase the count asked for is itself Poisson, with a standard
+# deviation of its square root (63 of 3,938 for reports over 30 s, so 3 % short is 1.9 deviations: 3 % of phases).
+# An application whose clients kept up completes at least the larger of the two shortfalls below what it was asked.
+POISSON_DEVIATIONS = 4.0
 
 
 @dataclass
@@ -124,14 +132,37 @@ def base(observed: Observed, capacity: Any) -> Any:
                                  unattributed="load")
 
 
+def _speed_drift(observed: Observed, run: production.PhaseRun) -> float:
+    """How far the host's speed (its reference loop's CPU time) moved from the peak to this run, as a share."""
+    peak, level = observed.phase("peak").reference_s(), run.reference_s()
+    return level / peak - 1 if peak and level else 0.0
+
+
 @pytest.fixture(scope="module")
 def grown(observed: Observed, embedded_dsn: str) -> list[production.PhaseRun]:
-    """The three applications at each growth level, after the observation."""
-    return production.run_profile(embedded_dsn, production.growth(GROWTH_S))
+    """The three applications at each growth level, after the observation. A level measured while another tenant
+    had moved the host's speed away from the peak's is measured again (the closest of its tries is kept): the model
+    predicts the level on the host of the peak."""
+    runs = []
+    for phase in production.growth(GROWTH_S):
+        tries = []
+        for _ in range(LEVEL_TRIES):
+            tries.append(production.run_profile(embedded_dsn, [phase])[0])
+            if abs(_speed_drift(observed, tries[-1])) <= SAME_SPEED:
+                break
+        print(f"{phase.name}: the host's speed moved {', '.join(f'{_speed_drift(observed, r):+.0%}' for r in tries)} "
+              "from the peak")
+        runs.append(min(tries, key=lambda r: abs(_speed_drift(observed, r))))
+    return runs
 
 
 def _near(model: float, truth: float, rel: float) -> bool:
     return math.isfinite(model) and abs(model - truth) <= rel * truth
+
+
+def _kept_up(transactions: int, asked: float) -> bool:
+    """Whether an application completed what pgbench's Poisson schedule asked of it, within that schedule's noise."""
+    return transactions >= asked - max((1 - SATURATED_COMPLETION) * asked, POISSON_DEVIATIONS * math.sqrt(asked))
 
 
 def _pgbench_rates(run: production.PhaseRun) -> dict[str, float]:
@@ -146,7 +177,7 @@ def test_the_production_commits_what_pgbench_says(observed: Observed) -> None:
             assert app.failed == 0, (run.phase.name, app.app, app.failed)
             assert app.server.calls == app.transactions, (run.phase.name, app.app, app.server.calls, app.transactions)
             asked = app.rate * run.phase.seconds
-            assert app.transactions >= SATURATED_COMPLETION * asked, (run.phase.name, app.app, app.transactions, asked)
+            assert _kept_up(app.transactions, asked), (run.phase.name, app.app, app.transactions, asked)
 
 
 def test_the_peak_found_is_the_real_one(observed: Observed, base: Any) -> None:
@@ -199,8 +230,8 @@ def _carried(base: Any, capacity: Any, grown: list[production.PhaseRun]) -> list
     assert len(scenarios) == len(grown)
     pairs = []
     for scenario, run in zip(scenarios, grown, strict=True):
-        completion = min(a.transactions / (a.rate * run.phase.seconds) for a in run.apps.values())
-        if run.cpu_busy() < SATURATED_CPU and completion >= SATURATED_COMPLETION:
+        kept_up = all(_kept_up(a.transactions, a.rate * run.phase.seconds) for a in run.apps.values())
+        if run.cpu_busy() < SATURATED_CPU and kept_up:
             pairs.append((scenario, run))
     assert pairs, [(r.phase.name, r.cpu_busy()) for r in grown]
     return pairs
@@ -208,8 +239,7 @@ def _carried(base: Any, capacity: Any, grown: list[production.PhaseRun]) -> list
 
 def _speed_bound(observed: Observed, run: production.PhaseRun) -> tuple[float, float]:
     """The bound on a growth level's CPU error, and how far the host's speed moved from the peak to it."""
-    peak, level = observed.phase("peak").reference_s(), run.reference_s()
-    drift = level / peak - 1 if peak and level else 0.0
+    drift = _speed_drift(observed, run)
     return min(PREDICTED_CPU_NOISE_CAP, max(PREDICTED_CPU_POINTS, abs(drift) * run.cpu_busy())), drift
 
 
