@@ -16,7 +16,9 @@ from capmark import api
 from capmark.measure import record
 from capmark.measure.demands import host_busy_s
 from capmark.plan.calibrate import calibrate, validate
+from capmark.plan.dbhost import database_host
 from capmark.plan.dbmodel import solve
+from capmark.plan.predict import curve
 from capmark.store import load_run
 
 # The model is calibrated on one step and predicts the others for the host's whole capacity. Scoring it is only
@@ -160,3 +162,15 @@ def test_anticipate_command(run):
     t = json.loads(out.stdout)["tests"][0]
     assert t["measured"]["jobs"] == 4 and t["effective_servers"] > 0
     assert t["change"]["response_time_s"] < t["measured"]["response_time_s"]
+
+
+def test_a_cpu_demand_fitted_exactly_through_two_steps_claims_no_spread(cpu_and_commit_run):
+    """Within 2 cores the run has steps at 1 and 2 jobs: the CPU growth (srv-query1) and the commit-wait CPU
+    (wal-lat1) are fitted through exactly those two, so their CPU per unit agrees by construction and says nothing
+    about how sure the model is. No range may rest on it; wal-lat1's flush time, held as one value, has a spread."""
+    host = database_host(cpu_and_commit_run, None)
+    models = {t.workload: calibrate(t, None, host) for t in cpu_and_commit_run.tests}
+    assert models["srv-query1"].demand_spread is None
+    assert curve(models["srv-query1"], 8).max_throughput_range is None
+    spread = models["wal-lat1"].demand_spread
+    assert spread is not None and "cpu" not in spread and spread["flush_cpu"] > 0.01, spread

@@ -189,3 +189,17 @@ def test_curve_knee_and_maximum():
     assert all(p.response_time_s < 2 * r1 for p in before)
     assert c.max_throughput == pytest.approx(max(p.throughput for p in c.points))
     assert c.max_throughput <= 2 / 100e-6 * (1 + 1e-9) and not math.isnan(c.max_throughput)
+
+
+def test_the_maximum_throughput_range_moves_the_bottlenecks_demand_by_its_own_spread():
+    """Saturated, throughput is the bottleneck's servers over its demand: with each demand moved by its own spread
+    the range is exactly that at either end. A spread applied to the wrong station, or the wrong way, fails."""
+    cpu_bound = make_model(cpu_s=100e-6, disk_s=20e-6, cores=2)
+    cpu_bound.demand_spread = {"cpu": 0.10, "devices": 0.50}  # the disk stays far from the CPU's 50 us per core
+    low, high = curve(cpu_bound, 64).max_throughput_range
+    assert (low, high) == pytest.approx((2 / 110e-6, 2 / 90e-6), rel=1e-3)
+    io_bound = make_model(cpu_s=50e-6, disk_s=200e-6, cores=2)
+    io_bound.demand_spread = {"cpu": 0.30, "devices": 0.10}
+    low, high = curve(io_bound, 64).max_throughput_range
+    assert (low, high) == pytest.approx((1 / 220e-6, 1 / 180e-6), rel=1e-3)
+    assert curve(make_model(), 64).max_throughput_range is None  # no spread measured: no range claimed

@@ -37,6 +37,10 @@ from capmark.plan.dbmodel import (
     CLOSED_MODEL,
     CPU_ESTIMATED,
     CPU_MEASURED,
+    SPREAD_CPU,
+    SPREAD_DEVICES,
+    SPREAD_FLUSH_CPU,
+    SPREAD_FLUSH_DEVICE,
     WAL_FLUSH,
     DbModel,
     Prediction,
@@ -179,6 +183,38 @@ def _cpu_scaling(valid: list[StepResult], cores: int, host: DatabaseHost, reques
     return scaling
 
 
+def _to_one_busy_core(step: StepResult, p: _StepParameters, scaling: cpuscaling.CpuScaling, requests: float) -> None:
+    """The step's CPU per unit as one busy core would spend it with no commit waits: what the model holds."""
+    p.cpu = max(0.0, p.cpu - scaling.wait_cpu_s * _commit_waits(step, requests))
+    at_one = scaling.per_unit(1.0, _busy_cores(step))
+    p.cpu, p.flush_cpu = p.cpu / at_one, p.flush_cpu / at_one
+
+
+def demand_spread(valid: list[StepResult], cores: int, host: DatabaseHost, scaling: cpuscaling.CpuScaling,
+                  requests: float) -> dict[str, float] | None:
+    """How far each demand the model holds as one value moved across the valid steps within the cores (and their
+    repetitions): its largest deviation from the mean, as a share of the mean, for the CPU per unit, the devices'
+    busy per unit, and one flush's CPU and device time. The CPU per unit is first taken to one busy core by the
+    growth and the commit-wait CPU fitted through these very steps, which two steps fit exactly: its spread counts
+    only with three steps or more (repetitions, or more job counts within the cores). None where no demand has a
+    spread to go by."""
+    within = [s for s in valid if s.jobs <= cores]
+    params = [_step_parameters(s, host) for s in within]
+    for s, p in zip(within, params, strict=True):
+        _to_one_busy_core(s, p, scaling, requests)
+    flushing = [p for p in params if p.f > 0]
+    cpu_has_spread = len(within) >= 3
+    spreads = {}
+    for name, values in ((SPREAD_CPU, [p.cpu for p in params] if cpu_has_spread else []),
+                         (SPREAD_DEVICES, [sum(p.devices.values()) for p in params]),
+                         (SPREAD_FLUSH_CPU, [p.flush_cpu for p in flushing]),
+                         (SPREAD_FLUSH_DEVICE, [p.flush_device for p in flushing])):
+        mean = statistics.fmean(values) if len(values) >= 2 else 0.0
+        if mean > 0:
+            spreads[name] = max(abs(v - mean) for v in values) / mean
+    return spreads or None
+
+
 def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: DatabaseHost | None = None) -> DbModel:
     """The model of a test from its calibration step(s). `host` is what the run recorded of the database host
     (database_host(run)) and the cores the user stated; without it, the steps' own measurements only."""
@@ -203,10 +239,8 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     requests = _flush_requests(valid)
     scaling = _cpu_scaling(valid, cores.count, host, requests) if not unmeasured else cpuscaling.CpuScaling(
         0.0, (), "the database host's CPU was estimated, not measured: capacity taken as linear in the busy cores")
-    for s, p in zip(chosen, params, strict=True):  # CPU as one busy core would spend it with no commit waits
-        p.cpu = max(0.0, p.cpu - scaling.wait_cpu_s * _commit_waits(s, requests))
-        at_one = scaling.per_unit(1.0, _busy_cores(s))
-        p.cpu, p.flush_cpu = p.cpu / at_one, p.flush_cpu / at_one
+    for s, p in zip(chosen, params, strict=True):
+        _to_one_busy_core(s, p, scaling, requests)
     names = sorted({k for p in params for k in p.devices})
     wal_devs = [p.wal_device for p in params if p.wal_device]
     model = DbModel(
@@ -244,6 +278,8 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
                            "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
     if not from_jobs and not unmeasured:
         _fit_oversubscription(model, valid, host, scaling, requests)
+    if not unmeasured:
+        model.demand_spread = demand_spread(valid, cores.count, host, scaling, requests)
     model.notes.extend(assumption_notes(valid, cores.count, host, unmeasured=bool(unmeasured),
                                         oversubscription_modelled=bool(model.probe_jobs)))
     return model

@@ -102,6 +102,9 @@ class TypeDemand:
     base_quantiles_s: list[float] = field(default_factory=list)  # at QUANTILES, measured at calibration
 
 
+SPREAD_CPU, SPREAD_DEVICES, SPREAD_FLUSH_CPU, SPREAD_FLUSH_DEVICE = "cpu", "devices", "flush_cpu", "flush_device"
+
+
 @dataclass(kw_only=True)
 class DbModel:
     workload: str
@@ -135,9 +138,28 @@ class DbModel:
     probe_jobs: list[int] = field(default_factory=list)
     cpu_scaling: CpuScalingFit | None = None  # the fit's points and note, for the report (None: not calibrated)
     types: list[TypeDemand] = field(default_factory=list)  # the classes of a mix (empty: one type)
+    # each demand's largest relative deviation from its mean across the valid steps within the cores, where the model
+    # holds one value (SPREAD_* keys; None: fewer than two such steps): predictions carry a range for demands that
+    # far either side
+    demand_spread: dict[str, float] | None = None
     # the response time's parts (cpu, devices, fixed, flush) the model gives at the calibration load: a type's
     # latency at another load is its measured one plus its share of how far each part has moved
     type_reference: dict[str, float] = field(default_factory=dict)
+
+
+def spread_model(model: DbModel, sign: int) -> DbModel:
+    """The model with each measured demand moved by its spread across the calibration steps, up (sign 1) or down
+    (-1): the ends of the range a prediction carries."""
+    u = model.demand_spread or {}
+
+    def moved(value: float, key: str) -> float:
+        return value * (1 + sign * u.get(key, 0.0))
+
+    return replace(model, cpu_s=moved(model.cpu_s, SPREAD_CPU),
+                   devices={k: moved(v, SPREAD_DEVICES) for k, v in model.devices.items()},
+                   flush_cpu_s=moved(model.flush_cpu_s, SPREAD_FLUSH_CPU),
+                   flush_device_s=moved(model.flush_device_s, SPREAD_FLUSH_DEVICE),
+                   notes=list(model.notes), types=list(model.types))
 
 
 class TypeFigures(TypedDict):

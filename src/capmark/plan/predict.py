@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
-from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, solve
+from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, solve, spread_model
 
 KNEE_FACTOR = 2.0
 
@@ -23,6 +23,9 @@ class CurveJson(TypedDict):
     bottleneck: str
     converged: bool
     unconverged_jobs: list[int]
+    # the maximum throughput with the measured demands at the ends of their spread across the calibration steps
+    # (low, high); None where fewer than two steps were within the cores
+    max_throughput_range: list[float] | None
 
 
 @dataclass
@@ -32,6 +35,7 @@ class Curve:
     max_throughput_jobs: int
     knee_jobs: int | None  # first job count with R >= 2 x R(1); None if not reached
     bottleneck: str  # at the last point
+    max_throughput_range: tuple[float, float] | None = None  # (low, high): DbModel.demand_spread either side
 
     @property
     def unconverged_jobs(self) -> list[int]:
@@ -42,7 +46,8 @@ class Curve:
         return CurveJson(points=[p.to_dict() for p in self.points], max_throughput=self.max_throughput,
                          max_throughput_jobs=self.max_throughput_jobs, knee_jobs=self.knee_jobs,
                          knee_rule=f"response time >= {KNEE_FACTOR:g} x its one-job value", bottleneck=self.bottleneck,
-                         converged=not self.unconverged_jobs, unconverged_jobs=self.unconverged_jobs)
+                         converged=not self.unconverged_jobs, unconverged_jobs=self.unconverged_jobs,
+                         max_throughput_range=list(self.max_throughput_range) if self.max_throughput_range else None)
 
 
 def job_grid(up_to: int) -> list[int]:
@@ -65,4 +70,15 @@ def curve(model: DbModel, up_to: int, think_s: float | None = None, config: Conf
     first = points[0].response_time_s or 0.0
     knee = next((int(p.jobs or 0) for p in points if (p.response_time_s or 0) >= KNEE_FACTOR * first), None)
     best = max(points, key=lambda p: p.throughput or 0.0)
-    return Curve(points, best.throughput or 0.0, int(best.jobs or 0), knee, points[-1].bottleneck)
+    return Curve(points, best.throughput or 0.0, int(best.jobs or 0), knee, points[-1].bottleneck,
+                 throughput_range(model, best.jobs or 1, think_s, config))
+
+
+def throughput_range(model: DbModel, jobs: float, think_s: float | None = None,
+                     config: Config | None = None) -> tuple[float, float] | None:
+    """The throughput at `jobs` with every measured demand moved by its spread across the calibration steps: more
+    demand gives the low end, less the high one. None where the calibration had no spread to go by."""
+    if not model.demand_spread:
+        return None
+    low, high = (solve(spread_model(model, sign), jobs, think_s, config).throughput or 0.0 for sign in (1, -1))
+    return low, high

@@ -112,7 +112,7 @@ def demands_section(part: TestReport) -> Section | None:
 
 
 def model_section(part: TestReport) -> Section | None:
-    from capmark.report.planning import capacity_sentence
+    from capmark.report.planning import capacity_sentence, range_phrase
 
     test, doc = part.test, part.calibration
     if not test.steps:
@@ -126,6 +126,7 @@ def model_section(part: TestReport) -> Section | None:
         charts.append(plots.anticipation(part.anticipation))
     html = _render("model.html.j2", doc=doc, fmt=fmt, unit=test.unit, quick=part.anticipation,
                    quick_note=part.anticipation_problem, capacity=capacity_sentence(doc.calibration),
+                   throughput_range=range_phrase(doc.prediction),
                    whatif=part.saved_whatif, size=part.saved_size, charts=[Markup(c) for c in charts])
     return Section(f"Model: {test.workload}", html, f"model-{test.ordinal}")
 

@@ -146,8 +146,9 @@ def print_calibration(t: Calibration, workload: str, console: Console) -> None:
     say("  USL: " + (f"sigma {u['sigma']:.4f}, kappa {u['kappa']:.6f}, R^2 {u['r_squared']:.3f}. {u['summary']}"
                      if "sigma" in u else u["note"]), highlight=False)
     pr = t.prediction
-    say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)} at "
-        f"{pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}", highlight=False)
+    say(f"  prediction to {pr['points'][-1]['jobs']:g} jobs: max throughput {num(pr['max_throughput'], 0)}"
+        f"{range_phrase(pr)} at {pr['max_throughput_jobs']} jobs; {knee_phrase(pr)}; bottleneck {pr['bottleneck']}",
+        highlight=False)
     _say_unconverged([*(r["model"] for r in t.steps), *pr["points"]], console)
 
 
@@ -270,6 +271,14 @@ def _say_platform(t: WhatIf | Sizing, console: Console) -> None:
                       highlight=False, markup=False)
     for note in pf.notes:
         sayer(console)(f"  note: {note}", highlight=False, markup=False)
+
+
+def range_phrase(prediction: CurveJson) -> str:
+    """' (1,200 to 1,450 with the demands' spread over the calibration steps)', or nothing without a spread."""
+    span = prediction["max_throughput_range"]
+    if not span:
+        return ""
+    return f" ({num(span[0], 0)} to {num(span[1], 0)} with the demands' spread over the calibration steps)"
 
 
 def knee_phrase(prediction: CurveJson) -> str:
