@@ -162,6 +162,17 @@ def lock_case(key: str = "Lock:transactionid") -> TestView:
                   for j in (1, 2, 4, 8)))
 
 
+def test_a_lone_job_seen_only_on_the_client_waited_on_no_lock():
+    """MariaDB's hot row at 1 job: all 31 samples found the job on the client (Client:idle), so no server-side share
+    exists, and the step was dropped: with only the 8-job step left, the lock waits (70 %) fired nothing."""
+    hot = ("Lock:InnoDB lock wait", 0.70)
+    eight = step(8, 8251, waits={CPU: 0.23, LOCK: 0.70, LOG: 0.07}, top_waits=[hot], top_classes={hot[0]: LOCK},
+                 samples_seen=248)
+    f = lock_contention(view(step(1, 3559, waits={}, top_waits=[], samples_seen=31), eight))
+    assert f is not None and f.steps == [1, 8] and "from 0% of the jobs' samples at 1 jobs" in f.evidence[0], f
+    assert lock_contention(view(step(1, 3559, waits={}, top_waits=[], samples_seen=0), eight)) is None  # unsampled
+
+
 def test_lock_contention_but_not_the_log_flush_queue():
     f = lock_contention(lock_case())
     assert f.steps == [1, 2, 4, 8] and "Lock:transactionid" in f.evidence[0]

@@ -23,9 +23,12 @@ pytestmark = pytest.mark.db
 CAN_CONFINE = not platform.missing_controllers(PlatformLimits(cpus=1, cpu_quota=1.0, read_iops=1.0))
 needs_cgroups = pytest.mark.skipif(not CAN_CONFINE, reason="needs root and the cgroup v1 cpuset, cpu and blkio "
                                    "controllers")
-# The CFS quota is enforced per 100 ms period: over two seconds a CPU-bound process gets at most its quota (a period
-# in progress when the clock is read may add one period's quota, 5 % of 2 s at 0.25 cores)...
-QUOTA_OVERRUN = 0.05
+# The CFS quota is enforced per 100 ms period: over a window a CPU-bound process gets at most its quota, plus one
+# period's quota (the period in progress when the window opens) and a bandwidth slice per CPU (the kernel hands each
+# CPU the group's runtime in slices of 5 ms, and the backend may run on any of them). CPU time is read in nanoseconds
+# (/proc/<pid>/schedstat): clock ticks of 10 ms are 2 % of the half second a quarter core gets in 2 s, and were seen
+# to take the share 5.8 % over its quota. Measured here: 0.2562-0.2641 cores against at most 0.2672 over ~2.03 s.
+CFS_SLICE_S = 0.005
 # ...and, on a host busy with other programs, less: the quota is a ceiling, the floor only says it ran at all.
 QUOTA_FLOOR = 0.4
 # blk-throttle dispatches in slices; over a few seconds the rate stays within a slice's allowance of the limit.
@@ -66,19 +69,26 @@ def test_confined_to_one_core_the_server_and_every_backend_it_starts_run_there_a
     assert not [g for g in _groups() if g.endswith("-test-cpuset")]
 
 
+def _cpu_ns(pid: int) -> int:
+    """The process's time on a CPU, in nanoseconds (the scheduler's own account)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
 @needs_cgroups
 def test_a_cpu_quota_caps_a_cpu_bound_backend_at_its_share(embedded_dsn):
     postmaster, data_dir = _server(embedded_dsn)
     quota = 0.25
     with platform.confined(PlatformLimits(cpu_quota=quota), postmaster, [data_dir], "test-quota"), \
             psycopg.connect(embedded_dsn) as conn:
-        backend = psutil.Process(conn.execute("select pg_backend_pid()").fetchone()[0])
-        cpu_before, wall_before = sum(backend.cpu_times()[:2]), time.monotonic()
+        backend = conn.execute("select pg_backend_pid()").fetchone()[0]
+        cpu_before, wall_before = _cpu_ns(backend), time.monotonic()
         conn.execute("set statement_timeout = '2s'")
         with pytest.raises(psycopg.errors.QueryCanceled):
             conn.execute("select count(*) from generate_series(1, 1e10)")
-        share = (sum(backend.cpu_times()[:2]) - cpu_before) / (time.monotonic() - wall_before)
-    assert share <= quota * (1 + QUOTA_OVERRUN), f"the backend used {share:.3f} cores under a quota of {quota}"
+        wall = time.monotonic() - wall_before
+        share = (_cpu_ns(backend) - cpu_before) / 1e9 / wall
+    most = quota * (1 + platform.CFS_PERIOD_US / 1e6 / wall) + CFS_SLICE_S * (os.cpu_count() or 1) / wall
+    assert share <= most, f"the backend used {share:.4f} cores under a quota of {quota} (at most {most:.4f})"
     assert share >= quota * QUOTA_FLOOR, f"the backend used only {share:.3f} cores under a quota of {quota}"
 
 

@@ -203,3 +203,18 @@ def test_the_maximum_throughput_range_moves_the_bottlenecks_demand_by_its_own_sp
     low, high = curve(io_bound, 64).max_throughput_range
     assert (low, high) == pytest.approx((1 / 220e-6, 1 / 180e-6), rel=1e-3)
     assert curve(make_model(), 64).max_throughput_range is None  # no spread measured: no range claimed
+
+
+def test_each_scenario_carries_the_range_its_demands_spread_gives():
+    """A closed scenario saturated on 2 cores runs at 2 / D at either end of the CPU's spread; an open one at a
+    rate the larger demand cannot carry has no throughput or response time at that end (saturated), while the
+    smaller demand carries the rate."""
+    m = make_model(cpu_s=100e-6, disk_s=1e-6, cores=2)
+    m.demand_spread = {"cpu": 0.10}
+    doc = evaluate(m, 64, 0.0, expand("", {"rate": 19_000.0}))
+    closed, opened = doc["scenarios"][0]["spread_range"], doc["scenarios"][-1]["spread_range"]
+    assert closed["throughput"] == pytest.approx([2 / 110e-6, 2 / 90e-6], rel=1e-3)
+    assert closed["response_time_s"][0] < closed["response_time_s"][1]  # less demand, less time
+    assert opened["throughput"][0] is None and opened["response_time_s"][1] is None  # 19,000/s > 2 / 110 us
+    assert opened["throughput"][1] == pytest.approx(19_000.0)
+    assert evaluate(make_model(), 1, 0.0, [])["scenarios"][0]["spread_range"] is None  # no spread, no range

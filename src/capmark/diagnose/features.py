@@ -89,6 +89,9 @@ class StepView:
     # their share of the active samples, and their classes: what the user looks up
     top_waits: list[tuple[str, float]] = field(default_factory=list)
     top_classes: dict[str, WaitClass] = field(default_factory=dict)
+    # the jobs' sessions the sampler saw, the client's time included: a step whose jobs it saw only on the client
+    # (waits empty) was sampled and waited on nothing in the server, which is not the same as not sampled
+    samples_seen: int = 0
     wal_fsyncs_per_commit: float | None = None
     flush_share_of_commit: float | None = None  # WAL write + fsync time / commit latency
     commits_per_unit: float | None = None  # the workload's own commits (capmark's taken out) per unit of work
@@ -180,7 +183,7 @@ def step_view(step: StepResult, per_unit: dict[str, float] | None = None,
         ctxt_per_unit=(step.os.get("ctxt") or 0) / units if step.os.get("ctxt") is not None and units else None,
         run_queue_waiting=run_queue(step)["waiting"], devices=devices(step),
         buffer_hit_pct=values.get("buffer_hit_pct"), reads_per_unit=reads / units if reads is not None and units else None,
-        waits=classes, top_waits=top, top_classes=top_classes,
+        waits=classes, top_waits=top, top_classes=top_classes, samples_seen=sum(step.waits.values()),
         wal_fsyncs_per_commit=pc.get("wal_fsyncs_per_commit") if commits else None,
         flush_share_of_commit=(flush_ms / 1000 / lat.mean_s) if flush_ms and lat.mean_s else None,
         commits_per_unit=commits / units if units else None,

@@ -248,7 +248,8 @@ def _lock_waits(s: StepView) -> list[tuple[str, float]]:
 def lock_contention(t: TestView) -> Finding | None:
     # Only the lock class counts: queueing for the log's latches (PostgreSQL's WALWrite, InnoDB's log_sys, the binary
     # log's group commit) is the log flush class, which commit_bound reports as group commit, not a hot spot.
-    steps = [s for s in t.valid_steps if s.waits]
+    # a step whose jobs the sampler saw only on the client (a lone job is mostly there) waited on no lock: 0
+    steps = [s for s in t.valid_steps if s.waits or s.samples_seen]
     if len(steps) < 2:
         return None
     share = [s.waits.get(WaitClass.LOCK, 0.0) for s in steps]

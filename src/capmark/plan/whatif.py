@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from capmark.config import parse_duration, read_toml
 from capmark.errors import CapmarkError
@@ -27,7 +27,9 @@ from capmark.plan.dbmodel import (
     DbModel,
     Prediction,
     PredictionJson,
+    solve,
     solve_open,
+    spread_model,
 )
 
 _GROWTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*(?:[xX*]\s*(\d+))?\s*$")
@@ -57,11 +59,23 @@ class ChangeVsBaseline(TypedDict, total=False):
     p95_s: float | None
 
 
+class SpreadRange(TypedDict):
+    """A scenario solved with every measured demand moved by its spread over the calibration steps (more demand,
+    less demand): [low, high] of its throughput and mean response time; an end is None where that model saturates
+    an open load."""
+
+    throughput: list[float | None]
+    response_time_s: list[float | None]
+
+
 class OutcomeJson(TypedDict):
     name: str
     changes: Changes
     prediction: PredictionJson
     change_vs_baseline_pct: ChangeVsBaseline
+    # None where the calibration had no spread to go by, or the rows were simulated; absent from what-ifs saved by
+    # capmark before it gave ranges
+    spread_range: NotRequired[SpreadRange | None]
 
 
 class Baseline(TypedDict):
@@ -122,10 +136,25 @@ class Outcome:
     scenario: Scenario
     prediction: Prediction
     change_pct: ChangeVsBaseline = field(default_factory=lambda: ChangeVsBaseline())
+    spread_range: SpreadRange | None = None
 
     def to_dict(self) -> OutcomeJson:
         return OutcomeJson(name=self.scenario.name, changes=self.scenario.changes(),
-                           prediction=self.prediction.to_dict(), change_vs_baseline_pct=self.change_pct)
+                           prediction=self.prediction.to_dict(), change_vs_baseline_pct=self.change_pct,
+                           spread_range=self.spread_range)
+
+
+def spread_range(model: DbModel, solved: Callable[[DbModel], Prediction]) -> SpreadRange | None:
+    """The scenario solved (by `solved`) with the demands at either end of their spread; None without a spread."""
+    if not model.demand_spread:
+        return None
+    more, less = solved(spread_model(model, 1)), solved(spread_model(model, -1))
+
+    def figure(p: Prediction, value: float | None) -> float | None:
+        return None if p.saturated and p.offered_rate is not None else value
+
+    return SpreadRange(throughput=[figure(more, more.throughput), figure(less, less.throughput)],
+                       response_time_s=[figure(less, less.response_time_s), figure(more, more.response_time_s)])
 
 
 def parse_growth(text: str) -> list[float]:
@@ -238,23 +267,33 @@ def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: lis
     a closed load only)."""
     from capmark.plan.simulate import solver as solver_for
 
-    solve = solver_for(solver)
-    closed_base = solve(model, base_jobs, base_think_s)
+    closed = solver_for(solver)
+    ranged = solver == "mva"  # a simulated row's spread would take three simulations: its own interval stands
+
+    def closed_range(jobs: int, think_s: float, cfg: Config | None = None) -> SpreadRange | None:
+        return spread_range(model, lambda m: solve(m, jobs, think_s, cfg)) if ranged else None
+
+    def open_range(rate: float, cfg: Config | None = None) -> SpreadRange | None:
+        return spread_range(model, lambda m: solve_open(m, rate, cfg))
+
+    closed_base = closed(model, base_jobs, base_think_s)
     base_rate = closed_base.throughput or 0.0
     open_base = solve_open(model, base_rate) if any(s.growth or s.rate for s in scenarios) else None
-    rows = [Outcome(Scenario("Baseline", jobs=base_jobs, think_s=base_think_s), closed_base)]
+    rows = [Outcome(Scenario("Baseline", jobs=base_jobs, think_s=base_think_s), closed_base,
+                    spread_range=closed_range(base_jobs, base_think_s))]
     if open_base is not None:
-        rows.append(Outcome(Scenario("Baseline (open)", rate=base_rate), open_base))
+        rows.append(Outcome(Scenario("Baseline (open)", rate=base_rate), open_base, spread_range=open_range(base_rate)))
     for s in scenarios:
         if progress:
             progress(f"{model.workload}: scenario {s.name}")
         cfg = s.config(model)
         if s.growth or s.rate:
             rate = s.rate or base_rate * (s.growth or 1.0)
-            p, ref = solve_open(model, rate, cfg), open_base
+            p, ref, span = solve_open(model, rate, cfg), open_base, open_range(rate, cfg)
         else:
-            p, ref = solve(model, s.jobs or base_jobs, base_think_s if s.think_s is None else s.think_s, cfg), closed_base
-        rows.append(Outcome(s, p, _change(p, ref)))
+            jobs, think_s = s.jobs or base_jobs, base_think_s if s.think_s is None else s.think_s
+            p, ref, span = closed(model, jobs, think_s, cfg), closed_base, closed_range(jobs, think_s, cfg)
+        rows.append(Outcome(s, p, _change(p, ref), span))
     return Evaluation(baseline=Baseline(jobs=base_jobs, think_s=base_think_s, throughput=base_rate),
                       model=model.calibrated_from, scenarios=[o.to_dict() for o in rows],
                       converged=all(o.prediction.converged for o in rows),

@@ -287,6 +287,15 @@ def knee_phrase(prediction: CurveJson) -> str:
     return f"knee ({prediction['knee_rule']}) {where}"
 
 
+def whole(v: float | None) -> str:
+    return num(v, 0)
+
+
+def _end(value: float | None, shown: Callable[[float | None], str]) -> str:
+    """One end of a range: a model that saturates the offered load has none."""
+    return "saturated" if value is None else shown(value)
+
+
 def _util(p: PredictionJson) -> str:
     return ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(p["utilizations"].items(), key=lambda kv: -kv[1]))
 
@@ -314,6 +323,14 @@ def print_whatif(t: WhatIf, workload: str, console: Console) -> None:
         if types:
             each = ", ".join(f"{name} {ms(v['response_time_s'])} / {ms(v['p95_s'])}" for name, v in types.items())
             sayer(console)(f"  {s['name']}, per transaction type, mean / p95 ms: {each}", highlight=False, markup=False)
+    spans = [(s["name"], span) for s in t.scenarios if (span := s.get("spread_range")) is not None]
+    if spans:
+        sayer(console)("  with the measured demands moved by their spread over the calibration steps, low to high:",
+                       highlight=False)
+    for name, span in spans:
+        rate, response = span["throughput"], span["response_time_s"]
+        sayer(console)(f"    {name}: X {_end(rate[0], whole)} to {_end(rate[1], whole)}, R {_end(response[0], ms)} to "
+                       f"{_end(response[1], ms)} ms", highlight=False, markup=False)
     _say_platform(t, console)
     for note in dict.fromkeys(n for s in t.scenarios for n in s["prediction"].get("notes") or []):
         sayer(console)(f"  note: {note}", highlight=False, markup=False)
