@@ -17,6 +17,7 @@ infinite-source batch b = a + exp(-a), a = commit arrivals during one flush.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import NotRequired, TypedDict
 
@@ -147,9 +148,17 @@ class DbModel:
     type_reference: dict[str, float] = field(default_factory=dict)
 
 
+def at_spread_ends(model: DbModel, solved: Callable[[DbModel], Prediction]) -> tuple[Prediction, Prediction] | None:
+    """`solved` (one load on one platform) with every measured demand moved up by its spread, then down: the ends
+    of the range a prediction carries. None where the calibration had no spread to go by."""
+    if not model.demand_spread:
+        return None
+    return solved(spread_model(model, 1)), solved(spread_model(model, -1))
+
+
 def spread_model(model: DbModel, sign: int) -> DbModel:
     """The model with each measured demand moved by its spread across the calibration steps, up (sign 1) or down
-    (-1): the ends of the range a prediction carries."""
+    (-1)."""
     u = model.demand_spread or {}
 
     def moved(value: float, key: str) -> float:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
-from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, solve, spread_model
+from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, at_spread_ends, solve
 
 KNEE_FACTOR = 2.0
 
@@ -78,7 +78,5 @@ def throughput_range(model: DbModel, jobs: float, think_s: float | None = None,
                      config: Config | None = None) -> tuple[float, float] | None:
     """The throughput at `jobs` with every measured demand moved by its spread across the calibration steps: more
     demand gives the low end, less the high one. None where the calibration had no spread to go by."""
-    if not model.demand_spread:
-        return None
-    low, high = (solve(spread_model(model, sign), jobs, think_s, config).throughput or 0.0 for sign in (1, -1))
-    return low, high
+    ends = at_spread_ends(model, lambda m: solve(m, jobs, think_s, config))
+    return (ends[0].throughput or 0.0, ends[1].throughput or 0.0) if ends else None

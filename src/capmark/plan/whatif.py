@@ -27,9 +27,9 @@ from capmark.plan.dbmodel import (
     DbModel,
     Prediction,
     PredictionJson,
+    at_spread_ends,
     solve,
     solve_open,
-    spread_model,
 )
 
 _GROWTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*(?:[xX*]\s*(\d+))?\s*$")
@@ -146,9 +146,10 @@ class Outcome:
 
 def spread_range(model: DbModel, solved: Callable[[DbModel], Prediction]) -> SpreadRange | None:
     """The scenario solved (by `solved`) with the demands at either end of their spread; None without a spread."""
-    if not model.demand_spread:
+    ends = at_spread_ends(model, solved)
+    if ends is None:
         return None
-    more, less = solved(spread_model(model, 1)), solved(spread_model(model, -1))
+    more, less = ends
 
     def figure(p: Prediction, value: float | None) -> float | None:
         return None if p.saturated and p.offered_rate is not None else value
