@@ -246,6 +246,18 @@ def build(dsn: str) -> None:
             conn.execute(f"SELECT count(*), sum(length(t::text)) FROM {SCHEMA}.{table} t")
 
 
+def fit_rates(dsn: str, target_cpu: float, seconds: int, peak: dict[str, float] | None = None) -> dict[str, float]:
+    """The peak's rates scaled so that they keep the host `target_cpu` busy now: the production's CPU per transaction
+    is the host's (1.8x between a quiet and a loaded hour of the shared test machine), and a peak fixed in
+    transactions would leave a slow host no room to grow."""
+    peak = dict(peak or PEAK_RATES)
+    with script_folder() as scripts:
+        trial = run_phase(dsn, Phase("fitting the peak", seconds, peak), scripts)
+    busy = trial.cpu_busy()
+    scale = target_cpu / busy if busy > 0 else 1.0
+    return {app: rate * scale for app, rate in peak.items()}
+
+
 def profile(quiet_s: int, peak_s: int, dip_s: int, peak: dict[str, float] | None = None) -> list[Phase]:
     """A quiet part, the peak, a dip."""
     peak = dict(peak or PEAK_RATES)
@@ -355,6 +367,54 @@ def run_profile(dsn: str, phases: list[Phase], on_phase: Callable[[PhaseRun], No
             if on_phase is not None:
                 on_phase(run)
     return runs
+
+
+@dataclass(frozen=True)
+class LevelRun:
+    """A growth level with the peak's own rates run just before and just after it: the host's speed at the level,
+    measured by the production itself (a shared host's other tenants move the CPU a transaction costs by more than
+    a reference loop shows: -1 % by the loop while a level's CPU fell 9 %)."""
+
+    level: PhaseRun
+    before: PhaseRun
+    after: PhaseRun
+
+    def reference_cpu(self) -> float:
+        """The peak's rates' CPU busy around the level (the mean of the two beside it)."""
+        return (self.before.cpu_busy() + self.after.cpu_busy()) / 2
+
+    def reference_drift(self) -> float:
+        """How far the host's speed moved across the level, as a share (the two references against each other)."""
+        before, after = self.before.cpu_busy(), self.after.cpu_busy()
+        return after / before - 1 if before else 0.0
+
+    def cpu_at(self, peak_cpu: float) -> float:
+        """The level's CPU busy on a host as fast as the one that ran the peak at `peak_cpu`: the level's own
+        scaled by how much the same peak cost then against now."""
+        reference = self.reference_cpu()
+        return self.level.cpu_busy() * peak_cpu / reference if reference else self.level.cpu_busy()
+
+
+def growth_beside_peak(dsn: str, phases: list[Phase], reference_s: int, same_speed: float, tries: int,
+                       peak: dict[str, float] | None = None) -> list[LevelRun]:
+    """Each growth phase between two runs of the peak's rates (one shared between neighbouring levels). A level
+    whose two references differ by more than `same_speed` is run again with a new reference after it, up to `tries`
+    times; the try whose references agree best is kept."""
+    reference = Phase("peak again", reference_s, dict(peak or PEAK_RATES))
+    levels = []
+    with script_folder() as scripts:
+        before = run_phase(dsn, reference, scripts)
+        for phase in phases:
+            runs = []
+            for _ in range(tries):
+                level = run_phase(dsn, phase, scripts)
+                after = run_phase(dsn, reference, scripts)
+                runs.append(LevelRun(level, before, after))
+                before = after
+                if abs(runs[-1].reference_drift()) <= same_speed:
+                    break
+            levels.append(min(runs, key=lambda r: abs(r.reference_drift())))
+    return levels
 
 
 # Each application's statements in pg_stat_statements (normalised text, LIKE patterns). pgbench's BEGIN and END
