@@ -4,11 +4,12 @@ CPU per transaction (capmark: its driver processes over the window, the runner's
 process's rusage over its whole run, divided by its transactions).
 
     python benchmarks/client_engine_ab.py [--rounds 5] [--seconds 5] [--job-counts 1,2,4,8] [--dsn DSN]
-                                          [--script lookup|tpcb-like]
+                                          [--script lookup|tpcb-like|srv-query1]
 
 lookup: the example of docs/scripts.md (random_zipfian, \gset, \if); tpcb-like: pgbench's own default transaction,
 as the catalogue's pgbench-tpcb runs it client-side (its history table grows over the rounds, for every engine
-alike).
+alike); srv-query1: the catalogue's prepared primary-key lookup, which the pgbench engine runs as its pgbench script
+(plain pgbench runs that script with the table's size written in).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def pgbench_round(dsn: str, script: Path, jobs: int, seconds: float, cores: int)
 def main() -> None:
     ap = rounds_parser(__doc__)
     ap.add_argument("--job-counts", default="1,2,4,8", help="job counts to measure, e.g. 1,2,4,8")
-    ap.add_argument("--script", choices=("lookup", "tpcb-like"), default="lookup", help="which script")
+    ap.add_argument("--script", choices=("lookup", "tpcb-like", "srv-query1"), default="lookup", help="which script")
     args = ap.parse_args()
     counts = [int(x) for x in args.job_counts.split(",")]
     ctx = target(args.dsn)
@@ -88,6 +89,11 @@ def main() -> None:
         if args.script == "tpcb-like":
             path.write_text(TPCB_LIKE_SCRIPT)
             workload = registry.get("pgbench-tpcb")
+        elif args.script == "srv-query1":
+            workload = registry.get("srv-query1")
+            recipe = scripts.pgbench_recipe(workload)
+            assert recipe is not None
+            path.write_text(recipe.sources[0].text.replace(":items", str(datamodel.size_for(1).items)))
         else:
             path.write_text(SCRIPT)
             workload = scripts.script_workload(scripts.load_sources([str(path)]), scripts.ScriptOptions(seed=SEED))

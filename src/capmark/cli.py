@@ -224,8 +224,9 @@ def run(
     allow_shell: Annotated[bool, typer.Option("--allow-shell", help="Let scripts run \\shell and \\setshell "
                                               "commands.")] = False,
     client_engine: Annotated[str, typer.Option("--client-engine", help="What runs the client side of a "
-                                               "PostgreSQL pgbench script (--script, and pgbench-tpcb, "
-                                               "pgbench-simple-update, pgbench-select-only with --mode client): "
+                                               "PostgreSQL pgbench script (--script; with --mode client "
+                                               "pgbench-tpcb, pgbench-simple-update, pgbench-select-only and the "
+                                               "SRV lookups): "
                                                "python (capmark's own driver, default) or pgbench (the pgbench "
                                                "program, at its own cost per transaction).")] = "python",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print every table as each test ends (per "

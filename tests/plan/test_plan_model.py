@@ -11,7 +11,7 @@ from capmark.model import mva
 from capmark.plan.dbmodel import Config, DbModel, solve, solve_open
 from capmark.plan.groupcommit import batch_size, flush_state
 from capmark.plan.predict import curve, job_grid
-from capmark.plan.sizing import max_jobs, max_rate, parse_sla, smallest_change
+from capmark.plan.sizing import max_jobs, max_rate, parse_sla, sizing_range, smallest_change
 from capmark.plan.whatif import evaluate, expand, growth_name, load_scenarios, parse_growth
 
 
@@ -163,6 +163,23 @@ def test_sizing_returns_a_load_that_meets_the_sla_and_one_more_that_does_not(kwa
     assert not fastest.limit_reached
     assert at_rate is not None and at_rate.p95_s <= sla.limit_s * (1 + 1e-6)
     assert solve_open(m, rate * 1.01).p95_s is None or solve_open(m, rate * 1.01).p95_s > sla.limit_s
+
+
+def test_sizing_carries_the_range_its_demands_spread_gives():
+    """One core and nothing else: closed, the mean response time of N jobs is N D, so the most jobs within 1 ms is
+    the whole part of 1 ms / D; open (M/M/1), the highest rate is (1 - D / 1 ms) / D. At D (1 -+ 10 %) both ends are
+    exactly those; a spread applied the wrong way, or to a demand other than the CPU's, fails."""
+    m = make_model(cpu_s=100e-6, disk_s=0.0, cores=1)
+    m.demand_spread = {"cpu": 0.10, "devices": 0.50}
+    sla = parse_sla("mean<1ms")
+    jobs, rates = sizing_range(m, sla)
+    assert jobs == [9, 11]  # 1 ms / 110 us = 9.1, 1 ms / 90 us = 11.1
+
+    def mm1(demand_s: float) -> float:
+        return (1 - demand_s / 1e-3) / demand_s
+
+    assert rates == pytest.approx([mm1(110e-6), mm1(90e-6)], rel=1e-4)
+    assert sizing_range(make_model(), sla) == (None, None)  # no spread measured: no range claimed
 
 
 def test_smallest_change_meets_the_sla_at_the_target():

@@ -233,6 +233,12 @@ def test_a_known_delay_reads_as_itself_timed_in_full_or_sampled(conn, delay_us):
                 f"each of {DELAY_TRIES} tries: " + "; ".join(tries))
 
 
+# A shared host's neighbours can slow one kind of slice for a whole round (a 2-vCPU CI host read sampled p50 17 %
+# above every-unit p50 once, and within a bucket in the runs before and after): a disagreement is measured again,
+# up to this many times in all, and the test fails only when every try disagrees.
+AGREEMENT_TRIES = 3
+
+
 @pytest.mark.db
 def test_sampled_percentiles_agree_with_timing_every_unit(conn):
     """Slices timing every unit and slices timing one in 8 alternate, so both see the same machine. Timing every
@@ -240,22 +246,32 @@ def test_sampled_percentiles_agree_with_timing_every_unit(conn):
     may differ by that cost (what the slice measures as its cost of timing) plus a bucket's width. (While the sampled
     unit was a separate copy of the unit and the clock a float epoch, sampled slices read p50 30 % above.)"""
     every, rounds = 8, 8
-    # right after a heavy test a checkpoint is still writing; its bursts slowed one kind of slice by 30 % (in CI,
-    # and here after the Ray node test). Finish it first, as a measured step does (driver/quiesce.py).
-    checkpoint(conn)
-    full, sampled = LatencyHistogram(), LatencyHistogram()
-    timing = math.inf
-    for _ in range(rounds):
-        for k, into in ((1, full), (every, sampled)):
-            counts, busy_s, timing_s = _timed(conn, QUERY1, k, 0.2)
-            into.add_bucket_counts(counts, busy_s)
-            timing = min(timing, timing_s)
-    assert sampled.total >= SAMPLE_TARGET
-    for q in (50, 90):
-        f, s = full.percentile(q), sampled.percentile(q)
-        assert f - timing - 2 * RELATIVE_WIDTH * f <= s <= f + 2 * RELATIVE_WIDTH * f, (q, f, s, timing)
-    # a sampled histogram's mean comes from the busy time over every unit, as a full one's does
-    assert sampled.mean_s == pytest.approx(full.mean_s, rel=0.25)
+    tries = []
+    for _ in range(AGREEMENT_TRIES):
+        # right after a heavy test a checkpoint is still writing; its bursts slowed one kind of slice by 30 % (in
+        # CI, and here after the Ray node test). Finish it first, as a measured step does (driver/quiesce.py).
+        checkpoint(conn)
+        full, sampled = LatencyHistogram(), LatencyHistogram()
+        timing = math.inf
+        for _ in range(rounds):
+            for k, into in ((1, full), (every, sampled)):
+                counts, busy_s, timing_s = _timed(conn, QUERY1, k, 0.2)
+                into.add_bucket_counts(counts, busy_s)
+                timing = min(timing, timing_s)
+        assert sampled.total >= SAMPLE_TARGET
+        # a sampled histogram's mean comes from the busy time over every unit, as a full one's does
+        assert sampled.mean_s == pytest.approx(full.mean_s, rel=0.25)
+        outside = []
+        for q in (50, 90):
+            f, s = full.percentile(q), sampled.percentile(q)
+            if not f - timing - 2 * RELATIVE_WIDTH * f <= s <= f + 2 * RELATIVE_WIDTH * f:
+                outside.append(f"p{q} {s * 1e6:.2f} us sampled against {f * 1e6:.2f} us timing every unit "
+                               f"(its timing cost {timing * 1e6:.2f} us)")
+        if not outside:
+            return
+        tries.append(", ".join(outside))
+    pytest.fail(f"sampled and every-unit percentiles disagreed beyond a bucket's width in each of {AGREEMENT_TRIES} "
+                "tries: " + "; ".join(tries))
 
 
 @pytest.fixture(scope="module")

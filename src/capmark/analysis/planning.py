@@ -26,7 +26,16 @@ from capmark.plan.dbmodel import MAX_CORES, MAX_JOBS_SOLVED
 from capmark.plan.dbmodel import DbModel as DbModel
 from capmark.plan.dbmodel import PredictionJson as PredictionJson
 from capmark.plan.predict import CurveJson as CurveJson
-from capmark.plan.sizing import Sla, Target, check_target_rate, max_jobs, max_rate, parse_sla, smallest_change
+from capmark.plan.sizing import (
+    Sla,
+    Target,
+    check_target_rate,
+    max_jobs,
+    max_rate,
+    parse_sla,
+    sizing_range,
+    smallest_change,
+)
 from capmark.plan.whatif import Baseline, OutcomeJson, Scenario, evaluate, expand, load_scenarios
 from capmark.results import RunResult, TestResult
 
@@ -107,6 +116,10 @@ class Sizing(Payload):
     max_rate: float | None
     at_max_rate: PredictionJson | None
     rate_search_limit_reached: bool  # the open model never saturated below the rate search's limit
+    # the same two answers with every measured demand moved by its spread over the calibration steps, low end
+    # (demands up) first; None where the calibration had no spread to go by
+    max_jobs_range: list[int] | None = None
+    max_rate_range: list[float] | None = None
     converged: bool  # every solution the searches decided on settled
     unsettled: dict[str, list[str]]  # jobs | rate: the loads whose solution did not
     unsettled_notes: list[str]
@@ -231,6 +244,9 @@ def sizing_document(run: RunResult, tests: list[TestResult], sla_text: str, *, f
         if progress:
             progress(f"{t.workload}: highest arrival rate within {sla.text}")
         fastest = max_rate(model, sla)
+        if progress and model.demand_spread:
+            progress(f"{t.workload}: the same with the demands' spread over the calibration steps")
+        jobs_range, rate_range = sizing_range(model, sla)
         if progress and target_tps:
             progress(f"{t.workload}: what {target_tps:g} {t.unit}s/s within {sla.text} needs")
         return Sizing(unit=t.unit, sla=sla,
@@ -239,6 +255,7 @@ def sizing_document(run: RunResult, tests: list[TestResult], sla_text: str, *, f
                       one_more_job=most.beyond.to_dict(), search_limit_reached=most.limit_reached,
                       max_rate=fastest.rate, at_max_rate=fastest.at.to_dict() if fastest.at else None,
                       rate_search_limit_reached=fastest.limit_reached,
+                      max_jobs_range=jobs_range, max_rate_range=rate_range,
                       converged=not most.unsettled and not fastest.unsettled,
                       unsettled={"jobs": most.unsettled, "rate": fastest.unsettled},
                       unsettled_notes=[n for n in (most.note, fastest.note) if n],

@@ -33,7 +33,7 @@ from capmark.driver import pgbench_log
 from capmark.driver.groups import Outcome, ProcessCpu, StepFailed, StepJobs
 from capmark.driver.jobs import Schedule
 from capmark.engines import registry as engines
-from capmark.workloads.scripts import ScriptRecipe
+from capmark.workloads.scripts import pgbench_recipe
 
 # The step's pause between the warm-up and the window (statistics flush, opening snapshot, host counters, the
 # sampler's connection) must fit in the time pgbench is given beyond them; the runner takes well under a second
@@ -77,8 +77,8 @@ def _conninfo(dsn: str) -> tuple[str, str | None]:
 
 def command(spec: StepJobs, folder: Path, seconds: int, rate: float, cores: int) -> list[str]:
     """pgbench's command line for the step (the DSN's password goes to the environment)."""
-    recipe = spec.workload.recipe
-    if not isinstance(recipe, ScriptRecipe):
+    recipe = pgbench_recipe(spec.workload)
+    if recipe is None:
         raise StepFailed(f"{spec.workload.name} is no pgbench script; the pgbench engine runs pgbench scripts only")
     params = spec.params
     seed = int(params.get("seed", recipe.options.seed) or 0)
@@ -89,7 +89,10 @@ def command(spec: StepJobs, folder: Path, seconds: int, rate: float, cores: int)
             "-s", str(spec.size.pgbench_scale), "-l", "--log-prefix", str(folder / "log"), "--failures-detailed"]
     if rate:
         args += ["-R", f"{rate:g}"]
-    for name, value in recipe.options.defines:
+    # a catalogue workload's scripts read the data model's sizes (:items, :accounts, ...), which a user's scripts
+    # do not get from either engine
+    sizes = [(n, str(v)) for n, v in spec.size.as_params().items()] if spec.workload.pgbench_recipe else []
+    for name, value in [*sizes, *recipe.options.defines]:
         args += ["-D", f"{name}={value}"]
     for i, source in enumerate(recipe.sources):
         path = folder / f"script{i}.sql"
@@ -232,8 +235,8 @@ class PgbenchGroup:
                 "deadlocks, so run with --client-engine python to count such errors and go on" for a in aborts]
 
     def _outcome(self, stderr: str) -> Outcome:
-        recipe = self.spec.workload.recipe
-        assert isinstance(recipe, ScriptRecipe)
+        recipe = pgbench_recipe(self.spec.workload)
+        assert recipe is not None
         names = list(self.spec.workload.txn_types)
         max_tries = int(self.spec.params.get("max_tries", recipe.options.max_tries) or 1)
         logs = sorted(self.folder.glob("log.*"))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from capmark.errors import CapmarkError
-from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, solve, solve_open
+from capmark.plan.dbmodel import Config, DbModel, Prediction, PredictionJson, solve, solve_open, spread_model
 
 _SLA = re.compile(r"^\s*(mean|avg|p50|p95|p99)\s*(<=|<)\s*(\d+(?:\.\d+)?)\s*(us|ms|s)\s*$", re.IGNORECASE)
 _SCALE = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -159,6 +159,20 @@ def max_jobs(model: DbModel, sla: Sla, think_s: float, config: Config | None = N
         else:
             hi = mid
     return JobsAnswer(jobs=lo, at=at(lo), beyond=at(lo + 1), limit_reached=limit, unsettled=tried.unsettled)
+
+
+def sizing_range(model: DbModel, sla: Sla) -> tuple[list[int] | None, list[float] | None]:
+    """The most jobs and the highest arrival rate within the SLA with every measured demand moved by its spread over
+    the calibration steps, more demand (the low end) first; None where the calibration had no spread, or where a
+    search ended at its limit."""
+    if not model.demand_spread:
+        return None, None
+    more, less = spread_model(model, 1), spread_model(model, -1)
+    jobs = [max_jobs(more, sla, model.think_s), max_jobs(less, sla, model.think_s)]
+    rates = [max_rate(more, sla), max_rate(less, sla)]
+    # an end the search stopped at its limit is the limit, not an answer: no range is claimed from it
+    return (None if any(j.limit_reached for j in jobs) else [j.jobs for j in jobs],
+            None if any(r.limit_reached for r in rates) else [r.rate for r in rates])
 
 
 def capacity(model: DbModel, config: Config | None = None) -> tuple[float, bool]:

@@ -358,6 +358,13 @@ def print_size(t: Sizing, workload: str, console: Console) -> None:
         r = t.at_max_rate
         say(f"  highest arrival rate within the SLA (open model): {num(t.max_rate, 0)} {t.unit}/s "
             f"(bottleneck {r['bottleneck']} at {r['utilizations'][r['bottleneck']] * 100:.0f}%)", highlight=False)
+    jobs = t.max_jobs_range
+    spans = ([f"{jobs[0]} jobs at both ends" if jobs[0] == jobs[1] else f"{jobs[0]} to {jobs[1]} jobs"]
+             if jobs else []) + (
+        [f"{num(t.max_rate_range[0], 0)} to {num(t.max_rate_range[1], 0)} {t.unit}/s"] if t.max_rate_range else [])
+    if spans:
+        say(f"  with the measured demands moved by their spread over the calibration steps: {', '.join(spans)}",
+            highlight=False)
     _say_unconverged([p for p in (t.at_max_jobs, t.one_more_job, t.at_max_rate) if p], console)
     for note in t.unsettled_notes:
         say(f"  note: {note}", highlight=False, markup=False)

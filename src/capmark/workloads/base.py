@@ -127,6 +127,10 @@ class Workload:
     client_stats: Callable[[Any], Any] | None = None
     # how another process rebuilds a workload that is not in the catalogue (a user's scripts): picklable, build()
     recipe: Any = None
+    # the same units as pgbench scripts (a ScriptRecipe, one script per transaction type in order, the data model's
+    # sizes as :items, :accounts, ...), for pgbench as the client-side engine; a workload whose recipe is already
+    # pgbench scripts needs none
+    pgbench_recipe: Any = None
     own_data: OwnData | None = None  # tables of its own, built before its test (the shared model serves the rest)
     verify: Verify | None = None  # checks of the database after its test
     users: Callable[[dict[str, ParamValue]], UserModel | None] | None = None  # keying and think times, when asked for

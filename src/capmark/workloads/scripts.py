@@ -244,6 +244,14 @@ class ScriptRecipe:
         return script_workload(self.sources, self.options)
 
 
+def pgbench_recipe(workload: Workload) -> ScriptRecipe | None:
+    """The pgbench scripts that run the workload's units (its own for a script test), None where it has none."""
+    for recipe in (workload.pgbench_recipe, workload.recipe):
+        if isinstance(recipe, ScriptRecipe):
+            return recipe
+    return None
+
+
 def workload_name(sources: tuple[ScriptSource, ...]) -> str:
     return SCRIPT_PREFIX + "+".join(s.name for s in sources)
 

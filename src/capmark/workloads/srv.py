@@ -8,6 +8,7 @@ from typing import Any
 from capmark.workloads import client as c
 from capmark.workloads import units as u
 from capmark.workloads.base import DataSize, PerUnit, Workload, kpms, mix, procedure_sql
+from capmark.workloads.scripts import ScriptOptions, ScriptRecipe, ScriptSource
 
 SRV_KPMS = kpms("scan_mb_per_s")
 NO_PARALLEL = {"max_parallel_workers_per_gather": "0"}
@@ -23,6 +24,17 @@ def _client_lookup(statement: str, size_of: str):
     return run
 
 
+def _pgbench_source(txn_type: str, statement: str, size_of: str) -> ScriptSource:
+    """The lookup as a pgbench script: the same uniform key over the same rows (pgbench gets the data model's sizes
+    as -D definitions)."""
+    draw = f"\\set key random(1, :{size_of})\n" if size_of else ""
+    return ScriptSource(txn_type, f"{txn_type} as a pgbench script", f"{draw}{statement.replace('$1', ':key')};\n")
+
+
+def _pgbench_recipe(*sources: ScriptSource) -> ScriptRecipe:
+    return ScriptRecipe(sources, ScriptOptions(query_mode="prepared", zero_seed_is_fresh=True))
+
+
 def _srv(name: str, description: str, unit: u.Unit, batch: int, *, statement: str | None = None,
          size_of: str = "", rows: int | None = None, per_unit: PerUnit | None = None) -> Workload:
     proc = "slice_" + name.replace("-", "_")
@@ -35,6 +47,7 @@ def _srv(name: str, description: str, unit: u.Unit, batch: int, *, statement: st
         kpms=SRV_KPMS, warm=("item", "booking", "callrec"),
         per_unit=per_unit or ((lambda p, s: {"rows": rows}) if rows else None),
         session=lambda p: NO_PARALLEL,
+        pgbench_recipe=_pgbench_recipe(_pgbench_source("query", statement, size_of)) if statement else None,
     )
 
 
@@ -64,6 +77,11 @@ SRV_MIXED = Workload(
     unit="query", throughput_label="qps", txn_types=("query1", "query25", "report", "scan"),
     procedure="slice_srv_mixed", procedure_sql=procedure_sql("slice_srv_mixed", _MIX_DECL, _MIX_BODY, ntypes=4),
     kpms=SRV_KPMS, warm=("item", "booking", "callrec"), session=lambda p: NO_PARALLEL, **c.fields(_MIX_CLIENT),
+    pgbench_recipe=_pgbench_recipe(*(_pgbench_source(txn_type, w.client_statements[w.name], size_of)
+                                     for txn_type, w, size_of in (("query1", SRV_QUERY1, "items"),
+                                                                  ("query25", SRV_QUERY25, "booking_accounts"),
+                                                                  ("report", SRV_REPORT, "call_customers"),
+                                                                  ("scan", SRV_SCAN, "")))),
 )
 
 WORKLOADS = (SRV_QUERY1, SRV_QUERY25, SRV_REPORT, SRV_SCAN, SRV_MIXED)
