@@ -20,14 +20,13 @@ The test tests/observe/test_production.py and the benchmark benchmarks/productio
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -114,9 +113,6 @@ class CpuSample:
     at: float  # epoch seconds
     busy_s: float  # cumulative, all cores (everything but idle and iowait)
     total_s: float
-    # the CPU time a fixed loop took in this process just then: the host's speed, which a shared host's other
-    # tenants move (up to 1.7x within seconds seen), while waiting for a core does not count in it
-    reference_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,23 +141,6 @@ class PhaseRun:
         first, last = inside[0], inside[-1]
         return (last.busy_s - first.busy_s) / (last.total_s - first.total_s)
 
-    def reference_s(self, settle_s: float = 5.0, tail_s: float = 2.0) -> float | None:
-        """The median CPU time of the reference loop over the same part of the phase as cpu_busy."""
-        inside = [s.reference_s for s in self.cpu if self.start + settle_s <= s.at <= self.end - tail_s
-                  and s.reference_s is not None]
-        return statistics.median(inside) if inside else None
-
-
-REFERENCE_LOOP = 50_000  # iterations: a few milliseconds of one core, once a second
-
-
-def _reference_cpu_s() -> float:
-    start = time.thread_time()
-    x = 0
-    for i in range(REFERENCE_LOOP):
-        x += i * i
-    return time.thread_time() - start
-
 
 def _cpu_now() -> CpuSample:
     with open("/proc/stat") as f:
@@ -178,8 +157,7 @@ def _cpu_series(samples: list[CpuSample], every_s: float = 1.0) -> Iterator[None
 
     def loop() -> None:
         while not stop.wait(every_s):
-            reference = _reference_cpu_s()
-            samples.append(replace(_cpu_now(), reference_s=reference))
+            samples.append(_cpu_now())
 
     samples.append(_cpu_now())
     thread = threading.Thread(target=loop, daemon=True)
