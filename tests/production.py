@@ -20,6 +20,7 @@ The test tests/observe/test_production.py and the benchmark benchmarks/productio
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -131,6 +132,13 @@ class PhaseRun:
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+    def production_cpu(self) -> float:
+        """The production's own CPU (the server's processes and the pgbench clients) as a fraction of all cores over
+        the phase: unlike the host's busy, it holds nothing of the host's other processes, whose CPU comes and goes
+        on a shared machine (a level's host busy grew 1.49x at 1.728x the rates beside references that agreed)."""
+        all_cores_s = self.cpu[-1].total_s - self.cpu[0].total_s
+        return (self.server_cpu_s + self.client_cpu_s) / all_cores_s if all_cores_s > 0 else float("nan")
 
     def cpu_busy(self, settle_s: float = 5.0, tail_s: float = 2.0) -> float:
         """Host CPU busy as a fraction of all cores, over the phase less its first `settle_s` (clients connect,
@@ -348,51 +356,86 @@ def run_profile(dsn: str, phases: list[Phase], on_phase: Callable[[PhaseRun], No
 
 
 @dataclass(frozen=True)
-class LevelRun:
-    """A growth level with the peak's own rates run just before and just after it: the host's speed at the level,
-    measured by the production itself (a shared host's other tenants move the CPU a transaction costs by more than
-    a reference loop shows: -1 % by the loop while a level's CPU fell 9 %)."""
+class LevelSlice:
+    """A short run of a growth level between two equally short runs of the peak's own rates."""
 
-    level: PhaseRun
     before: PhaseRun
+    level: PhaseRun
     after: PhaseRun
 
-    def reference_cpu(self) -> float:
-        """The peak's rates' CPU busy around the level (the mean of the two beside it)."""
-        return (self.before.cpu_busy() + self.after.cpu_busy()) / 2
-
-    def reference_drift(self) -> float:
-        """How far the host's speed moved across the level, as a share (the two references against each other)."""
-        before, after = self.before.cpu_busy(), self.after.cpu_busy()
-        return after / before - 1 if before else 0.0
-
-    def cpu_at(self, peak_cpu: float) -> float:
-        """The level's CPU busy on a host as fast as the one that ran the peak at `peak_cpu`: the level's own
-        scaled by how much the same peak cost then against now."""
-        reference = self.reference_cpu()
-        return self.level.cpu_busy() * peak_cpu / reference if reference else self.level.cpu_busy()
+    def growth(self) -> float:
+        """The production's own CPU at the level against its mean beside it."""
+        reference = (self.before.production_cpu() + self.after.production_cpu()) / 2
+        return self.level.production_cpu() / reference if reference else float("nan")
 
 
-def growth_beside_peak(dsn: str, phases: list[Phase], reference_s: int, same_speed: float, tries: int,
+@dataclass(frozen=True)
+class LevelRun:
+    """A growth level measured in slices, each between two slices of the peak's own rates: the host's speed at the
+    level, measured by the production itself. A shared host's speed moves within a minute (the peak's rates cost 5 to
+    10 % more or less from one 15 s run to the next), so one long level between two long references judged its growth
+    within +-6 % at best; 7 s slices alternated with the references give it within +-1.5 % (medians of four slices,
+    four repetitions), and another process taking 0.6 of a core throughout moves it by no more than that."""
+
+    slices: list[LevelSlice]
+
+    @property
+    def name(self) -> str:
+        return self.slices[0].level.phase.name
+
+    def growth(self) -> float:
+        """How many times the production's own CPU at the peak's rates the level took (the median of its slices)."""
+        return statistics.median(s.growth() for s in self.slices)
+
+    def cpu_busy(self) -> float:
+        """The host's CPU busy at the level as it ran (the median of its slices, less each one's first second)."""
+        return statistics.median(s.level.cpu_busy(settle_s=SLICE_SETTLE_S, tail_s=0.0) for s in self.slices)
+
+    def production_cpu(self) -> float:
+        return statistics.median(s.level.production_cpu() for s in self.slices)
+
+    def apps(self) -> dict[str, AppRun]:
+        """Each application over all of the level's slices: its rate, what it completed, its server time."""
+        out = {}
+        for app in APPS:
+            runs = [s.level.apps[app] for s in self.slices]
+            out[app] = AppRun(app, runs[0].rate, sum(r.transactions for r in runs), sum(r.failed for r in runs),
+                              sum(r.response_sum_s for r in runs), sum(r.lag_sum_s for r in runs),
+                              sum(r.client_cpu_s for r in runs),
+                              ServerTime(sum(r.server.calls for r in runs), sum(r.server.time_s for r in runs)),
+                              [t for r in runs for t in r.ends])
+        return out
+
+    def seconds(self) -> float:
+        return sum(s.level.phase.seconds for s in self.slices)
+
+    def cpu_at(self, peak: PhaseRun) -> float:
+        """The host's CPU busy at the level on the host of `peak`: the peak's busy with its production's own share
+        grown as the level grew it. What the host ran besides the production stays as it was at the peak, as a
+        model of the peak holds it; the level's speed against the peak's cancels out of the growth."""
+        return peak.cpu_busy() + (self.growth() - 1) * peak.production_cpu()
+
+
+SLICE_SETTLE_S = 1.0  # a slice's clients connect and prepare in its first second
+
+
+def growth_beside_peak(dsn: str, phases: list[Phase], slice_s: int, rounds: int,
                        peak: dict[str, float] | None = None) -> list[LevelRun]:
-    """Each growth phase between two runs of the peak's rates (one shared between neighbouring levels). A level
-    whose two references differ by more than `same_speed` is run again with a new reference after it, up to `tries`
-    times; the try whose references agree best is kept."""
-    reference = Phase("peak again", reference_s, dict(peak or PEAK_RATES))
-    levels = []
+    """Each growth phase in `rounds` slices of `slice_s` seconds, every slice between two slices of the peak's rates
+    (one shared between neighbours): the peak's rates, then the levels in turn with the peak's rates after each, for
+    each round."""
+    reference = Phase("peak again", slice_s, dict(peak or PEAK_RATES))
+    sliced = [Phase(p.name, slice_s, p.rates) for p in phases]
+    taken: dict[str, list[LevelSlice]] = {p.name: [] for p in phases}
     with script_folder() as scripts:
         before = run_phase(dsn, reference, scripts)
-        for phase in phases:
-            runs = []
-            for _ in range(tries):
+        for _ in range(rounds):
+            for phase in sliced:
                 level = run_phase(dsn, phase, scripts)
                 after = run_phase(dsn, reference, scripts)
-                runs.append(LevelRun(level, before, after))
+                taken[phase.name].append(LevelSlice(before, level, after))
                 before = after
-                if abs(runs[-1].reference_drift()) <= same_speed:
-                    break
-            levels.append(min(runs, key=lambda r: abs(r.reference_drift())))
-    return levels
+    return [LevelRun(taken[p.name]) for p in phases]
 
 
 # Each application's statements in pg_stat_statements (normalised text, LIKE patterns). pgbench's BEGIN and END

@@ -33,7 +33,6 @@ pytestmark = pytest.mark.db
 
 INTERVAL_S = 5
 QUIET_S, PEAK_S, DIP_S = 30, 50, 30  # the peak is ten intervals: the shortest peak the analysis accepts
-GROWTH_S = 25  # each growth level
 LEAD_S = 3.0  # the collector's first interval starts before the first phase
 TAIL_S = 2 * INTERVAL_S  # and its last ends after the last phase
 # The peak's rates are fitted to the host before the observation: the peak keeps it this busy, so that the last
@@ -47,14 +46,13 @@ COUNT_TOLERANCE = 0.02  # each workload's transactions over the observation agai
 BASELINE_CPU_POINTS = 0.03  # modelled CPU utilisation against the host's, on the peak
 BASELINE_RESPONSE = 0.15  # each workload's mean response time in the server, model against measured, on the peak
 PREDICTED_CPU_POINTS = 0.05  # at each growth level the host carries, at the peak's host speed
-# A shared host's other tenants move what a transaction costs by up to 15 % within minutes, while the growth levels
-# run after the observation. So each level runs between two runs of the peak's own rates (REFERENCE_S each), and its
-# CPU is scaled by the peak's CPU then against now: the model is judged on the growth, on the host of the peak.
-REFERENCE_S = 15
-# A level whose two references differ by more than this share (the host's speed moved within it) is measured again,
-# up to LEVEL_TRIES times in all; the try whose references agree best is kept.
-SAME_SPEED = 0.05
-LEVEL_TRIES = 3
+# A shared host's other tenants move what a transaction costs by up to 15 % within minutes, and the host's busy by
+# their own CPU, while the growth levels run after the observation. So each level runs between two runs of the peak's
+# own rates, in slices: the production's own CPU (server and clients, from /proc and pgbench's rusage) at the level
+# against beside it is its growth, and the peak's host busy with its production's share so grown is the level on the
+# host of the peak: what the model predicts.
+SLICE_S = 7  # each slice of a level and of the references (measured: medians within +-1.5 %)
+SLICE_ROUNDS = 4  # slices of each level; 25 slices in all, about 3 minutes
 PREDICTED_RESPONSE = 0.20
 # A growth level the host did not carry: its CPU this busy, or an application completing fewer than this share of the
 # transactions it was asked for (pgbench's clients fell behind their schedule).
@@ -140,16 +138,22 @@ def base(observed: Observed, capacity: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def grown(observed: Observed, embedded_dsn: str) -> list[production.LevelRun]:
-    """The three applications at each growth level after the observation, each level between two runs of the
-    peak's rates: the model predicts the level on the host of the peak."""
-    levels = production.growth_beside_peak(embedded_dsn, production.growth(GROWTH_S, observed.peak_rates),
-                                           REFERENCE_S, SAME_SPEED, LEVEL_TRIES, observed.peak_rates)
-    peak = observed.phase("peak").cpu_busy()
+    """The three applications at each growth level after the observation, each level in slices between slices of
+    the peak's rates: the model predicts the level on the host of the peak."""
+    levels = production.growth_beside_peak(embedded_dsn, production.growth(SLICE_S, observed.peak_rates),
+                                           SLICE_S, SLICE_ROUNDS, observed.peak_rates)
+    peak = observed.phase("peak")
     for r in levels:
-        print(f"{r.level.phase.name}: CPU {r.level.cpu_busy():.3f} measured, {r.cpu_at(peak):.3f} at the peak's "
-              f"speed (the peak's rates {peak:.3f} observed, {r.before.cpu_busy():.3f} and {r.after.cpu_busy():.3f} "
-              "beside the level)")
+        print(f"{r.name}: {_told(r, peak)}")
     return levels
+
+
+def _told(run: production.LevelRun, peak: production.PhaseRun) -> str:
+    """A level's measurement in words, with what it was judged from."""
+    slices = ", ".join(f"{s.growth():.3f}" for s in run.slices)
+    return (f"CPU {run.cpu_at(peak):.3f} at the peak's host ({run.cpu_busy():.3f} as run); the production's own CPU "
+            f"grew {run.growth():.3f}x (slices {slices}; {run.production_cpu():.3f} at the level; "
+            f"{peak.production_cpu():.3f} of the peak's {peak.cpu_busy():.3f})")
 
 
 def _near(model: float, truth: float, rel: float) -> bool:
@@ -223,32 +227,29 @@ def _carried(observed: Observed, base: Any, capacity: Any,
              grown: list[production.LevelRun]) -> list[tuple[Any, production.LevelRun]]:
     """Each growth level's scenario beside its measured run, for the levels the host carried, both as it ran and
     at the peak's speed (a level past saturation cannot be scaled back to another speed)."""
-    peak = observed.phase("peak").cpu_busy()
+    peak = observed.phase("peak")
     doc = capacity.api.whatif(base, capacity.api.WhatIfRequest(growth=(capacity.api.parse_growth("20%x3"),)))
     scenarios = [s for s in doc.scenarios if s.period > 0]
     assert len(scenarios) == len(grown)
     pairs = []
     for scenario, run in zip(scenarios, grown, strict=True):
-        kept_up = all(_kept_up(a.transactions, a.rate * run.level.phase.seconds) for a in run.level.apps.values())
-        if max(run.level.cpu_busy(), run.cpu_at(peak)) < SATURATED_CPU and kept_up:
+        kept_up = all(_kept_up(a.transactions, a.rate * run.seconds()) for a in run.apps().values())
+        if max(run.cpu_busy(), run.cpu_at(peak)) < SATURATED_CPU and kept_up:
             pairs.append((scenario, run))
     assert pairs, ("no growth level was carried: " + ", ".join(
-        f"{r.level.phase.name} CPU {r.level.cpu_busy():.3f} as run, {r.cpu_at(peak):.3f} at the peak's speed"
-        for r in grown))
+        f"{r.name}: {_told(r, peak)}" for r in grown))
     return pairs
 
 
 def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capacity: Any,
                                             grown: list[production.LevelRun]) -> None:
-    peak = observed.phase("peak").cpu_busy()
+    peak = observed.phase("peak")
     misses = []
     for scenario, run in _carried(observed, base, capacity, grown):
         modelled, measured = scenario.utilisation[capacity.cpu], run.cpu_at(peak)
-        print(f"{run.level.phase.name}: CPU {modelled:.3f} modelled, {measured:.3f} measured at the peak's speed")
+        print(f"{run.name}: CPU {modelled:.3f} modelled; {_told(run, peak)}")
         if abs(modelled - measured) > PREDICTED_CPU_POINTS:
-            misses.append(f"{run.level.phase.name} CPU {modelled:.3f} modelled, {measured:.3f} measured at the "
-                          f"peak's speed ({run.level.cpu_busy():.3f} as run; the peak's rates {peak:.3f} observed, "
-                          f"{run.before.cpu_busy():.3f} and {run.after.cpu_busy():.3f} beside the level)")
+            misses.append(f"{run.name}: CPU {modelled:.3f} modelled; {_told(run, peak)}")
     assert not misses, misses
 
 
@@ -256,13 +257,13 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
 def test_the_what_if_predicts_the_grown_response_times(observed: Observed, base: Any, capacity: Any,
                                                         grown: list[production.LevelRun]) -> None:
     misses = []
-    for scenario, level in _carried(observed, base, capacity, grown):
-        run = level.level
+    for scenario, run in _carried(observed, base, capacity, grown):
+        apps = run.apps()
         for w in scenario.workloads:
-            if w.name not in run.apps:
+            if w.name not in apps:
                 continue
-            measured = run.apps[w.name].server_time_per_txn_s
+            measured = apps[w.name].server_time_per_txn_s
             if not _near(w.response_s, measured, PREDICTED_RESPONSE):
-                misses.append(f"{run.phase.name} {w.name} {w.response_s * 1e3:.3f} ms modelled, "
+                misses.append(f"{run.name} {w.name} {w.response_s * 1e3:.3f} ms modelled, "
                               f"{measured * 1e3:.3f} ms measured")
     assert not misses, misses
