@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from capmark.engines.postgres import embedded
+from capmark.results import RunResult
 
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -53,6 +54,18 @@ def embedded_dsn() -> str:
     if base is not None:
         embedded.stop(data_dir)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dbwr_run(embedded_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """dbwr-thr at one job, measured once for the tests that read its forced checkpoints (the demands attributed to
+    the checkpointer, the checkpoint inside the measured units)."""
+    from liveruns import run_without_report
+
+    from capmark.config import RunSpec
+
+    return run_without_report(RunSpec(workloads=["dbwr-thr"], jobs=[1], warmup_s=0.5, duration_s=2.5,
+                                      dsn=embedded_dsn, results_dir=tmp_path_factory.mktemp("dbwr")))
 
 
 @pytest.fixture(scope="session", params=_target_names())

@@ -24,17 +24,17 @@ from pathlib import Path
 import psycopg
 import psycopg.conninfo
 import pytest
+import storedruns
 from commandline import assert_one_sentence, invoke
 from test_observation_bad_inputs import CASES as OBSERVATION_CASES
 
-from capmark import api, cli
-from capmark.config import MAX_INPUT_FILE_BYTES, RunSpec
+from capmark import cli
+from capmark.config import MAX_INPUT_FILE_BYTES
 
 pytestmark = pytest.mark.db
 
 # A stored run for the analysis commands, kept between test sessions: the data model's setup (~10-20 s)
 # is paid once per machine, the run itself takes a few seconds.
-FIXTURE_DB = "capmark_test_bad_inputs"
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 SUITE_OK = '[[test]]\nworkload = "tp-light"\n'
@@ -577,15 +577,11 @@ def _with_db(dsn: str, dbname: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def stored_run(admin_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One small real run (srv-query1, one job, one second) in a results folder of its own."""
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        if not admin.execute("select 1 from pg_database where datname = %s", (FIXTURE_DB,)).fetchone():
-            admin.execute(f"create database {FIXTURE_DB}")
+def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A small real run (a stored one: pls-add and srv-query1 at one job) in a results folder of its own."""
     results = tmp_path_factory.mktemp("stored")
-    run = api.run(RunSpec(workloads=["srv-query1"], jobs=[1], warmup_s=0.0, duration_s=1.0,
-                          dsn=_with_db(admin_dsn, FIXTURE_DB), results_dir=results))
-    return results, run.run_id
+    (run_id,) = storedruns.unpack(results, "compare-unchanged-1")
+    return results, run_id
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ import pytest
 pytestmark = pytest.mark.db
 
 INTERVAL_S = 5
-QUIET_S, PEAK_S, DIP_S = 30, 50, 30  # the peak is ten intervals: the shortest peak the analysis accepts
+QUIET_S, PEAK_S, DIP_S = 15, 50, 15  # the peak: ten intervals, the shortest the analysis accepts; three either side
 LEAD_S = 3.0  # the collector's first interval starts before the first phase
 TAIL_S = 2 * INTERVAL_S  # and its last ends after the last phase
 # The peak's rates are fitted to the host before the observation: the peak keeps it this busy, so that the last

@@ -12,10 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from liveruns import run_without_report
 
 from capmark import api
-from capmark.config import RunSpec
 from capmark.errors import CapmarkError
 from capmark.measure.validity import LITTLE_TOLERANCE, little_gap, problems
 from capmark.store import load_run
@@ -144,12 +142,10 @@ def test_bounds_are_checked_before_any_work(measured):
 
 
 @pytest.mark.db
-def test_dbwr_checkpoints_inside_measured_units(embedded_dsn, tmp_path):
+def test_dbwr_checkpoints_inside_measured_units(dbwr_run):
     """Its checkpoint was requested before each slice's clock started, so jobs spent time outside units and
     Little's law failed by a third at one job: no step could calibrate a model."""
-    run = run_without_report(RunSpec(workloads=["dbwr-thr"], jobs=[1], warmup_s=0.5, duration_s=2.5, dsn=embedded_dsn,
-                                     results_dir=tmp_path))
-    step = run.tests[0].steps[0]
+    step = dbwr_run.tests[0].steps[0]
     gap = little_gap(step)
     assert gap is not None and abs(gap) < LITTLE_TOLERANCE
     assert (step.latency.summary()["max_s"] or 0) > 10 * (step.latency.summary()["p50_s"] or 1)  # the checkpoint
