@@ -7,10 +7,9 @@ The truth is pgbench's (each transaction's completion time from its log), the se
 the emulator around each phase, and the host's /proc/stat at 1 s, never the observation's own figures: a check of
 the model against the numbers it was calibrated on would pass whatever the collector got wrong.
 
-Response time is the server's: its statements' execution time per transaction, what a model of the database host
-covers. What pgbench sees on top (round trips, its own client, the wait for a free client of an open arrival) is
-outside the database host's model and is shown beside it by benchmarks/production_planning.py. The pgbench clients
-run on the database host, so the CPU no database process explains grows with the load (unattributed="load").
+Response time is pgbench's from each transaction's actual start: the wait of an open arrival for a free client
+(schedule lag) is outside the database host's model, the rest is what it should hold. The pgbench clients run on the
+database host, so the CPU no database process explains grows with the load (unattributed="load").
 """
 
 from __future__ import annotations
@@ -203,24 +202,29 @@ def test_the_baseline_models_the_peaks_cpu(observed: Observed, base: Any, capaci
     assert abs(cpu - peak.cpu_busy()) <= BASELINE_CPU_POINTS, (cpu, peak.cpu_busy())
 
 
-# The model's response time per workload holds every resource's time per transaction: all of its backend's CPU
-# (parse, bind, execute, commit: 50 us per lookup measured from /proc), the disk and the WAL flush. The server's
-# statement time per transaction holds only execution (10 us per lookup), and the observation's "measured" response
-# time is that statement time too, so the two are not the same quantity: modelled 0.12 ms against 0.011 ms for
-# lookups, 1.06 ms against 0.043 ms for orders (whose commit flush no statement time holds), 4.3 ms against 2.6 ms
-# for reports. A like-for-like measured response needs the activity samples (Little's law on the active sessions).
-RESPONSE_IS_NOT_LIKE_FOR_LIKE = ("the model's response time holds all of a transaction's CPU, disk and WAL flush "
-                                 "time, the measured one only its statements' execution time")
+# The model's response time per workload is its time at the database host's resources: its share of the CPU (with
+# the clients' CPU spread over the workloads, as unattributed="load" does), the disk and the WAL flush, with their
+# queues. The like-for-like truth is pgbench's own time per transaction from its actual start (its schedule lag, the
+# wait of an open arrival for a free client, left out). Measured on the peak: reports 1.954 ms modelled against
+# 1.886 ms, lookups 0.034 against 0.094 ms, orders 0.435 against 0.631 ms; at 1.728x the rates 2.841 against 2.707,
+# 0.049 against 0.191 and 0.548 against 1.250 ms. What the model lacks is the client's round trips: a lookup is one,
+# an order four (BEGIN, UPDATE, INSERT, END), each about 60 us on this host at the peak and more as it fills, spent
+# in the kernel's loopback and in waking the two processes, which no database statistic times. An autocommit
+# lookup's round trip happens while its backend is idle, so the observation cannot see it at all; a model that holds
+# it needs the client's figures (a run's own driver has them).
+RESPONSE_LACKS_ROUND_TRIPS = ("the model holds no time for the client's round trips (one per lookup, four per order, "
+                              "each about 60 us at the peak), which the database server cannot see")
 
 
-@pytest.mark.xfail(strict=True, reason=RESPONSE_IS_NOT_LIKE_FOR_LIKE)
+@pytest.mark.xfail(strict=True, reason=RESPONSE_LACKS_ROUND_TRIPS)
 def test_the_baseline_models_each_workloads_response_time(observed: Observed, base: Any, capacity: Any) -> None:
-    """The model at pgbench's own peak rates against the server's mean time per transaction over the real peak."""
+    """The model at pgbench's own peak rates against pgbench's mean time per transaction from its start, over the
+    real peak."""
     peak = observed.phase("peak")
     solved = capacity.api.solve(base.model, {**base.model.rates, **_pgbench_rates(peak)})
-    misses = {app: (solved.response_s[app], peak.apps[app].server_time_per_txn_s) for app in production.APPS
-              if not _near(solved.response_s[app], peak.apps[app].server_time_per_txn_s, BASELINE_RESPONSE)}
-    assert not misses, f"modelled vs measured mean time in the server per transaction, s: {misses}"
+    misses = {app: (solved.response_s[app], peak.apps[app].mean_service_s) for app in production.APPS
+              if not _near(solved.response_s[app], peak.apps[app].mean_service_s, BASELINE_RESPONSE)}
+    assert not misses, f"modelled vs measured mean time per transaction, s: {misses}"
 
 
 def _carried(observed: Observed, base: Any, capacity: Any,
@@ -253,7 +257,7 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
     assert not misses, misses
 
 
-@pytest.mark.xfail(strict=True, reason=RESPONSE_IS_NOT_LIKE_FOR_LIKE)
+@pytest.mark.xfail(strict=True, reason=RESPONSE_LACKS_ROUND_TRIPS)
 def test_the_what_if_predicts_the_grown_response_times(observed: Observed, base: Any, capacity: Any,
                                                         grown: list[production.LevelRun]) -> None:
     misses = []
@@ -262,7 +266,7 @@ def test_the_what_if_predicts_the_grown_response_times(observed: Observed, base:
         for w in scenario.workloads:
             if w.name not in apps:
                 continue
-            measured = apps[w.name].server_time_per_txn_s
+            measured = apps[w.name].mean_service_s
             if not _near(w.response_s, measured, PREDICTED_RESPONSE):
                 misses.append(f"{run.name} {w.name} {w.response_s * 1e3:.3f} ms modelled, "
                               f"{measured * 1e3:.3f} ms measured")
