@@ -96,7 +96,7 @@ class AppRun:
         return self.response_sum_s / self.transactions if self.transactions else float("nan")
 
     @property
-    def mean_service_s(self) -> float:
+    def mean_from_start_s(self) -> float:
         """From the transaction's actual start to its end, as pgbench's client saw it: its response time less the
         wait for a free client of an open arrival (schedule lag), which no model of the database host holds."""
         return (self.response_sum_s - self.lag_sum_s) / self.transactions if self.transactions else float("nan")
@@ -143,8 +143,7 @@ class PhaseRun:
         """The production's own CPU (the server's processes and the pgbench clients) as a fraction of all cores over
         the phase: unlike the host's busy, it holds nothing of the host's other processes, whose CPU comes and goes
         on a shared machine (a level's host busy grew 1.49x at 1.728x the rates beside references that agreed)."""
-        all_cores_s = self.cpu[-1].total_s - self.cpu[0].total_s
-        return (self.server_cpu_s + self.client_cpu_s) / all_cores_s if all_cores_s > 0 else float("nan")
+        return (self.server_cpu_s + self.client_cpu_s) / (self.seconds * host_cores())
 
     def cpu_busy(self, settle_s: float = 5.0, tail_s: float = 2.0) -> float:
         """Host CPU busy as a fraction of all cores, over the phase less its first `settle_s` (clients connect,
@@ -154,6 +153,12 @@ class PhaseRun:
             inside = self.cpu
         first, last = inside[0], inside[-1]
         return (last.busy_s - first.busy_s) / (last.total_s - first.total_s)
+
+
+def host_cores() -> int:
+    """The host's cores as /proc/stat counts them (the busy figures are fractions of all of them)."""
+    with open("/proc/stat") as f:
+        return sum(1 for line in f if line.startswith("cpu") and line[3:4].isdigit())
 
 
 def _cpu_now() -> CpuSample:
@@ -361,6 +366,9 @@ def run_profile(dsn: str, phases: list[Phase], on_phase: Callable[[PhaseRun], No
     return runs
 
 
+SLICE_SETTLE_S = 1.0  # a slice's clients connect and prepare in its first second
+
+
 @dataclass(frozen=True)
 class LevelSlice:
     """A short run of a growth level between two equally short runs of the peak's own rates."""
@@ -377,11 +385,10 @@ class LevelSlice:
 
 @dataclass(frozen=True)
 class LevelRun:
-    """A growth level measured in slices, each between two slices of the peak's own rates: the host's speed at the
-    level, measured by the production itself. A shared host's speed moves within a minute (the peak's rates cost 5 to
-    10 % more or less from one 15 s run to the next), so one long level between two long references judged its growth
-    within +-6 % at best; 7 s slices alternated with the references give it within +-1.5 % (medians of four slices,
-    four repetitions), and another process taking 0.6 of a core throughout moves it by no more than that."""
+    """A growth level measured in slices, each between two slices of the peak's own rates. The production's own CPU
+    at the peak's rates moves by 5 to 10 % from one 15 s run to the next on a shared host; 7 s slices alternated with
+    the peak's rates give a level's growth within +-1.5 % (medians of four slices, four repetitions), and another
+    process taking 0.6 of a core throughout moves it by no more than that."""
 
     slices: list[LevelSlice]
 
@@ -394,7 +401,8 @@ class LevelRun:
         return statistics.median(s.growth() for s in self.slices)
 
     def cpu_busy(self) -> float:
-        """The host's CPU busy at the level as it ran (the median of its slices, less each one's first second)."""
+        """The host's CPU busy at the level as it ran: the median of its slices, each from its first 1 s sample after
+        SLICE_SETTLE_S."""
         return statistics.median(s.level.cpu_busy(settle_s=SLICE_SETTLE_S, tail_s=0.0) for s in self.slices)
 
     def production_cpu(self) -> float:
@@ -422,21 +430,19 @@ class LevelRun:
         return peak.cpu_busy() + (self.growth() - 1) * peak.production_cpu()
 
 
-SLICE_SETTLE_S = 1.0  # a slice's clients connect and prepare in its first second
-
-
-def growth_beside_peak(dsn: str, phases: list[Phase], slice_s: int, rounds: int,
+def growth_beside_peak(dsn: str, phases: list[Phase], rounds: int,
                        peak: dict[str, float] | None = None) -> list[LevelRun]:
-    """Each growth phase in `rounds` slices of `slice_s` seconds, every slice between two slices of the peak's rates
+    """Each growth phase in `rounds` slices, every slice between two slices of the peak's rates as long as the phases
     (one shared between neighbours): the peak's rates, then the levels in turn with the peak's rates after each, for
     each round."""
-    reference = Phase("peak again", slice_s, dict(peak or PEAK_RATES))
-    sliced = [Phase(p.name, slice_s, p.rates) for p in phases]
+    lengths = {p.seconds for p in phases}
+    assert len(lengths) == 1, f"the growth phases must be equally long slices: {lengths}"
+    reference = Phase("peak again", lengths.pop(), dict(peak or PEAK_RATES))
     taken: dict[str, list[LevelSlice]] = {p.name: [] for p in phases}
     with script_folder() as scripts:
         before = run_phase(dsn, reference, scripts)
         for _ in range(rounds):
-            for phase in sliced:
+            for phase in phases:
                 level = run_phase(dsn, phase, scripts)
                 after = run_phase(dsn, reference, scripts)
                 taken[phase.name].append(LevelSlice(before, level, after))

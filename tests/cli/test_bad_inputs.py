@@ -33,8 +33,7 @@ from capmark.config import MAX_INPUT_FILE_BYTES
 
 pytestmark = pytest.mark.db
 
-# A stored run for the analysis commands, kept between test sessions: the data model's setup (~10-20 s)
-# is paid once per machine, the run itself takes a few seconds.
+# The machine's PostgreSQL 15, for the cases that need a server of their own to refuse against.
 LOCAL_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 SUITE_OK = '[[test]]\nworkload = "tp-light"\n'
@@ -340,7 +339,7 @@ CASES = [
     stored("calibrate", "--up-to", "many", word="--up-to"),
     stored("calibrate", "--from-steps", "", word="job list"),
     stored("calibrate", "--from-steps", "1,,2", word="job list"),
-    stored("calibrate", "--from-steps", "64", word="valid step"),
+    stored("calibrate", "--from-steps", "64", word="valid step with [64] jobs"),
     stored("calibrate", "--format", "xml", word="--format"),
     stored("whatif", "--cpu-speed", "nan", word="--cpu-speed"),
     stored("whatif", "--cpu-speed", "0", word="--cpu-speed"),
@@ -513,7 +512,7 @@ CASES = [
                                                                           ["size"])
       for value in ("0", "-1", "eight")],
     *[stored(*command, "--from-steps", value, word=word) for command in (["whatif", "--cpus", "4"], ["size"])
-      for value, word in (("1,,2", "job list"), ("0", "at least 1 job"), ("64", "valid step"))],
+      for value, word in (("1,,2", "job list"), ("0", "at least 1 job"), ("64", "valid step with [64] jobs"))],
     *[stored("compare", "{RUN}", "{RUN}", "--fail-on-regression", value, word="finite percentage")
       for value in ("inf", "nan", "-1", "1e400")],
     stored("compare", "{RUN}", "{RUN}", "--fail-on-regression", "lots", word="--fail-on-regression"),
@@ -578,9 +577,10 @@ def _with_db(dsn: str, dbname: str) -> str:
 
 @pytest.fixture(scope="module")
 def stored_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A small real run (a stored one: pls-add and srv-query1 at one job) in a results folder of its own."""
+    """A real stored run whose every step is valid (srv-query1 and wal-lat1 at 1, 2 and 4 jobs), in a results folder
+    of its own: a job list that names no step is then refused for that reason, not because no step is valid."""
     results = tmp_path_factory.mktemp("stored")
-    (run_id,) = storedruns.unpack(results, "compare-unchanged-1")
+    (run_id,) = storedruns.unpack(results, "plan-cpu-commit")
     return results, run_id
 
 

@@ -58,7 +58,7 @@ def _cpu_outside(postmaster_pid: int) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def runs(embedded_dsn, tmp_path_factory, dbwr_run):
+def runs(embedded_dsn, tmp_path_factory, request):
     folder = tmp_path_factory.mktemp("demands")
     readings: list[Reading] = []
     os_reading = step_module._os_reading
@@ -77,7 +77,8 @@ def runs(embedded_dsn, tmp_path_factory, dbwr_run):
                                          results_dir=folder))
     wal = run_without_report(RunSpec(workloads=["wal-lat1"], jobs=[1, 8], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
                                      results_dir=folder))
-    return {"cpu": cpu, "wal": wal, "dbwr": dbwr_run, "cpu_readings": readings}
+    dbwr = request.getfixturevalue("dbwr_run")  # after the others: its checkpoints must not fall in their windows
+    return {"cpu": cpu, "wal": wal, "dbwr": dbwr, "cpu_readings": readings}
 
 
 def _attributed(step) -> tuple[float, int]:

@@ -43,13 +43,13 @@ STARTUP_LIMIT_S = 60.0  # capmark observe connects and stores the observation re
 # The goals (capacity planning from production, validation with a real server)
 COUNT_TOLERANCE = 0.02  # each workload's transactions over the observation against its pgbench process
 BASELINE_CPU_POINTS = 0.03  # modelled CPU utilisation against the host's, on the peak
-BASELINE_RESPONSE = 0.15  # each workload's mean response time in the server, model against measured, on the peak
-PREDICTED_CPU_POINTS = 0.05  # at each growth level the host carries, at the peak's host speed
+BASELINE_RESPONSE = 0.15  # each workload's mean time per transaction from its start (pgbench's), modelled, on the peak
+PREDICTED_CPU_POINTS = 0.05  # at each growth level the host carries, on the peak's host
 # A shared host's other tenants move what a transaction costs by up to 15 % within minutes, and the host's busy by
-# their own CPU, while the growth levels run after the observation. So each level runs between two runs of the peak's
-# own rates, in slices: the production's own CPU (server and clients, from /proc and pgbench's rusage) at the level
-# against beside it is its growth, and the peak's host busy with its production's share so grown is the level on the
-# host of the peak: what the model predicts.
+# their own CPU, while the growth levels run after the observation. So each level runs in slices, each between two
+# slices of the peak's own rates: the production's own CPU (server and clients, from /proc and pgbench's rusage) at the
+# level against beside it is its growth, and the peak's host busy with its production's share so grown is the level on
+# the host of the peak: what the model predicts.
 SLICE_S = 7  # each slice of a level and of the references (measured: medians within +-1.5 %)
 SLICE_ROUNDS = 4  # slices of each level; 25 slices in all, about 3 minutes
 PREDICTED_RESPONSE = 0.20
@@ -58,8 +58,9 @@ PREDICTED_RESPONSE = 0.20
 SATURATED_CPU = 0.90
 SATURATED_COMPLETION = 0.97
 # pgbench -R starts transactions at Poisson times: over a phase the count asked for is itself Poisson, with a standard
-# deviation of its square root (63 of 3,938 for reports over 30 s, so 3 % short is 1.9 deviations: 3 % of phases).
-# An application whose clients kept up completes at least the larger of the two shortfalls below what it was asked.
+# deviation of its square root (44 of 1,970 for reports over the 15 s quiet part, so 3 % short is 1.3 deviations: one
+# phase in ten). An application whose clients kept up completes at least the larger of the two shortfalls below what
+# it was asked.
 POISSON_DEVIATIONS = 4.0
 
 
@@ -140,7 +141,7 @@ def grown(observed: Observed, embedded_dsn: str) -> list[production.LevelRun]:
     """The three applications at each growth level after the observation, each level in slices between slices of
     the peak's rates: the model predicts the level on the host of the peak."""
     levels = production.growth_beside_peak(embedded_dsn, production.growth(SLICE_S, observed.peak_rates),
-                                           SLICE_S, SLICE_ROUNDS, observed.peak_rates)
+                                           SLICE_ROUNDS, observed.peak_rates)
     peak = observed.phase("peak")
     for r in levels:
         print(f"{r.name}: {_told(r, peak)}")
@@ -212,32 +213,47 @@ def test_the_baseline_models_the_peaks_cpu(observed: Observed, base: Any, capaci
 # in the kernel's loopback and in waking the two processes, which no database statistic times. An autocommit
 # lookup's round trip happens while its backend is idle, so the observation cannot see it at all; a model that holds
 # it needs the client's figures (a run's own driver has them).
+class RoundTripsMissing(AssertionError):
+    """Only the workloads with round trips the model does not hold (lookups, orders) missed; reports did not."""
+
+
+ROUND_TRIP_WORKLOADS = {production.LOOKUPS, production.ORDERS}
 RESPONSE_LACKS_ROUND_TRIPS = ("the model holds no time for the client's round trips (one per lookup, four per order, "
                               "each about 60 us at the peak), which the database server cannot see")
 
 
-@pytest.mark.xfail(strict=True, reason=RESPONSE_LACKS_ROUND_TRIPS)
+@pytest.mark.xfail(strict=True, raises=RoundTripsMissing, reason=RESPONSE_LACKS_ROUND_TRIPS)
 def test_the_baseline_models_each_workloads_response_time(observed: Observed, base: Any, capacity: Any) -> None:
     """The model at pgbench's own peak rates against pgbench's mean time per transaction from its start, over the
     real peak."""
     peak = observed.phase("peak")
     solved = capacity.api.solve(base.model, {**base.model.rates, **_pgbench_rates(peak)})
-    misses = {app: (solved.response_s[app], peak.apps[app].mean_service_s) for app in production.APPS
-              if not _near(solved.response_s[app], peak.apps[app].mean_service_s, BASELINE_RESPONSE)}
-    assert not misses, f"modelled vs measured mean time per transaction, s: {misses}"
+    misses = {app: (solved.response_s[app], peak.apps[app].mean_from_start_s) for app in production.APPS
+              if not _near(solved.response_s[app], peak.apps[app].mean_from_start_s, BASELINE_RESPONSE)}
+    _judge_response(misses, "modelled vs measured mean time per transaction, s")
+
+
+def _judge_response(misses: dict[str, Any], what: str) -> None:
+    """A miss of a workload without client round trips fails the test; misses of only those with them are the
+    known gap (RoundTripsMissing)."""
+    assert not set(misses) - ROUND_TRIP_WORKLOADS, f"{what}: {misses}"
+    if misses:
+        raise RoundTripsMissing(f"{what}: {misses}")
 
 
 def _carried(observed: Observed, base: Any, capacity: Any,
              grown: list[production.LevelRun]) -> list[tuple[Any, production.LevelRun]]:
-    """Each growth level's scenario beside its measured run, for the levels the host carried, both as it ran and
-    at the peak's speed (a level past saturation cannot be scaled back to another speed)."""
+    """Each growth level's scenario beside its measured run, for the levels the host carried: under SATURATED_CPU
+    both as it ran and on the peak's host (a saturated level's production CPU is capped, so its growth is not the
+    load's), and every application keeping up in every slice."""
     peak = observed.phase("peak")
     doc = capacity.api.whatif(base, capacity.api.WhatIfRequest(growth=(capacity.api.parse_growth("20%x3"),)))
     scenarios = [s for s in doc.scenarios if s.period > 0]
     assert len(scenarios) == len(grown)
     pairs = []
     for scenario, run in zip(scenarios, grown, strict=True):
-        kept_up = all(_kept_up(a.transactions, a.rate * run.seconds()) for a in run.apps().values())
+        kept_up = all(_kept_up(a.transactions, a.rate * s.level.phase.seconds)
+                      for s in run.slices for a in s.level.apps.values())
         if max(run.cpu_busy(), run.cpu_at(peak)) < SATURATED_CPU and kept_up:
             pairs.append((scenario, run))
     assert pairs, ("no growth level was carried: " + ", ".join(
@@ -257,17 +273,17 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
     assert not misses, misses
 
 
-@pytest.mark.xfail(strict=True, reason=RESPONSE_LACKS_ROUND_TRIPS)
+@pytest.mark.xfail(strict=True, raises=RoundTripsMissing, reason=RESPONSE_LACKS_ROUND_TRIPS)
 def test_the_what_if_predicts_the_grown_response_times(observed: Observed, base: Any, capacity: Any,
                                                         grown: list[production.LevelRun]) -> None:
-    misses = []
+    misses: dict[str, Any] = {}
     for scenario, run in _carried(observed, base, capacity, grown):
         apps = run.apps()
         for w in scenario.workloads:
             if w.name not in apps:
                 continue
-            measured = apps[w.name].mean_service_s
+            measured = apps[w.name].mean_from_start_s
             if not _near(w.response_s, measured, PREDICTED_RESPONSE):
-                misses.append(f"{run.name} {w.name} {w.response_s * 1e3:.3f} ms modelled, "
-                              f"{measured * 1e3:.3f} ms measured")
-    assert not misses, misses
+                misses.setdefault(w.name, []).append(f"{run.name} {w.response_s * 1e3:.3f} ms modelled, "
+                                                     f"{measured * 1e3:.3f} ms measured")
+    _judge_response(misses, "modelled vs measured mean time per transaction")
