@@ -152,10 +152,10 @@ def run(dsn: str, args: argparse.Namespace) -> Report:
         asked = " / ".join(f"{run_.phase.rates[a]:.0f}" for a in production.APPS)
         r.add(f"| {run_.phase.name} | {run_.seconds:.0f} | {asked} "
               f"| {_pct(run_.cpu_busy())} | {_pct(_share(run_.server_cpu_s, run_, cores))} "
-              f"| {_pct(_share(run_.client_cpu_s, run_, cores))} | {_pct(_other(run_, cores))} |")
+              f"| {_pct(_share(run_.client_cpu_s, run_, cores))} | {_pct(_other(run_))} |")
     for by in ("cpu", "commits"):
         base = baseline(observation, None, PeakOptions(by=by, length_s=args.peak), unattributed="load")
-        validate(r, base, observation, runs, grown, cores, by)
+        validate(r, base, observation, runs, grown, by)
         if by == "cpu" and abs(base.peak.start - next(x for x in runs if x.phase.name == "peak").start) <= INTERVAL_S:
             break  # the peak by commits is the same window
     r.add()
@@ -166,7 +166,7 @@ def run(dsn: str, args: argparse.Namespace) -> Report:
 
 
 def validate(r: Report, base: BaselineDocument, observation: Observation, runs: list[production.PhaseRun],
-             grown: list[production.LevelRun], cores: int, by: str) -> None:
+             grown: list[production.LevelRun], by: str) -> None:
     """The tables for one choice of the peak: counts, the baseline at the peak, the what-if at each growth level."""
     peak = next(x for x in runs if x.phase.name == "peak")
     offset = base.peak.start - peak.start
@@ -176,9 +176,9 @@ def validate(r: Report, base: BaselineDocument, observation: Observation, runs: 
     if abs(offset) > INTERVAL_S:
         busiest = max(runs, key=lambda x: x.cpu_busy())
         why = (f"the host's CPU was busiest in the {busiest.phase.name} ({_pct(busiest.cpu_busy())}, of which "
-               f"{_pct(_other(busiest, cores))} other work) against the peak's {_pct(peak.cpu_busy())}"
+               f"{_pct(_other(busiest))} other work) against the peak's {_pct(peak.cpu_busy())}"
                if busiest is not peak else
-               f"other work, {_pct(_other(peak, cores))} of the CPU over the peak phase, moved the busiest window")
+               f"other work, {_pct(_other(peak))} of the CPU over the peak phase, moved the busiest window")
         r.misses.append(f"the peak found starts {offset:+.1f} s from the real one: {why}")
     start, end = observation.intervals[0].start, observation.intervals[-1].end
     shares = {w.name: w for w in base.workloads}
@@ -208,7 +208,7 @@ def validate(r: Report, base: BaselineDocument, observation: Observation, runs: 
           f"({(cpu_model - peak.cpu_busy()) * 100:+.1f} points; goal within {BASELINE_CPU_POINTS * 100:.0f}).")
     if abs(cpu_model - peak.cpu_busy()) > BASELINE_CPU_POINTS:
         r.misses.append(f"peak CPU modelled {_pct(cpu_model)} against {_pct(peak.cpu_busy())}: other work on the "
-                        f"machine was {_pct(_other(peak, cores))} of its CPU during the peak phase")
+                        f"machine was {_pct(_other(peak))} of its CPU during the peak phase")
     doc = whatif(base, WhatIfRequest(growth=(parse_growth("20%x3"),)))
     scenarios = [s for s in doc.scenarios if s.period > 0]
     r.add()
@@ -255,8 +255,8 @@ def _share(cpu_s: float, run_: production.PhaseRun, cores: int) -> float:
     return cpu_s / run_.seconds / cores
 
 
-def _other(run_: production.PhaseRun, cores: int) -> float:
-    return run_.cpu_busy() - _share(run_.server_cpu_s + run_.client_cpu_s, run_, cores)
+def _other(run_: production.PhaseRun) -> float:
+    return run_.cpu_busy() - run_.production_cpu()
 
 
 def write_docs(report: Report, args: argparse.Namespace) -> None:

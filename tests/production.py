@@ -143,7 +143,7 @@ class PhaseRun:
         """The production's own CPU (the server's processes and the pgbench clients) as a fraction of all cores over
         the phase: unlike the host's busy, it holds nothing of the host's other processes, whose CPU comes and goes
         on a shared machine (a level's host busy grew 1.49x at 1.728x the rates beside references that agreed)."""
-        return (self.server_cpu_s + self.client_cpu_s) / (self.seconds * host_cores())
+        return (self.server_cpu_s + self.client_cpu_s) / (self.seconds * (os.cpu_count() or 1))
 
     def cpu_busy(self, settle_s: float = 5.0, tail_s: float = 2.0) -> float:
         """Host CPU busy as a fraction of all cores, over the phase less its first `settle_s` (clients connect,
@@ -153,12 +153,6 @@ class PhaseRun:
             inside = self.cpu
         first, last = inside[0], inside[-1]
         return (last.busy_s - first.busy_s) / (last.total_s - first.total_s)
-
-
-def host_cores() -> int:
-    """The host's cores as /proc/stat counts them (the busy figures are fractions of all of them)."""
-    with open("/proc/stat") as f:
-        return sum(1 for line in f if line.startswith("cpu") and line[3:4].isdigit())
 
 
 def _cpu_now() -> CpuSample:
