@@ -173,6 +173,48 @@ def test_a_shared_statement_is_split_by_its_samples_and_an_unsampled_one_by_user
     assert use["a"].exec_time_s == pytest.approx(3.0 + 1.0 * 30 / 80)  # the nested statement is not counted again
 
 
+def _two_apps_one_user(insert_calls: list[float]) -> Observation:
+    """Four intervals of a long-running report and an order whose UPDATE is sampled and whose INSERT (given calls)
+    never is, both apps under one user and database, six processes each."""
+    from capmark.observations import SessionUse
+    reports, orders = key(application="reports", user="u", database="d"), key(application="orders", user="u",
+                                                                             database="d")
+    intervals = []
+    for k, n in enumerate([2000.0, 2400.0, 2100.0, 900.0]):
+        cells = [ActivityCell(session=reports, query_id="1", state="active", in_transaction=False, wait_class="cpu",
+                              wait_event="", samples=30),
+                 ActivityCell(session=orders, query_id="2", state="active", in_transaction=False, wait_class="cpu",
+                              wait_event="", samples=2)]
+        statements = [StatementDelta(query_id="1", database="d", user="u", calls=1500, exec_time_s=2.5),
+                      StatementDelta(query_id="2", database="d", user="u", calls=n, exec_time_s=0.05),
+                      StatementDelta(query_id="3", database="d", user="u", calls=insert_calls[k], exec_time_s=0.03)]
+        sessions = [SessionUse(session=s, cpu_user_s=1.0, cpu_system_s=0.0, read_bytes=0, write_bytes=0, processes=6)
+                    for s in (reports, orders)]
+        intervals.append(Interval(ordinal=k, start=60.0 * k, end=60.0 * (k + 1), statements=statements,
+                                  activity=cells, sessions=sessions, activity_samples=60))
+    return Observation(observation_id="x", created_at="", status="ended", reason="",
+                       settings=ObservationSettings(interval_s=60, sample_hz=1, top_statements=200,
+                                                    store_query_text=False, host_metrics="none", planned_s=None),
+                       target={}, host={}, host_cores=2, intervals=intervals)
+
+
+def test_a_never_sampled_statement_that_runs_as_often_as_a_sampled_one_goes_with_it():
+    """At 1 Hz an order's short INSERT can go unsampled for a whole observation; split by the active samples of its
+    user and database it went 15:1 to a long report and doubled the report's transactions."""
+    inserts = [2003.0, 2395.0, 2100.0, 908.0]  # the UPDATE's calls, give or take the orders in flight at the edges
+    whole = (a := attribute(_two_apps_one_user(inserts), WorkloadRules())).over(a.intervals)
+    assert whole["orders"].calls == pytest.approx(2000 + 2400 + 2100 + 900 + sum(inserts))
+    assert whole["reports"].units == pytest.approx(4 * 1500)
+
+
+def test_a_never_sampled_statement_that_runs_at_its_own_rate_is_split_by_user_and_database():
+    """Calls close to the UPDATE's in most intervals but not in one (more than the 24 processes could hold in flight
+    at its edges) are another loop's: no companion, the users' active samples split it (30:2)."""
+    inserts = [2003.0, 2395.0, 2160.0, 908.0]
+    whole = (a := attribute(_two_apps_one_user(inserts), WorkloadRules())).over(a.intervals)
+    assert whole["reports"].calls == pytest.approx(4 * 1500 + sum(inserts) * 30 / 32)
+
+
 def test_a_statement_rule_takes_the_statement_and_the_cpu_of_its_calls():
     a = key(application="a", user="u", database="d")
     cells = [ActivityCell(session=a, query_id=q, state="active", in_transaction=False, wait_class="cpu",
