@@ -267,16 +267,18 @@ def test_explicit_transactions_whose_begin_and_end_are_not_tracked_take_the_data
     assert any("orders" in n and "explicit transactions" in n for n in attributed.notes)
 
 
-def test_a_stray_commit_of_another_session_does_not_become_the_explicit_workloads_transactions():
+@pytest.mark.parametrize("inside", [5, 1], ids=["seen-inside-transactions", "inside-once-below-the-evidence"])
+def test_a_stray_commit_of_another_session_does_not_become_the_explicit_workloads_transactions(inside: int):
     """A COMMIT nobody's samples caught is split among the workloads seen inside transactions: for orders, whose own
-    ends were never recorded, those 40 calls must not stand for its 12,000 transactions."""
+    ends were never recorded, those 40 calls must not stand for its 12,000 transactions, also where the 1 Hz samples
+    caught orders inside a transaction only once (short transactions at a low rate)."""
     lookups, orders = key(application="lookups", user="u", database="d"), key(application="orders", user="u", database="d")
     cells = [ActivityCell(session=lookups, query_id="1", state="active", in_transaction=False, wait_class="cpu",
                           wait_event="", samples=200),
              ActivityCell(session=orders, query_id="3", state="active", in_transaction=False, wait_class="cpu",
                           wait_event="", samples=35),
              ActivityCell(session=orders, query_id="3", state="idle in transaction", in_transaction=True,
-                          wait_class="client", wait_event="ClientRead", samples=5)]
+                          wait_class="client", wait_event="ClientRead", samples=inside)]
     statements = [StatementDelta(query_id="1", database="d", user="u", calls=60_000, exec_time_s=3.0),
                   StatementDelta(query_id="3", database="d", user="u", calls=12_000, exec_time_s=1.5),
                   StatementDelta(query_id="7", database="d", user="u", calls=40, exec_time_s=0.001, text="COMMIT")]

@@ -666,7 +666,12 @@ def attribute(observation: Observation, rules: WorkloadRules) -> Attribution:
                 w = iu.workloads[name]
                 w.units = w.transaction_ends if unit_names[name] == TRANSACTIONS and explicit[name] \
                     else counted.get(iu.ordinal, 0.0)
-    for name in _too_few_ends(intervals, [n for n in by_samples if explicit[n]], unknown_ends, unit_names):
+    # every workload with COMMIT or END calls, not only those the samples found inside transactions: at 1 Hz a
+    # workload of short transactions may be caught idle inside one once in a whole observation, below the evidence
+    # asked for, while a few stray COMMITs of another session split to it would stand for all its transactions
+    with_ends = sorted(n for n in names_seen if explicit[n] and unit_names[n] == TRANSACTIONS and n not in (SYSTEM,
+                                                                                                          COLLECTOR))
+    for name in _too_few_ends(intervals, with_ends, unknown_ends, unit_names):
         explicit[name] = False
         unknown_ends.append(name)
         notes.append(f"{name}: the COMMIT and END statements found for it explain less than "
@@ -684,9 +689,9 @@ def attribute(observation: Observation, rules: WorkloadRules) -> Attribution:
 
 def _too_few_ends(intervals: dict[int, IntervalUse], candidates: list[str], unknown: list[str],
                   unit_names: dict[str, str]) -> list[str]:
-    """Workloads seen inside explicit transactions whose attributed COMMIT and END calls fall far short of what the
-    database committed beyond every other workload: a stray COMMIT of another session (split to them by their
-    samples inside transactions) is then all that was found, while their own transaction ends went uncounted."""
+    """Workloads whose attributed COMMIT and END calls fall far short of what the database committed beyond every
+    other workload: a stray COMMIT of another session (split to them by their samples inside transactions) is then all
+    that was found, while their own transaction ends went uncounted."""
     if not candidates or any(iu.database_transactions is None for iu in intervals.values()):
         return []
     short = []
