@@ -59,7 +59,7 @@ SELECT category, count(*), sum(amount), avg(amount) FROM {SCHEMA}.sale WHERE reg
 
 # Clients per application. pgbench gives each client its own share of the rate: a transaction waits (schedule lag)
 # only behind its own client's previous one, so with many clients the arrivals are close to open ones.
-CLIENTS = {LOOKUPS: 6, ORDERS: 6, REPORTS: 6}
+CLIENTS = {LOOKUPS: 16, ORDERS: 16, REPORTS: 16}
 
 # Transactions per second at the peak. On the 2-vCPU test machine the server used 34 % of its CPU and pgbench 6 % at
 # 0.8 of these rates (at 1.728 of them 58 % and 9 %): at the peak about half the host is the production's, so the
@@ -416,6 +416,24 @@ class LevelRun:
 
     def seconds(self) -> float:
         return sum(s.level.phase.seconds for s in self.slices)
+
+    def slowdown(self, peak: PhaseRun) -> float:
+        """How many times the production's own CPU at the peak's rates the slices beside the level took against the
+        peak itself (the median of the slices): the cost of the same work while the level ran against during the peak,
+        above 1 where the shared host was slower then. The what-if for the level on the host as it was then is the
+        growth with a CPU 1/slowdown as fast."""
+        beside = statistics.median((s.before.production_cpu() + s.after.production_cpu()) / 2 for s in self.slices)
+        reference = peak.production_cpu()
+        return beside / reference if reference else float("nan")
+
+    def cost_against(self, peak: PhaseRun) -> float:
+        """The production's own CPU per transaction at the level against at the peak: its growth beside the peak's
+        rates over the growth of the rates, times the host's slowdown then. A model calibrated on the peak holds its
+        cost per transaction; the level's moved with the host's speed and with the load itself (1.61x the CPU for
+        1.728x the rates, measured)."""
+        first = self.slices[0]
+        rates = sum(first.level.phase.rates.values()) / sum(first.before.phase.rates.values())
+        return self.growth() / rates * self.slowdown(peak)
 
     def cpu_at(self, peak: PhaseRun) -> float:
         """The host's CPU busy at the level on the host of `peak`: the peak's busy with its production's own share

@@ -52,7 +52,7 @@ PREDICTED_CPU_POINTS = 0.05  # at each growth level the host carries, on the pea
 # the host of the peak: what the model predicts.
 SLICE_S = 7  # each slice of a level and of the references (measured: medians within +-1.5 %)
 SLICE_ROUNDS = 4  # slices of each level; 25 slices in all, about 3 minutes
-PREDICTED_RESPONSE = 0.20
+PREDICTED_RESPONSE = 0.20  # at a carried level, against the what-if with the level's CPU cost per transaction
 # A growth level the host did not carry: its CPU this busy, or an application completing fewer than this share of the
 # transactions it was asked for (pgbench's clients fell behind their schedule).
 SATURATED_CPU = 0.90
@@ -228,6 +228,9 @@ def test_the_baseline_models_each_workloads_response_time(observed: Observed, ba
     real peak."""
     peak = observed.phase("peak")
     solved = capacity.api.solve(base.model, {**base.model.rates, **_pgbench_rates(peak)})
+    for app in production.APPS:
+        print(f"peak {app}: {solved.response_s[app] * 1e3:.3f} ms modelled, "
+              f"{peak.apps[app].mean_from_start_s * 1e3:.3f} ms measured")
     misses = {app: (solved.response_s[app], peak.apps[app].mean_from_start_s) for app in production.APPS
               if not _near(solved.response_s[app], peak.apps[app].mean_from_start_s, BASELINE_RESPONSE)}
     _judge_response(misses, "modelled vs measured mean time per transaction, s")
@@ -273,17 +276,38 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
     assert not misses, misses
 
 
+def _as_it_ran(base: Any, capacity: Any, scenario: Any, run: production.LevelRun, peak: production.PhaseRun) -> Any:
+    """The what-if for a growth level with the CPU cost per transaction the level really had (LevelRun.cost_against):
+    the growth, on a CPU as much faster or slower than the peak's as that cost. What the load does to the cost is
+    the part of the prediction test_the_what_if_predicts_the_grown_cpu bounds; this one bounds the queueing on top.
+    Judged with the peak's cost instead, a shared host's speed, which moves by up to 15 % between the observation and
+    the levels, and the cost falling with the load (1.61x the CPU for 1.728x the rates) put reports 16-22 % over
+    what was measured at 1.728x, and once at 4.33 ms against 2.75 ms."""
+    request = capacity.api.WhatIfRequest(growth=(capacity.api.parse_growth("20%x3"),),
+                                         cpu_speed=1 / run.cost_against(peak))
+    doc = capacity.api.whatif(base, request)
+    return next(s for s in doc.scenarios if s.period == scenario.period)
+
+
 @pytest.mark.xfail(strict=True, raises=RoundTripsMissing, reason=RESPONSE_LACKS_ROUND_TRIPS)
 def test_the_what_if_predicts_the_grown_response_times(observed: Observed, base: Any, capacity: Any,
                                                         grown: list[production.LevelRun]) -> None:
+    """Each workload's mean time per transaction from its start at each growth level the host carried, as run,
+    against the what-if of that level with the CPU cost per transaction it had."""
+    peak = observed.phase("peak")
     misses: dict[str, Any] = {}
     for scenario, run in _carried(observed, base, capacity, grown):
         apps = run.apps()
-        for w in scenario.workloads:
+        then = _as_it_ran(base, capacity, scenario, run, peak)
+        for w in then.workloads:
             if w.name not in apps:
                 continue
             measured = apps[w.name].mean_from_start_s
+            print(f"{run.name} {w.name}: {w.response_s * 1e3:.3f} ms modelled, {measured * 1e3:.3f} ms measured, "
+                  f"{run.cost_against(peak):.3f}x the peak's CPU per transaction")
             if not _near(w.response_s, measured, PREDICTED_RESPONSE):
                 misses.setdefault(w.name, []).append(f"{run.name} {w.response_s * 1e3:.3f} ms modelled, "
-                                                     f"{measured * 1e3:.3f} ms measured")
+                                                     f"{measured * 1e3:.3f} ms measured "
+                                                     f"({run.cost_against(peak):.3f}x the peak's CPU per "
+                                                     "transaction)")
     _judge_response(misses, "modelled vs measured mean time per transaction")
