@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from typing import Any, TypedDict
 
 from capmark.histogram import LatencyHistogram, merge_all
+
+
+def _fields_dict(record: Any, skip: tuple[str, ...]) -> dict[str, Any]:
+    """A record's fields as plain data (dicts, lists, tuples, scalars), without the fields in `skip`, which the caller
+    stores in a form of its own. dataclasses.asdict converted those first and threw them away (a test's steps), and
+    deep-copies every scalar of the statistics snapshots: 0.3 s of each 1.5 s test went to it."""
+    return {f.name: _plain(getattr(record, f.name)) for f in fields(record) if f.name not in skip}
+
+
+def _plain(value: Any) -> Any:
+    """asdict's conversion without its copies: the result is written out, never changed, so scalars and strings
+    are shared with the record."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    return value
 
 
 @dataclass(frozen=True)
@@ -209,7 +230,7 @@ class StepResult:
 
     # open-ended: the stored form, JSON (this class's fields; the raw material above as read)
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = _fields_dict(self, skip=("histograms", "schedule_lag"))
         d["histograms"] = {k: h.to_dict() for k, h in self.histograms.items()}
         d["schedule_lag"] = self.schedule_lag.to_dict() if self.schedule_lag else None
         return d
@@ -270,7 +291,7 @@ class TestResult:
 
     # open-ended: the stored form, JSON (this class's fields)
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k != "steps"}
+        d = _fields_dict(self, skip=("steps",))
         d["steps"] = [s.to_dict() for s in self.steps]
         return d
 
