@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 from capmark.histogram import LatencyHistogram, merge_all
 
 
+# open-ended: a record's stored form, keyed by its field names
 def _fields_dict(record: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     """A record's fields as plain data (dicts, lists, tuples, scalars), without the fields in `skip`, which the caller
     stores in a form of its own. dataclasses.asdict converted those first and threw them away (a test's steps), and

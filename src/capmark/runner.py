@@ -303,7 +303,8 @@ def _measure(ctx: StepContext, store: RunStore, run_result: RunResult, plans: li
         for ordinal, plan in enumerate(plans, start=1):
             _run_test(ctx, store, run_result, ordinal, plan, size, spec, observer)
     except KeyboardInterrupt:
-        where = run_result.tests[-1].reason if run_result.tests else "interrupted"
+        # a test that ended has no reason: the interrupt came while its results were shown
+        where = (run_result.tests[-1].reason if run_result.tests else "") or "interrupted"
         if not any(test.steps for test in run_result.tests):  # a run folder with no step would look like a run
             store.discard()
             raise RunInterrupted(f"{where[0].upper()}{where[1:]}, before anything was measured; nothing was "

@@ -286,3 +286,32 @@ def test_ctrl_c_while_the_embedded_server_initialises_exits_130_with_one_line(tm
         if (data_dir / "postmaster.pid").exists():
             embedded.stop(data_dir)
         shutil.rmtree(base, ignore_errors=True)
+
+
+class _InterruptedWhileShown:
+    """A front end interrupted (Ctrl-C) while it shows a test that has ended: the test has no reason to give."""
+
+    def say(self, message: str) -> None: ...
+
+    def test_started(self, test: Any, plan: list[int]) -> None: ...
+
+    def step_progress(self, test: Any, jobs: int, phase: str, seconds_left: float) -> None: ...
+
+    def step_done(self, test: Any, step: Any) -> None: ...
+
+    def test_done(self, test: Any) -> None:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_while_an_ended_test_is_shown_keeps_the_run_and_says_so(embedded_dsn, tmp_path):
+    """Seen as 'unexpected IndexError' when SIGINT came after the last step was stored: the message was built from
+    the ended test's empty reason."""
+    from capmark import runner
+    from capmark.config import RunSpec
+    from capmark.errors import RunInterrupted
+
+    spec = RunSpec(workloads=["srv-query1"], jobs=[1], warmup_s=0, duration_s=1.0, dsn=embedded_dsn,
+                   results_dir=tmp_path)
+    with pytest.raises(RunInterrupted, match=r"^Interrupted; the completed steps are stored in "):
+        runner.run(spec, _InterruptedWhileShown())  # type: ignore[arg-type]
+    assert stored(tmp_path, "select count(*) from step") == [(1,)]
