@@ -371,9 +371,13 @@ class LevelSlice:
     level: PhaseRun
     after: PhaseRun
 
+    def reference(self) -> float:
+        """The production's own CPU at the peak's rates beside the level: the mean of the slices before and after."""
+        return (self.before.production_cpu() + self.after.production_cpu()) / 2
+
     def growth(self) -> float:
         """The production's own CPU at the level against its mean beside it."""
-        reference = (self.before.production_cpu() + self.after.production_cpu()) / 2
+        reference = self.reference()
         return self.level.production_cpu() / reference if reference else float("nan")
 
 
@@ -422,7 +426,7 @@ class LevelRun:
         peak itself (the median of the slices): the cost of the same work while the level ran against during the peak,
         above 1 where the shared host was slower then. The what-if for the level on the host as it was then is the
         growth with a CPU 1/slowdown as fast."""
-        beside = statistics.median((s.before.production_cpu() + s.after.production_cpu()) / 2 for s in self.slices)
+        beside = statistics.median(s.reference() for s in self.slices)
         reference = peak.production_cpu()
         return beside / reference if reference else float("nan")
 

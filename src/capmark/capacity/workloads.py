@@ -454,7 +454,6 @@ class _Samples:
         self.user_db: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.clients: dict[str, float] = defaultdict(float)
         self.in_transaction: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self.companions: dict[tuple[str, str, str], tuple[str, str, str]] = {}  # never sampled: sampled statement
         for interval in observation.usable():
             for cell in interval.activity:
                 name = rules.session_workload(cell.session)
@@ -472,6 +471,8 @@ class _Samples:
                     if cell.query_id != NO_QUERY:
                         self.active[(interval.ordinal, *key)][name] += cell.samples
                         self.whole_active[key][name] += cell.samples
+        # never sampled: the sampled statement it runs with (needs the tables above)
+        self.companions = _companions(observation, self)
 
     def sampled(self, key: tuple[str, str, str]) -> bool:
         return key in self.whole_any and bool(_shares(self.whole_any[key]))
@@ -572,7 +573,6 @@ def _companion_gap(mine: dict[int, float], theirs: dict[int, float], allowed: di
 def attribute(observation: Observation, rules: WorkloadRules) -> Attribution:
     """Split every usable interval of an observation among workloads (see the module's docstring for how)."""
     samples = _Samples(observation, rules)
-    samples.companions = _companions(observation, samples)
     collector_ids = set(observation.target.get(COLLECTOR_QUERIES) or ())
     intervals: dict[int, IntervalUse] = {}
     statement_calls: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # non-ending calls
