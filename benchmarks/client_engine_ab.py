@@ -40,10 +40,13 @@ SELECT qty FROM capmark.item WHERE id = :aid \\gset it_
 """
 SEED = 42
 WARMUP_S = 1.0
+# capmark's two engines, the pgbench engine with the step's sampler and host collectors off (what they cost it), and
+# pgbench alone
+WAYS = ("python", "pgbench", "pgbench-no-collectors", "plain pgbench")
 
 
-def capmark_round(ctx, workload, jobs: int, seconds: float, engine: str) -> dict[str, float]:
-    plan = StepPlan(1, jobs, WARMUP_S, seconds, "client", client_engine=engine)
+def capmark_round(ctx, workload, jobs: int, seconds: float, engine: str, collectors: bool = True) -> dict[str, float]:
+    plan = StepPlan(1, jobs, WARMUP_S, seconds, "client", client_engine=engine, collectors=collectors)
     step = run_step(ctx, workload, workload.resolve_params({}), datamodel.size_for(1), plan)
     if step.status != "ok":
         raise SystemExit(f"{engine} at {jobs} jobs: {'; '.join(step.notes)}")
@@ -81,6 +84,8 @@ def main() -> None:
     ap = rounds_parser(__doc__)
     ap.add_argument("--job-counts", default="1,2,4,8", help="job counts to measure, e.g. 1,2,4,8")
     ap.add_argument("--script", choices=("lookup", "tpcb-like", "srv-query1"), default="lookup", help="which script")
+    ap.add_argument("--ways", default=",".join(WAYS),
+                    help=f"which of {', '.join(WAYS)} to run (comma-separated; plain pgbench is always run)")
     args = ap.parse_args()
     counts = [int(x) for x in args.job_counts.split(",")]
     ctx = target(args.dsn)
@@ -97,22 +102,35 @@ def main() -> None:
         else:
             path.write_text(SCRIPT)
             workload = scripts.script_workload(scripts.load_sources([str(path)]), scripts.ScriptOptions(seed=SEED))
-        ways = ("python", "pgbench", "plain pgbench")
+        chosen = set(args.ways.split(",")) | {"plain pgbench"}
+        unknown = chosen - set(WAYS)
+        if unknown:
+            raise SystemExit(f"--ways: unknown {', '.join(sorted(unknown))}; choose from {', '.join(WAYS)}")
+        ways = tuple(w for w in WAYS if w in chosen)
         results: dict[tuple[str, int], list[dict[str, float]]] = {}
         for r in range(args.rounds):
             for jobs in counts:
                 order = ways if r % 2 == 0 else tuple(reversed(ways))
                 for way in order:
-                    figures = (pgbench_round(ctx.dsn, path, jobs, args.seconds, os.cpu_count() or 1)
-                               if way == "plain pgbench" else capmark_round(ctx, workload, jobs, args.seconds, way))
+                    if way == "plain pgbench":
+                        figures = pgbench_round(ctx.dsn, path, jobs, args.seconds, os.cpu_count() or 1)
+                    else:
+                        figures = capmark_round(ctx, workload, jobs, args.seconds, way.removesuffix("-no-collectors"),
+                                                collectors=not way.endswith("-no-collectors"))
                     results.setdefault((way, jobs), []).append(figures)
-        print(f"{'jobs':>4} {'engine':<14} {'tps':>10} {'x pgbench':>9} {'p50 ms':>8} {'p95 ms':>8} {'CPU us/txn':>10}")
+        # x pgbench: the ratio of the medians; per round: the median of each round's own ratio (the host's drift
+        # between rounds cancels), and the range of those ratios
+        print(f"{'jobs':>4} {'engine':<24} {'tps':>10} {'x pgbench':>9} {'per round':>20} {'p50 ms':>8} "
+              f"{'p95 ms':>8} {'CPU us/txn':>10}")
         for jobs in counts:
-            base = median([f["tps"] for f in results[("plain pgbench", jobs)]])
+            plain = [f["tps"] for f in results[("plain pgbench", jobs)]]
+            base = median(plain)
             for way in ways:
                 rows = results[(way, jobs)]
                 tps = median([f["tps"] for f in rows])
-                print(f"{jobs:>4} {way:<14} {tps:>10,.0f} {tps / base:>9.3f} "
+                ratios = sorted(f["tps"] / p for f, p in zip(rows, plain, strict=True))
+                per_round = f"{median(ratios):.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+                print(f"{jobs:>4} {way:<24} {tps:>10,.0f} {tps / base:>9.3f} {per_round:>20} "
                       f"{median([f['p50_ms'] for f in rows]):>8.3f} {median([f['p95_ms'] for f in rows]):>8.3f} "
                       f"{median([f['cpu_us'] for f in rows]):>10.1f}")
 

@@ -9,13 +9,21 @@ CPU speed (`--lever quota`): the same with the server under a CPU quota of half 
 (`--server-cpu-quota 0.5` and `1`); each run's model with the CPU twice (or half) as fast (`whatif --cpu-speed 2`,
 `0.5`) predicts the other.
 
+Load (`--lever load`): each workload runs client-side as a closed loop (its jobs one after another) and as open
+loops (`--rate`, Poisson arrivals over OPEN_JOBS jobs) at LOAD_SHARES of the closed loop's best throughput. The model
+calibrated on the closed run's lowest step predicts each open step (the open model at its arrival rate), and the
+model calibrated on the middle open step predicts the closed steps. An open step's mean response time counts from
+the intended start, which holds the wait of an arrival for its own job to be free (schedule lag: the load
+generator's queue, not the database host's); the response from the actual start is what the model is judged on,
+and the lag is shown beside it.
+
 The goal: throughput within 10 % and mean response time within 15 % at every job count where the platform is not
 saturated, and the maximum throughput within 10 %.
 
 The host's own CPU scaling (capmark's probe, measured once per host and recorded with every run) is what lets the
 confined run's model know that this host's second core is not a whole core.
 
-    python benchmarks/whatif_vs_real.py [--lever cores|quota] [--jobs 1,2,4] [--duration 10s] [--workloads ...]
+    python benchmarks/whatif_vs_real.py [--lever cores|quota|load] [--jobs 1,2,4] [--duration 10s] [--workloads ...]
     python benchmarks/whatif_vs_real.py [--lever cores|quota] --runs SMALLER_DIR LARGER_DIR   # score stored runs
 """
 
@@ -30,10 +38,11 @@ from pathlib import Path
 from capmark import api
 from capmark.config import PlatformLimits, RunSpec, parse_duration
 from capmark.errors import CapmarkError
+from capmark.measure import record
 from capmark.plan import dbmodel
-from capmark.plan.calibrate import calibrate
+from capmark.plan.calibrate import calibrate, offered_rate, response_from_start_s
 from capmark.plan.dbhost import database_host
-from capmark.results import RunResult, TestResult
+from capmark.results import RunResult, StepResult, TestResult
 from capmark.store import load_run
 
 WORKLOADS = ["srv-query1", "srv-report", "tp-light", "stress-mixed"]
@@ -42,13 +51,84 @@ GOAL_RESPONSE = 0.15
 
 
 QUOTAS = (0.5, 1.0)  # the quota lever's two platforms: half a core's worth of CPU time and a whole one's
+# The load lever's open loops: arrival rates as shares of the closed loop's best throughput (light, middle, busy),
+# spread over this many jobs so that an arrival seldom waits for its own job
+LOAD_SHARES = (0.3, 0.5, 0.7)
+OPEN_JOBS = 8
 
 
 def measure(workloads: list[str], jobs: list[int], duration_s: float, limits: PlatformLimits,
-            results: Path) -> RunResult:
+            results: Path, mode: str = "server", rate: float = 0.0) -> RunResult:
     spec = RunSpec(workloads=workloads, jobs=jobs, warmup_s=3.0, duration_s=duration_s, results_dir=results,
-                   platform=limits).validate()
+                   platform=limits, mode=mode, rate=rate).validate()
     return api.run(spec)
+
+
+def _lag_s(step: StepResult) -> float:
+    """An open step's mean schedule lag (0 for a closed one)."""
+    return (step.schedule_lag.summary()["mean_s"] or 0.0) if step.schedule_lag is not None else 0.0
+
+
+def load_lever(workloads: list[str], jobs: list[int], duration_s: float, results: Path) -> None:
+    """Closed against open loops of each workload, each predicted from the other (the module's docstring)."""
+    closed = measure(workloads, jobs, duration_s, PlatformLimits(), results, mode="client")
+    print(f"Closed run {closed.folder}")
+    print("| workload | prediction | load | measured [units/s] | predicted | error | measured RT from start [ms] | "
+          "schedule lag [ms] | predicted RT [ms] | error | goal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for test in closed.tests:
+        measured = _measured(test)
+        if not measured:
+            print(f"| {test.workload} | | no valid closed step |")
+            continue
+        best = max(x for x, _ in measured.values())
+        opens = []
+        for share in LOAD_SHARES:
+            run = measure([test.workload], [OPEN_JOBS], duration_s, PlatformLimits(), results, mode="client",
+                          rate=round(share * best))
+            opens.append((share, run, run.tests[0]))
+        try:
+            model = calibrate(test, host=database_host(closed))
+        except CapmarkError as err:
+            print(f"| {test.workload} | closed -> open | not calibrated: {err} |")
+            continue
+        for share, _, open_test in opens:
+            for s in open_test.steps:
+                if s.status != "ok" or not s.units:
+                    continue
+                if not record.of(s).valid:
+                    print(f"| {test.workload} | closed -> open | {share:.0%} of best | not scored: "
+                          f"{'; '.join(record.of(s).problems)} |")
+                    continue
+                p = dbmodel.solve_open(model, offered_rate(s))
+                mx, mr = s.units / s.elapsed_s, response_from_start_s(s)
+                px, pr = p.throughput, p.response_time_s
+                if px is None or pr is None:
+                    print(f"| {test.workload} | closed -> open | {share:.0%} | {mx:,.0f} | saturated | | "
+                          f"{mr * 1e3:.3f} | {_lag_s(s) * 1e3:.3f} | | | missed |")
+                    continue
+                ex, er = px / mx - 1, pr / mr - 1
+                ok = abs(ex) <= GOAL_THROUGHPUT and abs(er) <= GOAL_RESPONSE
+                print(f"| {test.workload} | closed -> open | {share:.0%} of best | {mx:,.0f} | {px:,.0f} | {ex:+.1%} | "
+                      f"{mr * 1e3:.3f} | {_lag_s(s) * 1e3:.3f} | {pr * 1e3:.3f} | {er:+.1%} | "
+                      f"{'met' if ok else 'missed'} |")
+        middle = opens[len(opens) // 2]
+        try:
+            reverse = calibrate(middle[2], host=database_host(middle[1]))
+        except CapmarkError as err:
+            print(f"| {test.workload} | open -> closed | not calibrated: {err} |")
+            continue
+        predicted = {j: dbmodel.solve(reverse, j) for j in sorted(measured)}
+        for j in sorted(measured):
+            mx, mr = measured[j]
+            px, pr = predicted[j].throughput or 0.0, predicted[j].response_time_s or 0.0
+            ex, er = px / mx - 1, pr / mr - 1 if mr else float("nan")
+            ok = abs(ex) <= GOAL_THROUGHPUT and abs(er) <= GOAL_RESPONSE
+            print(f"| {test.workload} | open ({middle[0]:.0%}) -> closed | {j} jobs | {mx:,.0f} | {px:,.0f} | {ex:+.1%} | "
+                  f"{mr * 1e3:.3f} | | {pr * 1e3:.3f} | {er:+.1%} | {'met' if ok else 'missed'} |")
+        peak_p = max(p.throughput or 0.0 for p in predicted.values())
+        print(f"| {test.workload} | open ({middle[0]:.0%}) -> closed | max | {best:,.0f} | {peak_p:,.0f} | "
+              f"{peak_p / best - 1:+.1%} | | | | | {'met' if abs(peak_p / best - 1) <= GOAL_THROUGHPUT else 'missed'} |")
 
 
 def _measured(test: TestResult) -> dict[int, tuple[float, float]]:
@@ -100,7 +180,7 @@ def compare(source: RunResult, target: RunResult, platform: Platform, label: str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lever", choices=("cores", "quota"), default="cores")
+    ap.add_argument("--lever", choices=("cores", "quota", "load"), default="cores")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--jobs", default="1,2,4")
     ap.add_argument("--duration", default="10s")
@@ -108,6 +188,10 @@ def main() -> None:
     ap.add_argument("--runs", nargs=2, type=Path, metavar=("SMALLER", "LARGER"))
     args = ap.parse_args()
     host_cores = os.cpu_count() or 1
+    if args.lever == "load":
+        load_lever(args.workloads.split(","), [int(j) for j in args.jobs.split(",")],
+                   parse_duration(args.duration, "duration"), args.results)
+        return
     if args.lever == "cores":
         limits = (PlatformLimits(cpus=1), PlatformLimits())
         names = ("1 core", f"{host_cores} cores")

@@ -364,7 +364,8 @@ EstimatorOpt = Annotated[str | None, typer.Option("--estimator", help="Observati
                                                   "measured (default), statements (or share) or regression.")]
 UnattributedOpt = Annotated[str | None, typer.Option("--unattributed", help="Observation: CPU no database process "
                                                     "explains stays constant background (default), or grows with "
-                                                    "the load (load: e.g. the clients run on the database host).")]
+                                                    "the load (load: e.g. the clients run on the database host; "
+                                                    "its part that the observation shows fixed stays fixed).")]
 GrowthOpt = Annotated[list[str] | None, typer.Option("--growth", help="Load growth per period and periods, e.g. "
                                                      "20%x3; on an observation also per workload, orders=30%x3 "
                                                      "(repeatable).")]

@@ -42,6 +42,7 @@ class Truth:
     read_s_per_byte: float = 5e-9
     write_s_per_byte: float = 2e-8
     background_cores: float = 0.2  # CPU of processes no database process explains (clients on the host)
+    clients_per_core: float = 0.0  # and more of it per busy core of the workloads' processes (their clients' work)
     system_cores: float = 0.05  # the checkpointer and friends
     interrupt_share: float = 0.05  # of each workload's CPU, charged to no process (softirq)
     noise: float = 0.01  # host busy's deterministic relative noise
@@ -150,7 +151,8 @@ def build(truth: Truth | None = None, intervals: int = 60, length_s: float = 60.
                                    read_bytes=0.0, write_bytes=dirtied_bytes, processes=1))
         interrupts = sum(units[n] * cpu[n] * truth.interrupt_share for n in units)
         noise = 1 + truth.noise * math.sin(k * 1.7)
-        busy = (proc_cpu_total + interrupts + (truth.system_cores + truth.background_cores) * length_s) * noise
+        busy = (proc_cpu_total * (1 + truth.clients_per_core) + interrupts
+                + (truth.system_cores + truth.background_cores) * length_s) * noise
         total = truth.cores * length_s
         read_bytes = sum(units[n] * truth.read_bytes[n] for n in units)
         write_bytes = sum(units[n] * (truth.dirtied[n] * BLOCK + truth.wal[n] + truth.prune_wal[n]) for n in units)

@@ -267,6 +267,48 @@ def test_explicit_transactions_whose_begin_and_end_are_not_tracked_take_the_data
     assert any("orders" in n and "explicit transactions" in n for n in attributed.notes)
 
 
+@pytest.mark.parametrize("inside,per_transaction", [(1, 2), (1, 3), (0, 2)],
+                         ids=["inside-once", "three-statements", "never-seen-inside"])
+def test_a_workload_of_several_statements_per_transaction_caught_inside_too_rarely_takes_the_remaining_commits(
+        inside: int, per_transaction: int):
+    """Orders' transactions are an UPDATE and an INSERT (and a SELECT) between a BEGIN and an END that
+    pg_stat_statements never records (pgbench -M prepared). Caught inside a transaction once (or never), below the
+    evidence of explicit transactions, its statements stood for as many transactions; the database committed 12,000
+    beyond the lookups', and that is what it ran. The lookups, one statement per commit with a stray sample inside a
+    transaction too, stay counted by their statements, also where orders' excess leaves them seemingly fewer commits
+    than statements (three statements per transaction)."""
+    lookups, orders = key(application="lookups", user="u", database="d"), key(application="orders", user="u", database="d")
+    cells = [ActivityCell(session=lookups, query_id="1", state="active", in_transaction=False, wait_class="cpu",
+                          wait_event="", samples=200),
+             ActivityCell(session=lookups, query_id="1", state="idle in transaction", in_transaction=True,
+                          wait_class="client", wait_event="ClientRead", samples=1),
+             ActivityCell(session=orders, query_id="2", state="active", in_transaction=False, wait_class="cpu",
+                          wait_event="", samples=30),
+             ActivityCell(session=orders, query_id="3", state="active", in_transaction=False, wait_class="cpu",
+                          wait_event="", samples=10)]
+    if inside:
+        cells.append(ActivityCell(session=orders, query_id="3", state="idle in transaction", in_transaction=True,
+                                  wait_class="client", wait_event="ClientRead", samples=inside))
+    statements = [StatementDelta(query_id="1", database="d", user="u", calls=60_000, exec_time_s=3.0),
+                  StatementDelta(query_id="2", database="d", user="u", calls=12_000, exec_time_s=2.0),
+                  StatementDelta(query_id="3", database="d", user="u", calls=12_000, exec_time_s=1.5)]
+    if per_transaction == 3:
+        statements.append(StatementDelta(query_id="4", database="d", user="u", calls=12_000, exec_time_s=0.5))
+        cells.append(ActivityCell(session=orders, query_id="4", state="active", in_transaction=False,
+                                  wait_class="cpu", wait_event="", samples=5))
+    obs = observation(cells, statements)
+    obs.intervals[0] = dataclasses.replace(obs.intervals[0], database={"database": [
+        {"datname": "d", "xact_commit": 60_000 + 12_000, "xact_rollback": 0}]})
+    attributed = attribute(obs, WorkloadRules())
+    use = attributed.intervals[0].workloads
+    if inside:
+        assert use["orders"].units == pytest.approx(12_000)
+        assert any("orders" in n and "several of them per transaction" in n for n in attributed.notes), attributed.notes
+    else:  # never seen inside: nothing tells it from an autocommit workload but the commits, and it keeps its count
+        assert use["orders"].units == pytest.approx(24_000)
+    assert use["lookups"].units == pytest.approx(60_000)
+
+
 @pytest.mark.parametrize("inside", [5, 1], ids=["seen-inside-transactions", "inside-once-below-the-evidence"])
 def test_a_stray_commit_of_another_session_does_not_become_the_explicit_workloads_transactions(inside: int):
     """A COMMIT nobody's samples caught is split among the workloads seen inside transactions: for orders, whose own

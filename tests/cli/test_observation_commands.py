@@ -126,29 +126,28 @@ def test_the_estimator_option_reaches_the_model(results, capsys, monkeypatch):
         assert doc["model"]["estimator"] == used
 
 
-def test_unattributed_load_grows_the_cpu_no_process_explains_with_the_workloads(results, capsys, monkeypatch):
-    """--unattributed load moves the CPU no database process explains from the CPU's background into the workloads'
-    demands, in proportion to their CPU: the background drops by exactly that part, each demand grows by one factor,
-    the model at the peak still holds the host's CPU, and the grown load then needs more CPU than by default."""
+def test_unattributed_load_keeps_the_cpu_no_process_explains_where_it_did_not_rise_with_the_load(
+        results, capsys, monkeypatch):
+    """--unattributed load reaches the model, which fits the CPU no database process explains against the workloads'
+    CPU over the observation's intervals. On this fixture another program's CPU fell as the workloads' rose, so none
+    of it is the clients' work: all of it stays as background, the what-if's CPU is the default model's at every
+    growth level (growing all of its 0.38 cores would add 0.28 at 1.728 times the peak), and the baseline and the
+    console say why."""
     docs, scenarios = {}, {}
     for choice in ("background", "load"):
         args = ("--unattributed", choice) if choice == "load" else ()
         docs[choice] = json.loads(run(results, capsys, monkeypatch, "baseline", OBS, *PEAK, *args, "--format", "json"))
         planned = json.loads(run(results, capsys, monkeypatch, "whatif", OBS, *PEAK, *args, "--format", "json"))
         scenarios[choice] = [s["utilisation"]["cpu"] for s in planned["scenarios"]]
-    cpu = {c: next(s for s in d["model"]["stations"] if s["name"] == "cpu") for c, d in docs.items()}
     spread = docs["background"]["unattributed_cpu_cores"]
     assert docs["load"]["model"]["unattributed"] == "load" and docs["background"]["model"]["unattributed"] == "background"
     assert spread > 0.1  # the fixture's host ran another program's tests beside the production
-    assert cpu["load"]["background_busy"] == pytest.approx(cpu["background"]["background_busy"] - spread, abs=1e-9)
-    factors = {n: cpu["load"]["demands"][n] / d for n, d in cpu["background"]["demands"].items() if d > 0}
-    assert len(set(round(f, 9) for f in factors.values())) == 1 and next(iter(factors.values())) > 1, factors
-    at_peak = {c: next(r for r in d["validation"]["resources"] if r["resource"] == "cpu") for c, d in docs.items()}
-    assert at_peak["load"]["modelled"] == pytest.approx(at_peak["background"]["modelled"], rel=1e-9)
-    assert scenarios["load"][0] == pytest.approx(scenarios["background"][0], rel=1e-9)  # the peak as it was
-    assert all(g > b for g, b in zip(scenarios["load"][1:], scenarios["background"][1:], strict=True)), scenarios
+    assert docs["load"]["model"]["unattributed_fixed_cores"] == pytest.approx(spread, rel=1e-9)
+    assert len(scenarios["load"]) == 4
+    assert scenarios["load"] == pytest.approx(scenarios["background"], rel=1e-9)
+    assert any("did not rise with the load" in n for n in docs["load"]["notes"]), docs["load"]["notes"]
     console = run(results, capsys, monkeypatch, "baseline", OBS, *PEAK, "--unattributed", "load")
-    assert "the model adds them to the workloads' CPU demands" in " ".join(console.split()), console
+    assert "keeps all of them as constant background" in " ".join(console.split()), console
 
 
 def test_compare_keeps_before_and_after_in_order(results, capsys, monkeypatch):

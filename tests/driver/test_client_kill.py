@@ -159,3 +159,34 @@ def test_a_killed_client_side_run_leaves_no_worker_session_or_traceback(moment, 
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert "unexpected" not in err.lower(), err
     assert "Warning" not in err and "leaked" not in err, err  # e.g. the resource tracker's leaked semaphores
+
+
+# capmark killed in the instant between the forkserver forking a worker and capmark sending the worker its data:
+# the connection is made as multiprocessing makes it, then the process ends before anything is sent.
+KILLED_WHILE_A_WORKER_STARTS = """
+import os
+import multiprocessing.forkserver as forkserver
+from capmark.driver import procs
+
+connect = forkserver.connect_to_new_process
+
+def connect_and_die(fds):
+    sentinel, _ = connect(fds)
+    forkserver.read_signed(sentinel)  # the forkserver has forked the worker
+    os._exit(0)
+
+forkserver.connect_to_new_process = connect_and_die
+if __name__ == "__main__":
+    procs.CONTEXT.Process(target=print).start()
+"""
+
+
+def test_a_kill_while_a_worker_is_forked_leaves_no_traceback(tmp_path):
+    """The worker the forkserver forked reads no data and ends without a word: before, the forkserver printed its
+    EOFError's traceback on the terminal of a killed capmark (seen once in the between-steps case above)."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_WHILE_A_WORKER_STARTS)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=SRC))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "", out.stderr

@@ -4,6 +4,7 @@ answer is known because capmark made it so (the server confined to one core)."""
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 import psycopg
@@ -59,13 +60,52 @@ def test_on_a_server_confined_to_one_core_two_sessions_do_one_cores_work(embedde
     for _ in range(PROBE_TRIES):
         with platform.confined(PlatformLimits(cpus=1), postmaster, [], "test-probe"):
             scaling = probe.measure(engine, embedded_dsn, 2)
-        assert scaling.statements_per_s_one > 0
+        assert scaling is not None and scaling.statements_per_s_one > 0
         two, four = scaling.effective_cores["2"], scaling.effective_cores["4"]
         if abs(two - 1.0) <= ONE_CORE_TOLERANCE and \
                 1.0 - FOUR_ON_ONE_SLICING_LOSS <= four <= 1.0 + ONE_CORE_TOLERANCE:
             return
         tries.append(f"{two:.3f} and {four:.3f} cores at 2 and 4 sessions")
     pytest.fail(f"confined to one core, the probe read {'; '.join(tries)} in each of {PROBE_TRIES} tries")
+
+
+def test_a_level_no_round_could_measure_leaves_the_host_unmeasured_without_an_error():
+    """A loaded host's one-session level got no two statements inside its window in any round: the median of no
+    ratios ended the run with "no median for empty data" before."""
+    assert probe.effective_cores([{1: 0.0, 2: 9.0, 4: 8.0}] * 3, [1, 2, 4]) is None
+    assert probe.effective_cores([{1: 5.0, 2: 0.0, 4: 8.0}] * 3, [1, 2, 4]) is None
+    rates = [{1: 5.0, 2: 9.0, 4: 8.0}, {1: 0.0, 2: 9.0, 4: 8.0}, {1: 4.0, 2: 8.0, 4: 8.0}]
+    assert probe.effective_cores(rates, [1, 2, 4]) == pytest.approx({1: 1.0, 2: 1.9, 4: 1.8})
+
+
+# Each session's level window must hold enough whole statements for a rate (session_rate needs two inside it): at
+# least this many on a quiet host, so that a host a few times slower still gives one
+STATEMENTS_PER_WINDOW = 8
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("engine_name", ["postgresql", "mysql"])
+def test_a_probe_statement_fits_its_window_many_times(engine_name, request):
+    """MariaDB's statement took 1.7 s against the 2 s window: one statement per window, so a loaded host's probe
+    had no rate at one session in any round and every MySQL run on a fresh machine failed."""
+    if engine_name == "mysql":
+        import mysqlserver
+
+        dsn = mysqlserver.answering()
+    else:
+        dsn = request.getfixturevalue("embedded_dsn")
+    engine = registry.for_dsn(dsn)
+    conn = engine.connect(dsn, application_name="capmark probe test")
+    try:
+        engine.execute(conn, probe.PROBE_STATEMENTS[engine.name])  # warm
+        took = []
+        for _ in range(3):
+            start = time.perf_counter()
+            engine.execute(conn, probe.PROBE_STATEMENTS[engine.name])
+            took.append(time.perf_counter() - start)
+    finally:
+        conn.close()
+    assert min(took) * STATEMENTS_PER_WINDOW <= probe.PROBE_LEVEL_S, took
 
 
 def test_a_probe_disturbed_by_other_programs_is_not_kept():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -53,6 +54,10 @@ PREDICTED_CPU_POINTS = 0.05  # at each growth level the host carries, on the pea
 SLICE_S = 7  # each slice of a level and of the references (measured: medians within +-1.5 %)
 SLICE_ROUNDS = 4  # slices of each level; 25 slices in all, about 3 minutes
 PREDICTED_RESPONSE = 0.20  # at a carried level, against the what-if with the level's CPU cost per transaction
+# A level's measured mean time per transaction is itself uncertain: its four slices' means moved by up to a fifth
+# from one another on a host whose wake-ups were slow (reports at x1.44: 5.80 ms over slices whose production CPU
+# grew 1.26x to 1.46x). The bound widens by two standard errors of the slices' mean, at most this much.
+RESPONSE_NOISE_CAP = 0.15
 # A growth level the host did not carry: its CPU this busy, or an application completing fewer than this share of the
 # transactions it was asked for (pgbench's clients fell behind their schedule).
 SATURATED_CPU = 0.90
@@ -273,19 +278,17 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
         print(f"{run.name}: CPU {modelled:.3f} modelled; {_told(run, peak)}")
         if abs(modelled - measured) > PREDICTED_CPU_POINTS:
             misses.append(f"{run.name}: CPU {modelled:.3f} modelled; {_told(run, peak)}")
-    assert not misses, misses
+    assert not misses, misses + [n for n in base.notes if "no database process explains" in n]
 
 
-def _as_it_ran(base: Any, capacity: Any, scenario: Any, cost: float) -> Any:
-    """The what-if for a growth level with the CPU cost per transaction the level really had (`cost`, from
-    LevelRun.cost_against): the growth, on a CPU as much faster or slower than the peak's as that cost. What the load
-    does to the cost is the part of the prediction test_the_what_if_predicts_the_grown_cpu bounds; this one bounds
-    the queueing on top.
-    Judged with the peak's cost instead, a shared host's speed, which moves by up to 15 % between the observation and
-    the levels, and the cost falling with the load (1.61x the CPU for 1.728x the rates) put reports 16-22 % over
-    what was measured at 1.728x, and once at 4.33 ms against 2.75 ms."""
-    request = capacity.api.WhatIfRequest(growth=(capacity.api.parse_growth("20%x3"),),
-                                         cpu_speed=1 / cost)
+def _as_it_ran(base: Any, capacity: Any, scenario: Any, speed: float) -> Any:
+    """The what-if for a growth level on a CPU `speed` times as fast as the peak's (LevelRun.speed_as_it_ran): the
+    level with its CPU as busy as the host's was while it ran. What the load does to the CPU is the part of the
+    prediction test_the_what_if_predicts_the_grown_cpu bounds; this one bounds the queueing on top.
+    Judged with the model's own cost instead, a shared host's speed, which moves by up to 15 % between the
+    observation and the levels, and the cost falling with the load (1.52-1.61x the CPU for 1.728x the rates) put
+    reports 16-22 % over what was measured at 1.728x, and once at 4.33 ms against 2.75 ms."""
+    request = capacity.api.WhatIfRequest(growth=(capacity.api.parse_growth("20%x3"),), cpu_speed=speed)
     doc = capacity.api.whatif(base, request)
     return next(s for s in doc.scenarios if s.period == scenario.period)
 
@@ -294,22 +297,24 @@ def _as_it_ran(base: Any, capacity: Any, scenario: Any, cost: float) -> Any:
 def test_the_what_if_predicts_the_grown_response_times(observed: Observed, base: Any, capacity: Any,
                                                         grown: list[production.LevelRun]) -> None:
     """Each workload's mean time per transaction from its start at each growth level the host carried, as run,
-    against the what-if of that level with the CPU cost per transaction it had."""
+    against the what-if of that level with the host's CPU as busy as it was then."""
     peak = observed.phase("peak")
     misses: dict[str, Any] = {}
     for scenario, run in _carried(observed, base, capacity, grown):
         apps = run.apps()
         cost = run.cost_against(peak)
-        then = _as_it_ran(base, capacity, scenario, cost)
+        speed = run.speed_as_it_ran(scenario.utilisation[capacity.cpu])
+        then = _as_it_ran(base, capacity, scenario, speed)
         for w in then.workloads:
             if w.name not in apps:
                 continue
             measured = apps[w.name].mean_from_start_s
-            print(f"{run.name} {w.name}: {w.response_s * 1e3:.3f} ms modelled, {measured * 1e3:.3f} ms measured, "
-                  f"{cost:.3f}x the peak's CPU per transaction")
-            if not _near(w.response_s, measured, PREDICTED_RESPONSE):
-                misses.setdefault(w.name, []).append(f"{run.name} {w.response_s * 1e3:.3f} ms modelled, "
-                                                     f"{measured * 1e3:.3f} ms measured "
-                                                     f"({cost:.3f}x the peak's CPU per "
-                                                     "transaction)")
+            slices = [s.level.apps[w.name].mean_from_start_s for s in run.slices]
+            noise = min(RESPONSE_NOISE_CAP, 2 * statistics.stdev(slices) / math.sqrt(len(slices)) / measured)
+            told = (f"{run.name} {w.name}: {w.response_s * 1e3:.3f} ms modelled, {measured * 1e3:.3f} ms measured "
+                    f"(slices {', '.join(f'{x * 1e3:.3f}' for x in slices)}; bound {PREDICTED_RESPONSE + noise:.3f}), "
+                    f"{cost:.3f}x the peak's CPU per transaction")
+            print(told)
+            if not _near(w.response_s, measured, PREDICTED_RESPONSE + noise):
+                misses.setdefault(w.name, []).append(told)
     _judge_response(misses, "modelled vs measured mean time per transaction")

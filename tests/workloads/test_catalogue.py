@@ -100,12 +100,6 @@ def test_dl_buffer_reports_exactly_the_rows_it_inserted(catalogue):
     assert kpm.compute(step, test.per_unit)[0]["rows_per_s"] == pytest.approx(step.units * 5 / step.elapsed_s)
 
 
-def test_dl_direct_loads_without_wal(catalogue):
-    step = catalogue["dl-direct"].steps[0]
-    assert table(step, "n_tup_ins", prefix="dl_direct_") == step.units * 10_000
-    assert wal_bytes(step) / (step.units * 10_000) < 5  # an unlogged table: almost no WAL per row
-
-
 @pytest.mark.parametrize("name,rows", [("tp-light", 1), ("tp-medium", 25), ("tp-heavy", 125)])
 def test_tp_updates_the_rows_it_claims(catalogue, name, rows):
     step = catalogue[name].steps[0]
@@ -118,6 +112,14 @@ def jobs_wal_bytes(step):
     or a checkpoint running in the same window does not add to; the server's whole WAL where that view is missing."""
     rows = step.db_delta.get("backend_wal")
     return total(rows, "wal_bytes") if rows else wal_bytes(step)
+
+
+def test_dl_direct_loads_without_wal(catalogue):
+    """The load's own backends log almost nothing: a checkpoint's page images or autovacuum of another test's tables
+    in the same second (7.9 MB in one clean-clone run) are not the load's WAL, so the per-backend figure is judged."""
+    step = catalogue["dl-direct"].steps[0]
+    assert table(step, "n_tup_ins", prefix="dl_direct_") == step.units * 10_000
+    assert jobs_wal_bytes(step) / (step.units * 10_000) < 5  # an unlogged table: almost no WAL per row
 
 
 def test_tp_lookup_writes_no_wal(catalogue):

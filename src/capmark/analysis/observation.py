@@ -16,6 +16,7 @@ from capmark.capacity import (
     UNATTRIBUTED,
     UTILISATION_THRESHOLD,
     BaselineDocument,
+    BaselineModel,
     ComparisonDocument,
     Estimator,
     PeakOptions,
@@ -48,7 +49,8 @@ from capmark.observations import Observation
 
 __all__ = [
     "COLLECTOR", "CPU", "ESTIMATORS", "OTHER", "P95_OVER_MEAN", "STRETCH_LIMIT", "SYSTEM", "UTILISATION_THRESHOLD",
-    "WAL_FLUSH", "BaselineDocument", "BaselineOptions", "Change", "ComparisonDocument", "Estimate", "ObservationReport",
+    "WAL_FLUSH", "BaselineDocument", "BaselineModel", "BaselineOptions", "Change", "ComparisonDocument", "Estimate",
+    "ObservationReport",
     "PeakWindow", "ResourceChange", "ResourceCheck", "ResourceDemands", "Scenario", "ScenarioWorkload",
     "SizingDocument", "TimelinePoint", "Validation", "WhatIfDocument", "WhatIfOptions", "WorkloadChange", "WorkloadRow",
     "WorkloadShare", "observation_baseline", "observation_compare", "observation_report", "observation_size",

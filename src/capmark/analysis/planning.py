@@ -224,7 +224,8 @@ def whatif_document(run: RunResult, tests: list[TestResult], scenarios: list[Sce
 
     def answer(t: TestResult) -> WhatIf:
         model = calibrate_test(t, from_jobs, host)
-        found = evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress, solver)
+        found = evaluate(model, _base_jobs(model, at_jobs), model.think_s, scenarios, progress, solver,
+                         base_rate=model.calibrated_rate if at_jobs is None else None)
         return WhatIf(unit=t.unit, platform=_platform(model), **found)
 
     return WhatIfDocument(run=run.run_id, tests=answer_each(run, tests, "answer what-if questions", answer))

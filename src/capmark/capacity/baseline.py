@@ -18,7 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from capmark.capacity.demands import CPU, DemandTable, Estimator, ResourceKind, estimate, wal_flush_s
+from capmark.capacity.demands import (
+    CPU,
+    DemandTable,
+    Estimator,
+    ResourceKind,
+    estimate,
+    fit_unattributed_cpu,
+    wal_flush_s,
+)
 from capmark.capacity.document import CapacityDocument
 from capmark.capacity.peak import PeakOptions, PeakWindow, cpu_busy, find_peak, held_out
 from capmark.capacity.workloads import (
@@ -62,6 +70,8 @@ class BaselineModel:
     residual_s: dict[str, float]  # measured response time less the modelled residences (at least 0)
     measured_response_s: dict[str, float]
     unattributed: Unattributed = "background"  # how the CPU no database process explains is modelled
+    # with "load": the cores of it that stay as they are when the load grows (fit_unattributed_cpu), kept as background
+    unattributed_fixed_cores: float = 0.0
 
 
 @dataclass(kw_only=True)
@@ -195,6 +205,7 @@ def calibrate(observation: Observation, attribution: Attribution, ordinals: Sequ
     use = attribution.over(ordinals)
     rates = {w.name: w.rate for w in table.resources[0].workloads}
     stations = []
+    fixed = 0.0  # set only with unattributed="load"
     for r in table.resources:
         demands = {w.name: (e.value if (e := w.of(estimator)) is not None else math.nan) for w in r.workloads}
         if any(math.isnan(v) for v in demands.values()):
@@ -207,17 +218,44 @@ def calibrate(observation: Observation, attribution: Attribution, ordinals: Sequ
         spread = r.background.get("unattributed", 0.0) if r.kind == "cpu" and estimator != "regression" else 0.0
         ours = sum(rates[n] * d for n, d in demands.items())
         if unattributed == "load" and spread > 0 and ours > 0:
-            demands = {n: d * (1 + spread / ours) for n, d in demands.items()}
-            background -= spread
+            fixed = _fixed_part(observation, attribution, spread, table)
+            demands = {n: d * (1 + (spread - fixed) / ours) for n, d in demands.items()}
+            background -= spread - fixed
         stations.append(Station(name=r.resource, kind=r.kind, servers=r.servers, background_busy=background,
                                 demands=demands))
     measured = {n: use[n].exec_time_s / use[n].units for n in rates}
     model = BaselineModel(estimator=estimator, rates=rates, stations=stations, residual_s={},
-                          measured_response_s=measured, unattributed=unattributed)
+                          measured_response_s=measured, unattributed=unattributed,
+                          unattributed_fixed_cores=fixed)
     bare = solve(model)
     model.residual_s = {n: max(0.0, measured[n] - (bare.response_s[n] if math.isfinite(bare.response_s[n]) else 0.0))
                         for n in rates}
     return model, table
+
+
+def _fixed_part(observation: Observation, attribution: Attribution, unattributed: float, table: DemandTable) -> float:
+    """Of the `unattributed` cores of CPU no database process explains in the window, those that stay when the load
+    grows: the intercept of their line through the observation's intervals (at most all of them, at least none), or
+    all of them where the line does not rise with the load. Without intervals enough to fit it, all of it grows with
+    the load. The fit is said in the table's notes."""
+    fit = fit_unattributed_cpu(observation, attribution)
+    if fit is None:
+        table.notes.append(f"the {unattributed:.2f} cores of CPU no database process explains are taken to grow with "
+                           "the load: the observation's intervals do not vary enough in load to tell a fixed part")
+        return 0.0
+    if fit.per_core <= 0:  # it did not rise with the load: none of it is the clients' work per transaction
+        table.notes.append(f"the {unattributed:.2f} cores of CPU no database process explains stay as they are when "
+                           f"the load grows: over {fit.intervals} intervals with the workloads' processes "
+                           f"{fit.low_cores:.2f} to {fit.high_cores:.2f} cores busy they did not rise with the load "
+                           f"({fit.per_core:.3f} cores per busy core of the workloads)")
+        return unattributed
+    fixed = min(unattributed, max(0.0, fit.fixed_cores))
+    table.notes.append(f"of the {unattributed:.2f} cores of CPU no database process explains, {fixed:.2f} stay as "
+                       "they are when the load grows and the rest grows with it: a line through "
+                       f"{fit.intervals} intervals with the workloads' processes {fit.low_cores:.2f} to "
+                       f"{fit.high_cores:.2f} cores busy gives {fit.fixed_cores:.3f} cores plus "
+                       f"{fit.per_core:.3f} per busy core of the workloads")
+    return fixed
 
 
 def _validate(observation: Observation, attribution: Attribution, model: BaselineModel, ordinals: Sequence[int],

@@ -28,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 from scipy.optimize import nnls
+from scipy.stats import theilslopes
 
 from capmark.capacity.workloads import COLLECTOR, SYSTEM, Attribution, WorkloadUse
 from capmark.observations import Interval, Observation
@@ -42,6 +43,50 @@ BOOTSTRAP_SAMPLES = 200  # enough for 90 % percentile bounds to settle to about 
 BOOTSTRAP_SEED = 29  # fixed: the same observation always gives the same intervals
 BOUNDS = (5.0, 95.0)  # the bootstrap's percentile interval
 INTERRUPT_MODES = ("irq", "softirq")  # host CPU time charged to no process
+# The line through the unattributed CPU of the intervals (fit_unattributed_cpu) needs intervals at different loads: a
+# line through fewer points, or through a load that hardly moved, has an intercept the intervals' noise (a few
+# hundredths of a core each) sets rather than the clients.
+MIN_FIT_INTERVALS = 6
+MIN_LOAD_SPAN = 1 / 3  # the workloads' busy cores vary by at least a third of their busiest interval's
+
+
+@dataclass(kw_only=True)
+class UnattributedFit:
+    """The host's CPU that no database process explains, interval by interval, as a line in the modelled workloads'
+    own busy cores: a part that stays as it is when the load grows (clients' timers and polling, monitoring agents,
+    the kernel's housekeeping) and a part that grows with it (the clients' work per transaction)."""
+
+    fixed_cores: float  # the line's intercept, cores
+    per_core: float  # its slope: cores per busy core of the workloads
+    intervals: int
+    low_cores: float  # the workloads' busy cores in the quietest and the busiest interval fitted
+    high_cores: float
+
+
+def fit_unattributed_cpu(observation: Observation, attribution: Attribution) -> UnattributedFit | None:
+    """A robust line (Theil and Sen: the median of the pairwise slopes, so that an interval where a client started or
+    stopped half-way does not tilt it) through the usable intervals' unattributed CPU against the modelled
+    workloads' CPU, or None where the intervals are too few or their load too even to tell a fixed part from a
+    growing one. The unattributed CPU of an interval is the host's busy less every process's CPU and the interrupt
+    time (which the processes carry, as in the measured estimator)."""
+    modelled = set(attribution.modelled)
+    ours: list[float] = []
+    unexplained: list[float] = []
+    for i in observation.usable():
+        use = attribution.intervals.get(i.ordinal)
+        if use is None or i.host is None or i.length_s <= 0:
+            continue
+        charged = sum(w.cpu_s for w in use.workloads.values())
+        if charged <= 0:
+            continue  # no per-process CPU in this interval: nothing to tell the unexplained part by
+        interrupts = sum(i.host.cpu_s.get(m, 0.0) for m in INTERRUPT_MODES)
+        ours.append(sum(w.cpu_s for n, w in use.workloads.items() if n in modelled) / i.length_s)
+        unexplained.append((i.host.busy_s - charged - interrupts) / i.length_s)
+    if len(ours) < MIN_FIT_INTERVALS or max(ours) <= 0 or (max(ours) - min(ours)) < MIN_LOAD_SPAN * max(ours):
+        return None
+    slope, intercept, *_ = theilslopes(unexplained, ours)
+    return UnattributedFit(fixed_cores=float(intercept), per_core=float(slope), intervals=len(ours),
+                           low_cores=min(ours), high_cores=max(ours))
 
 
 @dataclass(kw_only=True)

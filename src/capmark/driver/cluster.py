@@ -314,7 +314,15 @@ def leave() -> None:
 
 
 def cluster_cpus() -> int:
-    """CPUs the cluster offers to actors (Ray's logical CPUs, one per core unless a node was started otherwise)."""
+    """CPUs the cluster has for actors (Ray's logical CPUs, one per core unless a node was started otherwise), all of
+    them: a step's layout follows the cluster, not the CPUs the previous step's actors, released a moment before,
+    still held (Ray returns them a little later; the step's placement waits for them)."""
+    with lost_as_one_sentence():
+        return int(_ray().cluster_resources().get("CPU", 0))
+
+
+def free_cpus() -> int:
+    """CPUs of the cluster no actor holds now."""
     with lost_as_one_sentence():
         return int(_ray().available_resources().get("CPU", 0))
 
@@ -486,7 +494,8 @@ class RayJobs:
         ready, _ = ray.wait([self.group.ready()], timeout=READY_TIMEOUT_S)
         if not ready:
             raise RuntimeError(f"the Ray cluster has no room for {len(self.specs)} job processes of one CPU each "
-                               f"(it offers {cluster_cpus()} CPUs now); use fewer --driver-procs or add nodes")
+                               f"(it has {cluster_cpus()} CPUs, {free_cpus()} of them free now); use fewer "
+                               "--driver-procs or add nodes")
         actor = ray.remote(num_cpus=1, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(JobHost)
         handles = [actor.options(scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i),
                                  name=None).remote(spec) for i, spec in enumerate(self.specs)]

@@ -23,13 +23,16 @@ from typing import Any
 
 from capmark.engines.base import Engine
 
-PROBE_STATEMENTS = {  # CPU-bound, no table, no IO: the server's executor alone
+# CPU-bound, no table, no IO: the server's executor alone, about 0.1 s each on the 2-vCPU development machine
+# (PostgreSQL's 0.14 s, MariaDB's 0.09 s; MariaDB's benchmark() of 2,000,000 digests took 1.7 s, so a level's window
+# held one statement and a loaded host's probe ended with no rate at all)
+PROBE_STATEMENTS = {
     "postgresql": "select count(*) from generate_series(1, 500000)",
-    "mysql": "select benchmark(2000000, md5('capmark'))",
+    "mysql": "select benchmark(100000, md5('capmark'))",
 }
-PROBE_LEVEL_S = 2.0  # each level's window: tens of statements of ~50 ms per session
+PROBE_LEVEL_S = 2.0  # each level's window: over ten statements per session
 PROBE_ROUNDS = 3  # alternating order (up, down, up) with medians: the host's drift between levels cancels
-PROBE_FORMAT = 1
+PROBE_FORMAT = 2  # 2: MariaDB's statement shortened, so its earlier one-statement windows are measured again
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capmark" / "platforms"
 
 
@@ -115,6 +118,18 @@ def _level(engine: Engine, dsn: str, sessions: int, statement: str) -> float:
             conn.close()
 
 
+def effective_cores(rates: list[dict[int, float]], levels: list[int]) -> dict[int, float] | None:
+    """Per level, the median over the rounds of its rate over one session's rate in the same round; None where a
+    level has no round with both rates (its statements outlasted the window: a host too loaded to measure)."""
+    out = {}
+    for k in levels:
+        ratios = [round_[k] / round_[1] for round_ in rates if round_[1] > 0 and round_[k] > 0]
+        if not ratios:
+            return None
+        out[k] = statistics.median(ratios)
+    return out
+
+
 def probe_levels(cores: int) -> list[int]:
     """1, 2, 4 ... up to the cores, the cores, and twice the cores: a few levels even on a large host."""
     levels = {cores, 2 * cores}
@@ -125,19 +140,21 @@ def probe_levels(cores: int) -> list[int]:
     return sorted(levels)
 
 
-def measure(engine: Engine, dsn: str, cores: int) -> PlatformScaling:
+def measure(engine: Engine, dsn: str, cores: int) -> PlatformScaling | None:
     """Each round measures every level once (up, then down, then up); a level's effective cores is the median over
     the rounds of its rate over one session's rate in the same round, so a host whose speed moved between rounds
-    moves both sides of each ratio."""
+    moves both sides of each ratio. None where some level could not be measured in any round."""
     levels = probe_levels(cores)
     rates: list[dict[int, float]] = []
     statement = PROBE_STATEMENTS[engine.name]
     for r in range(PROBE_ROUNDS):
         rates.append({k: _level(engine, dsn, k, statement) for k in (levels if r % 2 == 0 else reversed(levels))})
-    effective = {k: statistics.median(round_[k] / round_[1] for round_ in rates if round_[1] > 0) for k in levels}
+    effective = effective_cores(rates, levels)
+    if effective is None:
+        return None
     return PlatformScaling(cores=cores, effective_cores={str(k): round(v, 4) for k, v in effective.items()},
                            growth=growth_of({k: v for k, v in effective.items() if k <= cores}),
-                           statements_per_s_one=round(statistics.median(round_[1] for round_ in rates), 2),
+                           statements_per_s_one=round(statistics.median(r[1] for r in rates if r[1] > 0), 2),
                            measured_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
 
@@ -175,6 +192,11 @@ def host_scaling(engine: Engine, dsn: str, cores: int | None, host_key: dict[str
     say(f"Measuring what {cores} busy cores of the database host deliver (once per host, about "
         f"{len(probe_levels(cores)) * PROBE_ROUNDS * PROBE_LEVEL_S:.0f} s) ...")
     scaling = measure(engine, dsn, cores)
+    if scaling is None:
+        say(f"The host's CPU scaling could not be measured: the probe's statements outlasted its {PROBE_LEVEL_S:g} s "
+            "windows (a host this loaded is slower than it is); the model takes capacity as linear in the busy cores, "
+            "and the host is measured again next time.")
+        return None
     say(f"This host: {scaling.words()}.")
     if not plausible(scaling):
         say("Other programs seem to have taken the CPU while it was measured (more sessions did more than their "

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing import connection as mp_connection
 from multiprocessing.connection import Connection
+from types import FrameType
 from typing import Any
 
 from capmark.collect import netinfo
@@ -49,6 +50,26 @@ TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
 def _quiet_resource_tracker() -> None:
     if TRACKER_QUIET not in sys.warnoptions:
         sys.warnoptions.append(TRACKER_QUIET)
+
+
+def _in_the_forkserver() -> bool:
+    """Whether this import is the forkserver's preload: multiprocessing's forkserver main is on the stack."""
+    frame: FrameType | None = sys._getframe()
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "main" and code.co_filename.endswith(os.path.join("multiprocessing", "forkserver.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _quiet_when_capmark_is_gone(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """The forkserver's hook for an error in a worker it has just forked: a worker whose data never came (capmark
+    ended between asking for it and sending it, a SIGKILL between two steps) ends without a word, as the workers
+    already running do; any other error is printed as before."""
+    if issubclass(kind, _GONE):
+        return
+    sys.__excepthook__(kind, value, tb)
 
 
 class WorkerFailed(Exception):
@@ -138,6 +159,8 @@ def _die_with_parent() -> None:
 
 
 _GONE = (BrokenPipeError, ConnectionResetError, EOFError)  # capmark's end of the pipe closed: it has ended
+if _in_the_forkserver():  # the forkserver reports a failed fork's error through sys.excepthook, on the user's terminal
+    sys.excepthook = _quiet_when_capmark_is_gone
 
 
 def _watch_parent(conns: list[Any]) -> None:

@@ -12,6 +12,7 @@ calibration becomes a delay, so the model reproduces its calibration step exactl
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,6 +48,7 @@ from capmark.plan.dbmodel import (
     TypeFigures,
     device_station,
     solve,
+    solve_open,
 )
 from capmark.plan.mix import type_demands
 from capmark.plan.predict import CurveJson, curve
@@ -125,7 +127,9 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> _StepParameters:
     # flush as CPU (the session waits on the WAL meanwhile), so the estimate holds none of it
     in_flushes = f * flush_cpu if measured else 0.0
     lat = step.latency.summary()
-    mean = lat["mean_s"] or 0.0
+    # the shape relative to the mean the model is pinned to: an open loop's response from the units' actual start
+    # (its percentiles count from the intended start, so the shape carries the schedule lag's tail)
+    mean = response_from_start_s(step) if offered_rate(step) else lat["mean_s"] or 0.0
     return _StepParameters(cpu=max(0.0, cpu - in_flushes), devices=busy, wal_device=wal_dev, f=f, flush_cpu=flush_cpu,
                            flush_device=flush_dev, client=max(0.0, driver - here),
                            p95=(lat["p95_s"] or mean) / mean if mean else 1.0,
@@ -147,6 +151,21 @@ def _check_host_cpu(test: TestResult, chosen: list[StepResult], host: DatabaseHo
     return unmeasured
 
 
+def offered_rate(step: StepResult) -> float:
+    """The step's open-loop arrival rate over all its jobs (units/s; 0 for a closed loop): its jobs then only
+    carry the arrivals, and neither their count nor jobs / throughput is the load."""
+    return float(step.pacing.get("rate") or 0.0)
+
+
+def response_from_start_s(step: StepResult) -> float:
+    """The step's mean response time from each unit's actual start. An open loop's latency counts from the
+    intended start, so it holds the wait of an arrival for its own job to be free (schedule lag), which is the load
+    generator's queue and no station of the database host."""
+    mean = step.latency.summary()["mean_s"] or 0.0
+    lag = step.schedule_lag.summary()["mean_s"] if step.schedule_lag is not None and step.schedule_lag.total else None
+    return max(0.0, mean - (lag or 0.0))
+
+
 def _busy_cores(step: StepResult) -> float:
     busy = host_busy_s(step)
     return busy / step.elapsed_s if busy is not None and step.elapsed_s > 0 else 1.0
@@ -159,7 +178,8 @@ def _commit_waits(step: StepResult, flush_requests: float) -> float:
     if not flush_requests or not wio or step.elapsed_s <= 0:
         return 0.0
     busy = (wio["write_ms"] + wio["fsync_ms"]) / 1000 / step.elapsed_s
-    return flush_requests * cpuscaling.waiting_share(busy, step.jobs)
+    # an open loop's arrivals are independent of one another, as in the open model (not its load generator's jobs)
+    return flush_requests * cpuscaling.waiting_share(busy, math.inf if offered_rate(step) else step.jobs)
 
 
 def _flush_requests(valid: list[StepResult]) -> float:
@@ -267,12 +287,15 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     if model.flush_requests > 0 and not model.flush_cpu_s and not model.flush_device_s:
         model.notes.append("WAL flush time is not measured (track_wal_io_timing off): group commit not modelled")
         model.flush_requests = 0.0
-    model = fit_flushes_and_delay(model, [Anchor(jobs=s.jobs, cycle_s=s.jobs / (s.units / s.elapsed_s),
-                                                  flushes_per_unit=p.f) for s, p in zip(chosen, params, strict=True)])
+    anchors = [Anchor.of(s, p.f) for s, p in zip(chosen, params, strict=True)]
+    if any(a.rate for a in anchors):
+        model.calibrated_rate = statistics.fmean(a.rate for a in anchors if a.rate)
+    model = fit_flushes_and_delay(model, anchors)
     at_lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
     model.types = type_demands(at_lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
     if model.types:
-        model.type_reference = solve(model, at_lowest[0].jobs).parts
+        model.type_reference = (solve_open(model, model.calibrated_rate) if model.calibrated_rate
+                                else solve(model, at_lowest[0].jobs)).parts
     if model.delay_s < 0:
         model.notes.append(f"the measured response time is {-model.delay_s * 1e6:.1f} us per unit shorter than the "
                            "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
@@ -290,10 +313,11 @@ def _fit_oversubscription(model: DbModel, valid: list[StepResult], host: Databas
     """More runnable jobs than cores cost CPU per unit (time slices starting with a cold cache), which steps up to
     the cores cannot show: the lowest valid job count above the cores is the probe that measures it. A probe step
     whose CPU per unit rose is used (and then never scored); one that did not rise stays an ordinary step."""
-    above = sorted({s.jobs for s in valid if s.jobs > model.cores and has_host_cpu(s)})
+    closed = [s for s in valid if not offered_rate(s)]  # an open loop's jobs wait for arrivals: not runnable
+    above = sorted({s.jobs for s in closed if s.jobs > model.cores and has_host_cpu(s)})
     if not above:
         return
-    probe = [s for s in valid if s.jobs == above[0]]
+    probe = [s for s in closed if s.jobs == above[0]]
     measured = statistics.fmean(max(0.0, _step_parameters(s, host).cpu - scaling.wait_cpu_s * _commit_waits(s, requests))
                                 for s in probe)
     at_cores = model.cpu_s * scaling.per_unit(1.0, model.cores)
@@ -320,8 +344,9 @@ def assumption_notes(valid: list[StepResult], cores: int, host: DatabaseHost, *,
     """One line per assumption of the model that the measured steps visibly break."""
     notes = []
     by_jobs = sorted(valid, key=lambda s: s.jobs)
-    within = [s for s in by_jobs if s.jobs <= cores and has_host_cpu(s)]
-    beyond = [s for s in by_jobs if s.jobs > cores and has_host_cpu(s)]
+    closed = [s for s in by_jobs if not offered_rate(s)]  # an open loop's jobs are not all runnable
+    within = [s for s in closed if s.jobs <= cores and has_host_cpu(s)]
+    beyond = [s for s in closed if s.jobs > cores and has_host_cpu(s)]
     if within and beyond and not unmeasured and not oversubscription_modelled:
         base, top = _step_parameters(within[-1], host).cpu, _step_parameters(beyond[-1], host).cpu
         if base > 0 and top / base - 1 > RISING_DEMAND:
@@ -345,11 +370,23 @@ def assumption_notes(valid: list[StepResult], cores: int, host: DatabaseHost, *,
 @dataclass(frozen=True, kw_only=True)
 class Anchor:
     """What a calibration step pins the model to: its jobs, its measured cycle time (jobs / throughput) and its
-    measured WAL flushes per unit."""
+    measured WAL flushes per unit. An open-loop step (rate > 0, its measured throughput) pins the model's open
+    solution instead, and its cycle is its response time from the units' actual start."""
 
     jobs: int
     cycle_s: float
     flushes_per_unit: float
+    rate: float = 0.0
+
+    @classmethod
+    def of(cls, step: StepResult, flushes_per_unit: float) -> Anchor:
+        if offered_rate(step):
+            return cls(jobs=step.jobs, cycle_s=response_from_start_s(step), flushes_per_unit=flushes_per_unit,
+                       rate=step.units / step.elapsed_s)
+        return cls(jobs=step.jobs, cycle_s=step.jobs / (step.units / step.elapsed_s), flushes_per_unit=flushes_per_unit)
+
+    def label(self) -> str:
+        return f"{self.rate:,.0f} units/s" if self.rate else f"{self.jobs} job(s)"
 
 
 def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = CALIBRATION_ROUNDS,
@@ -359,21 +396,27 @@ def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = C
     move the cycle by more than CALIBRATION_SETTLED, or a solution on the way not settle, the model says so in a
     note (its figures then rest on an unsettled calibration)."""
     mean = statistics.fmean
-    unsettled: set[int] = set()
+    unsettled: set[Anchor] = set()
+    saturated: set[Anchor] = set()
 
-    def solved(m: DbModel, jobs: int) -> Prediction:
-        p = solve(m, jobs)
+    def solved(m: DbModel, a: Anchor) -> Prediction:
+        p = solve_open(m, a.rate) if a.rate else solve(m, a.jobs)
         if not p.converged:
-            unsettled.add(jobs)
+            unsettled.add(a)
+        if p.response_time_s is None:
+            saturated.add(a)
         return p
+
+    def gap(m: DbModel, a: Anchor) -> float:
+        return a.cycle_s - (solved(m, a).response_time_s or 0.0) - (0.0 if a.rate else m.think_s)
 
     correction = 0.0
     for _ in range(rounds):
-        batches = [solved(model, a.jobs).batch or 1.0 for a in anchors]
+        batches = [solved(model, a).batch or 1.0 for a in anchors]
         model = replace(model, flush_requests=mean(a.flushes_per_unit * b for a, b in zip(anchors, batches,
                                                                                            strict=True)))
         for _ in range(delay_rounds):
-            gaps = [a.cycle_s - (solved(model, a.jobs).response_time_s or 0.0) - model.think_s for a in anchors]
+            gaps = [gap(model, a) for a in anchors]
             correction = mean(gaps)
             model = replace(model, delay_s=model.delay_s + correction)
     cycle = mean(a.cycle_s for a in anchors)
@@ -382,9 +425,16 @@ def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = C
                            f"correction was {correction * 1e6:+.2f} us, {abs(correction) / cycle:.1%} of the cycle); "
                            "predictions carry that much doubt")
     if unsettled:
-        model.notes.append("the model's fixed point did not settle at "
-                           f"{', '.join(str(j) for j in sorted(unsettled))} job(s) while calibrating; the calibration "
-                           "rests on those rough solutions")
+        closed = sorted(a.jobs for a in unsettled if not a.rate)
+        opened = sorted(a.rate for a in unsettled if a.rate)
+        where = ([f"{', '.join(map(str, closed))} job(s)"] if closed else []) + \
+            [f"{', '.join(f'{r:,.0f}' for r in opened)} units/s"] * bool(opened)
+        model.notes.append(f"the model's fixed point did not settle at {' and '.join(where)} while calibrating; the "
+                           "calibration rests on those rough solutions")
+    if saturated:
+        model.notes.append("the model saturates at the measured load of "
+                           f"{', '.join(sorted(a.label() for a in saturated))}, which the host carried: its demands "
+                           "are too high for that load, and its predictions are not to be trusted")
     return model
 
 
@@ -571,9 +621,12 @@ def _err(model: float | None, measured: float | None) -> float | None:
 
 
 def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> MeasuredPoint:
+    """The step's figures as the model is judged on them: an open loop's mean response time from the units' actual
+    start (the model holds no load generator's queue; its tail percentiles still count from the intended start)."""
     values = record.of(step, per_unit).kpm
     f, _ = flushes(step)
-    return MeasuredPoint(throughput=values["throughput"], response_time_s=(values["rt_mean_ms"] or 0) / 1000,
+    mean_s = response_from_start_s(step) if offered_rate(step) else (values["rt_mean_ms"] or 0) / 1000
+    return MeasuredPoint(throughput=values["throughput"], response_time_s=mean_s,
                          p95_s=(values["rt_p95_ms"] or 0) / 1000, p99_s=(values["rt_p99_ms"] or 0) / 1000,
                          cpu_busy_pct=values["cpu_busy_pct"], flushes_per_unit=f or None,
                          device_util_pct={device_station(k): v["utilization_pct"] for k, v in devices(step).items()})
@@ -690,10 +743,13 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
                     if noise.repeat_of(s) not in spread.used}
         measured = _mean_point([measured_point(s, test.per_unit) for s in use])
         think = use[0].pacing.get("think_s", 0.0)
-        if progress and solver == "sim":
-            progress(f"{test.workload}: simulating {spread.jobs} job{'s' if spread.jobs != 1 else ''}")
-        p = solve_closed(model, spread.jobs, think)
-        mva_p = solve(model, spread.jobs, think) if solver == "sim" else None
+        if offered_rate(use[0]):  # an open loop: the open model at its arrival rate (the simulation is closed only)
+            p, mva_p = solve_open(model, offered_rate(use[0])), None
+        else:
+            if progress and solver == "sim":
+                progress(f"{test.workload}: simulating {spread.jobs} job{'s' if spread.jobs != 1 else ''}")
+            p = solve_closed(model, spread.jobs, think)
+            mva_p = solve(model, spread.jobs, think) if solver == "sim" else None
         measured_devices = dict.fromkeys([*model.devices, *([model.wal_device] if model.wal_device else [])])
         dev_model = {station: p.utilizations[station] * 100 for station in map(device_station, measured_devices)
                      if station in p.utilizations}
@@ -747,7 +803,9 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
         interval_note="measured figures are means over the valid repetitions of a job count; ± is their 95 % "
                       "confidence half-width (" + "; ".join(f"{k}: {v}" for k, v in noise.METHODS.items())
                       + "); a model figure inside it counts as measurement noise, not model error",
-        steps=rows, verdict=verdict, usl=usl_comparison(rows),
+        steps=rows, verdict=verdict,
+        usl=UslNote(note="the USL relates throughput to jobs, and an open loop's throughput is the rate that arrived")
+        if any(offered_rate(s) for s in test.steps) else usl_comparison(rows),
         prediction=curve(model, up_to or 2 * max(s.jobs for s in test.steps), progress=progress).to_dict())
 
 

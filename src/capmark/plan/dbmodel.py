@@ -123,6 +123,9 @@ class DbModel:
     p95_over_mean: float  # latency shape at calibration (no queueing yet)
     p99_over_mean: float
     calibrated_from: list[int] = field(default_factory=list)
+    # calibrated on open-loop steps (capmark run --rate): their mean arrival rate, units/s (0: a closed loop); the
+    # measured load is then this rate, not the steps' jobs
+    calibrated_rate: float = 0.0
     notes: list[str] = field(default_factory=list)
     cores_from: str = "measured"  # measured | recorded with the run | stated with --cores
     # each core's speed on the measured platform relative to a whole core: below 1 where the server ran under a CPU

@@ -82,6 +82,7 @@ class Baseline(TypedDict):
     jobs: int
     think_s: float
     throughput: float
+    rate: NotRequired[float]  # an open-loop baseline's arrival rate (units/s): the model calibrated on --rate steps
 
 
 class Evaluation(TypedDict):
@@ -262,10 +263,12 @@ def load_scenarios(path: Path) -> list[Scenario]:
 
 
 def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: list[Scenario],
-             progress: Callable[[str], None] | None = None, solver: str = "mva") -> Evaluation:
+             progress: Callable[[str], None] | None = None, solver: str = "mva",
+             base_rate: float | None = None) -> Evaluation:
     """Baseline and every scenario, each with the change vs the baseline solved the same way. With solver 'sim'
     the closed loads are simulated; growth and arrival rates stay with the open model (the simulation plays
-    a closed load only)."""
+    a closed load only). With `base_rate` (a model calibrated on open-loop steps) the baseline is the open model
+    at that rate, the load that was measured; the closed scenarios keep base_jobs."""
     from capmark.plan.simulate import solver as solver_for
 
     closed = solver_for(solver)
@@ -277,25 +280,36 @@ def evaluate(model: DbModel, base_jobs: int, base_think_s: float, scenarios: lis
     def open_range(rate: float, cfg: Config | None = None) -> SpreadRange | None:
         return spread_range(model, lambda m: solve_open(m, rate, cfg))
 
-    closed_base = closed(model, base_jobs, base_think_s)
-    base_rate = closed_base.throughput or 0.0
-    open_base = solve_open(model, base_rate) if any(s.growth or s.rate for s in scenarios) else None
-    rows = [Outcome(Scenario("Baseline", jobs=base_jobs, think_s=base_think_s), closed_base,
-                    spread_range=closed_range(base_jobs, base_think_s))]
-    if open_base is not None:
-        rows.append(Outcome(Scenario("Baseline (open)", rate=base_rate), open_base, spread_range=open_range(base_rate)))
+    baseline = Baseline(jobs=base_jobs, think_s=base_think_s, throughput=0.0)
+    open_base: Prediction | None
+    if base_rate:
+        closed_base = open_base = solve_open(model, base_rate)
+        baseline["rate"] = base_rate
+        rows = [Outcome(Scenario("Baseline", rate=base_rate), open_base, spread_range=open_range(base_rate))]
+    else:
+        closed_base = closed(model, base_jobs, base_think_s)
+        base_rate = closed_base.throughput or 0.0
+        open_base = solve_open(model, base_rate) if any(s.growth or s.rate for s in scenarios) else None
+        rows = [Outcome(Scenario("Baseline", jobs=base_jobs, think_s=base_think_s), closed_base,
+                        spread_range=closed_range(base_jobs, base_think_s))]
+        if open_base is not None:
+            rows.append(Outcome(Scenario("Baseline (open)", rate=base_rate), open_base,
+                                spread_range=open_range(base_rate)))
+    baseline["throughput"] = closed_base.throughput or 0.0
     for s in scenarios:
         if progress:
             progress(f"{model.workload}: scenario {s.name}")
         cfg = s.config(model)
-        if s.growth or s.rate:
+        # from an open baseline, a scenario that names no closed load (jobs, think time) keeps the open one
+        open_load = s.growth or s.rate or (baseline.get("rate") and s.jobs is None and s.think_s is None)
+        if open_load:
             rate = s.rate or base_rate * (s.growth or 1.0)
             p, ref, span = solve_open(model, rate, cfg), open_base, open_range(rate, cfg)
         else:
             jobs, think_s = s.jobs or base_jobs, base_think_s if s.think_s is None else s.think_s
             p, ref, span = closed(model, jobs, think_s, cfg), closed_base, closed_range(jobs, think_s, cfg)
         rows.append(Outcome(s, p, _change(p, ref), span))
-    return Evaluation(baseline=Baseline(jobs=base_jobs, think_s=base_think_s, throughput=base_rate),
+    return Evaluation(baseline=baseline,
                       model=model.calibrated_from, scenarios=[o.to_dict() for o in rows],
                       converged=all(o.prediction.converged for o in rows),
                       unconverged_scenarios=[o.scenario.name for o in rows if not o.prediction.converged])

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from capmark.analysis.observation import (
     BaselineDocument,
+    BaselineModel,
     Change,
     ComparisonDocument,
     Estimate,
@@ -35,6 +36,21 @@ UNATTRIBUTED_MODELLED = {
     "load": "the model adds them to the workloads' CPU demands in proportion to their CPU, so that they grow with the "
             "load (--unattributed load)",
 }
+
+
+def unattributed_modelled(model: BaselineModel, unattributed_cores: float) -> str:
+    """How the model carries the `unattributed_cores` of CPU no database process explains, in words, with the part
+    kept fixed under load."""
+    if model.unattributed == "load" and unattributed_cores > 0 and model.unattributed_fixed_cores >= unattributed_cores:
+        return ("the model keeps all of them as constant background, as the observation's intervals show they do not "
+                "rise with the load (--unattributed load)")
+    if model.unattributed == "load" and model.unattributed_fixed_cores > 0:
+        return (f"the model keeps {model.unattributed_fixed_cores:.2f} cores of them as constant background (the part "
+                "the observation's intervals show fixed) and adds the rest to the workloads' CPU demands in "
+                "proportion to their CPU, so that it grows with the load (--unattributed load)")
+    return UNATTRIBUTED_MODELLED[model.unattributed]
+
+
 RESPONSE_NOTE = ("response time: the server's execution and planning time per unit (pg_stat_statements), without "
                  "client and network time")
 
@@ -208,7 +224,7 @@ def print_baseline(doc: BaselineDocument, console: Console) -> None:
     if cpu is not None:
         _say(console, f"Unattributed: {doc.unattributed_cpu_cores:.2f} of the {cpu.measured_busy:.2f} busy cores "
                       "at the peak were used by no database process (other programs on the host, or kernel work "
-                      f"charged to none); {UNATTRIBUTED_MODELLED[doc.model.unattributed]}.")
+                      f"charged to none); {unattributed_modelled(doc.model, doc.unattributed_cpu_cores)}.")
     print_estimators(doc, console)
     print_validation(doc, console)
     print_steadiness(doc, console)

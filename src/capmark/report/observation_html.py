@@ -121,9 +121,10 @@ def render(doc: ObservationReport) -> str:
         "utilisation": Markup(utilisation_chart(w.scenarios, w.threshold, "Utilisation per resource by scenario")),
         "response": Markup(response_chart(w.scenarios, "Mean response time per workload by scenario")),
     }
+    unattributed = text.unattributed_modelled(doc.baseline.model, doc.baseline.unattributed_cpu_cores)
     return _env().get_template("observation.html.j2").render(
         doc=doc, base=doc.baseline, charts=charts, breaking=text.breaking_growth(doc.sizing), p95_note=text.P95_NOTE,
-        response_note=text.RESPONSE_NOTE, unattributed_note=text.UNATTRIBUTED_MODELLED[doc.baseline.model.unattributed],
+        response_note=text.RESPONSE_NOTE, unattributed_note=unattributed,
         headlines=text.headline_lines(doc), top_rows=text.top_workloads(doc))
 
 

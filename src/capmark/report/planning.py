@@ -303,7 +303,8 @@ def _util(p: PredictionJson) -> str:
 @answered_only
 def print_whatif(t: WhatIf, workload: str, console: Console) -> None:
     b = t.baseline
-    table = FittedTable(f"{workload}: what if (baseline {b['jobs']} jobs, {num(b['throughput'], 0)} {t.unit}/s)",
+    load = f"an open load of {num(b['rate'], 0)} arrivals/s" if "rate" in b else f"{b['jobs']} jobs"
+    table = FittedTable(f"{workload}: what if (baseline {load}, {num(b['throughput'], 0)} {t.unit}/s)",
                         [Col("scenario", justify="left", wrap=True), Col("X"), Col("X chg\n%"), Col("R\nms"),
                          Col("R chg\n%", rank=2), Col("p95\nms"), Col("stretch", rank=4), Col("headroom\n%", rank=3),
                          Col("bottleneck", justify="left", rank=1),
