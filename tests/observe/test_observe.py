@@ -143,6 +143,45 @@ def test_statements_calls_and_cpu_are_charged_exactly_and_nothing_is_created(emb
         assert seen == i.activity_samples > 0, (i.ordinal, seen, i.activity_samples)
 
 
+CHURN_APP = "observe-test-churn"
+CHURN_CONNECTIONS = 20
+CHURN_ROWS = 1_500_000  # about 0.2 s of CPU a connection: most of them start and end between two 1 Hz samples
+
+
+def test_connections_that_start_and_end_between_samples_are_charged_their_cpu(embedded_dsn: str, tmp_path: Path):
+    """Short connections, one after another, each running a CPU-bound statement: the CPU charged to their application
+    is what their backends used (each read from /proc by the test just before it closed), although most of them were
+    never seen by a sample and the others were seen once. Charging only between two readings of one process left
+    nearly all of it unattributed."""
+    used: list[float] = []
+    done = threading.Event()
+
+    def churn() -> None:
+        for _ in range(CHURN_CONNECTIONS):
+            with psycopg.connect(embedded_dsn, autocommit=True, application_name=CHURN_APP) as conn:
+                conn.execute(HEAVY_SQL, (CHURN_ROWS,))
+                used.append(_cpu_s(conn.info.backend_pid))
+        done.set()
+
+    loader = threading.Thread(target=churn)
+
+    def start_after_first(n: int) -> None:
+        if n == 1:
+            loader.start()
+
+    obs = _observe(embedded_dsn, tmp_path, 9.0, start_after_first)
+    loader.join()
+    assert done.is_set(), "the connections did not all end inside the observation"
+    truth = sum(used)
+    charged = sum(u.cpu_user_s + u.cpu_system_s for i in obs.intervals for u in i.sessions
+                  if u.session.application == CHURN_APP)
+    assert truth > 1.0, f"the connections used only {truth:.2f} s of CPU: too little to check the charge"
+    # /proc gives whole ticks: each connection's reading is short of its CPU by up to a tick in user and in system
+    # time, and its exit (after the reading) costs a little more
+    slack = 2 * TICK_S * (CHURN_CONNECTIONS + 1) + 0.002 * CHURN_CONNECTIONS
+    assert truth - 2 * TICK_S <= charged <= truth + slack, (charged, truth)
+
+
 def test_a_statistics_reset_breaks_exactly_its_interval(embedded_dsn: str, tmp_path: Path):
     """pg_stat_statements_reset() after interval 2 breaks interval 3 only; pg_stat_reset() after interval 4 breaks
     interval 5 only; each break is an event."""

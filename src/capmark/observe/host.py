@@ -111,7 +111,8 @@ class ProcessSampler:
             if st is None:
                 continue
             read_bytes, write_bytes = parse_pid_io(texts.get(f"/proc/{pid}/io") or "")
-            out[pid] = ProcReading(st.start_ticks, st.user_s, st.sys_s, read_bytes, write_bytes)
+            out[pid] = ProcReading(st.start_ticks, st.user_s, st.sys_s, read_bytes, write_bytes, st.children_user_s,
+                                   st.children_sys_s)
         pm = out.pop(postmaster, None) if postmaster else None
         return out, (postmaster, pm) if postmaster and pm else None
 
