@@ -48,6 +48,10 @@ class Truth:
     noise: float = 0.01  # host busy's deterministic relative noise
     cores: int = 4
     collector_per_s: float = 1.0  # the collector's own transactions
+    # each unit's CPU times 1 + cost_slope x (u - cost_at), u the host's CPU utilisation in its interval: a cost that
+    # falls (cost_slope < 0) or rises as the host fills
+    cost_slope: float = 0.0
+    cost_at: float = 0.5
 
     def device(self, name: str) -> float:
         return self.read_bytes[name] * self.read_s_per_byte + (self.dirtied[name] * BLOCK + self.wal[name]) * \
@@ -75,13 +79,29 @@ def wobble(name: str, ordinal: int) -> float:
     return 1 + 0.15 * math.sin(ordinal * 2 * math.pi / period + phase)
 
 
+def _busy_cores(truth: Truth, units: dict[str, float], length_s: float, cpu: dict[str, float]) -> float:
+    """The host's busy cores without the noise: the workloads' processes with their clients, interrupts, the rest."""
+    work = sum(units[n] * cpu[n] for n in units) / length_s
+    return work * (1 - truth.interrupt_share) * (1 + truth.clients_per_core) + work * truth.interrupt_share + \
+        truth.system_cores + truth.background_cores
+
+
+def _cost_factor(truth: Truth, units: dict[str, float], length_s: float, cpu: dict[str, float]) -> float:
+    """The interval's cost factor where the host settles (a fixed point: the factor sets the busy that sets it)."""
+    factor = 1.0
+    for _ in range(50):
+        busy = _busy_cores(truth, units, length_s, {n: d * factor for n, d in cpu.items()}) / truth.cores
+        factor = 1 + truth.cost_slope * (busy - truth.cost_at)
+    return factor
+
+
 def build(truth: Truth | None = None, intervals: int = 60, length_s: float = 60.0, peak_start: int = 30,
           peak_len: int = 10, broken: tuple[int, ...] = (), events: tuple[tuple[int, str], ...] = (),
           texts: bool = True, cpu_scale: dict[str, float] | None = None) -> tuple[Observation, dict[int, dict[str,
                                                                                                           float]]]:
     """The observation and, per interval, each workload's true units."""
     truth = truth or Truth()
-    cpu = {n: d * (cpu_scale or {}).get(n, 1.0) for n, d in truth.cpu.items()}
+    base_cpu = {n: d * (cpu_scale or {}).get(n, 1.0) for n, d in truth.cpu.items()}
     units_by_interval: dict[int, dict[str, float]] = {}
     out = []
     t0 = 1_800_000_000.0
@@ -94,6 +114,8 @@ def build(truth: Truth | None = None, intervals: int = 60, length_s: float = 60.
         units = {n: round(truth.peak_rate[n] * level(k, peak_start, peak_len) * wobble(n, k) * length_s)
                  for n in truth.peak_rate}
         units_by_interval[k] = units
+        factor = _cost_factor(truth, units, length_s, base_cpu)
+        cpu = {n: d * factor for n, d in base_cpu.items()}
         sessions, cells, statements = [], [], []
         proc_cpu_total = 0.0
         for name, u in units.items():

@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from capmark.capacity.demands import (
+    COST_RANGE,
     CPU,
+    CostByBusy,
     DemandTable,
     Estimator,
     ResourceKind,
     estimate,
+    fit_cost_by_busy,
     fit_unattributed_cpu,
     wal_flush_s,
 )
@@ -72,6 +75,8 @@ class BaselineModel:
     unattributed: Unattributed = "background"  # how the CPU no database process explains is modelled
     # with "load": the cores of it that stay as they are when the load grows (fit_unattributed_cpu), kept as background
     unattributed_fixed_cores: float = 0.0
+    # the CPU cost of a unit as a line in the host's CPU utilisation (None: the same at every load)
+    cpu_cost: CostByBusy | None = None
 
 
 @dataclass(kw_only=True)
@@ -96,10 +101,14 @@ def solve(model: BaselineModel, rates: dict[str, float] | None = None, *, cpus: 
     utilisation: dict[str, float] = {}
     residence: dict[str, dict[str, float]] = {}
     saturated = []
+    cost = {st.name: 1.0 for st in model.stations}
     for st in model.stations:
         speed = cpu_speed if st.kind == "cpu" else disk_speed
         servers = cpus if st.kind == "cpu" and cpus is not None else st.servers
-        demands = [st.demands.get(n, 0.0) / speed for n in names]
+        if st.kind == "cpu" and model.cpu_cost is not None:
+            cost[st.name] = _cost_at(model.cpu_cost, sum(rates[n] * st.demands.get(n, 0.0) for n in names) / speed,
+                                     st.background_busy / speed, servers)
+        demands = [st.demands.get(n, 0.0) * cost[st.name] / speed for n in names]
         r = open_multiclass_station([rates[n] for n in names], demands, servers, st.background_busy / speed)
         utilisation[st.name] = r.utilization
         residence[st.name] = dict(zip(names, r.residence_times, strict=True))
@@ -108,12 +117,24 @@ def solve(model: BaselineModel, rates: dict[str, float] | None = None, *, cpus: 
     response: dict[str, float] = {}
     stretch: dict[str, float] = {}
     for n in names:
-        demand = sum(st.demands.get(n, 0.0) / (cpu_speed if st.kind == "cpu" else disk_speed) for st in model.stations)
+        demand = sum(st.demands.get(n, 0.0) * cost[st.name] / (cpu_speed if st.kind == "cpu" else disk_speed)
+                     for st in model.stations)
         res = sum(residence[st.name][n] for st in model.stations)
         response[n] = res + model.residual_s.get(n, 0.0)
         stretch[n] = res / demand if demand > 0 else math.nan
     return Solution(rates=rates, utilisation=utilisation, residence_s=residence, response_s=response,
                     stretch=stretch, saturated=saturated)
+
+
+def _cost_at(line: CostByBusy, work: float, background: float, servers: int) -> float:
+    """The CPU cost factor where the host settles: its utilisation u = (background + work x factor(u)) / servers
+    with the factor linear in u, solved in closed form; a host that cannot settle below full takes the factor of a
+    full one."""
+    b, w = background / servers, work / servers
+    denominator = 1 - w * line.per_busy
+    if denominator <= 0:
+        return line.factor(1.0)
+    return line.factor((b + w * (1 - line.per_busy * line.at_busy)) / denominator)
 
 
 @dataclass(kw_only=True)
@@ -226,11 +247,38 @@ def calibrate(observation: Observation, attribution: Attribution, ordinals: Sequ
     measured = {n: use[n].exec_time_s / use[n].units for n in rates}
     model = BaselineModel(estimator=estimator, rates=rates, stations=stations, residual_s={},
                           measured_response_s=measured, unattributed=unattributed,
-                          unattributed_fixed_cores=fixed)
+                          unattributed_fixed_cores=fixed, cpu_cost=_cost_line(observation, attribution, table, cores))
     bare = solve(model)
     model.residual_s = {n: max(0.0, measured[n] - (bare.response_s[n] if math.isfinite(bare.response_s[n]) else 0.0))
                         for n in rates}
     return model, table
+
+
+def _cost_line(observation: Observation, attribution: Attribution, table: DemandTable,
+               cores: int) -> CostByBusy | None:
+    """The CPU cost per unit as a line in the host's busy, where the observation's intervals show one; said in the
+    table's notes either way."""
+    cpu = table.resource(CPU)
+    demands = {w.name: w.measured.value for w in cpu.workloads if w.measured is not None} if cpu else {}
+    if cpu is None or not demands:
+        return None
+    line = fit_cost_by_busy(observation, attribution, demands, cores, cpu.measured_utilisation)
+    if line is None:
+        table.notes.append("the CPU cost per unit is taken to be the same at every load: the observation's intervals "
+                           "do not vary enough in the host's busy to tell")
+        return None
+    seen = (f"over {line.intervals} intervals with the host {line.low_busy:.0%} to {line.high_busy:.0%} busy, the "
+            f"workloads' CPU per unit changed by {line.per_busy * 0.1:+.1%} per 10 points of the host's busy "
+            f"({line.low * 0.1:+.1%} to {line.high * 0.1:+.1%})")
+    idle, full = line.factor(0.0), line.factor(1.0)
+    if not (COST_RANGE[0] <= idle <= COST_RANGE[1] and COST_RANGE[0] <= full <= COST_RANGE[1]):
+        table.notes.append(f"the CPU cost per unit is taken to be the same at every load: {seen}, a line too steep "
+                           f"to carry (x{idle:.2f} on an idle host, x{full:.2f} on a full one)")
+        return None
+    doubt = "" if line.significant else "; the interval holds no change, so the line is the best estimate only"
+    table.notes.append(f"the model's CPU cost per unit follows the host's busy: {seen}{doubt}; at the peak's "
+                       f"{line.at_busy:.0%} it is as measured, on a full host x{full:.2f} of it")
+    return line
 
 
 def _fixed_part(observation: Observation, attribution: Attribution, unattributed: float, table: DemandTable) -> float:

@@ -22,6 +22,7 @@ on a device or on the WAL flush.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -87,6 +88,85 @@ def fit_unattributed_cpu(observation: Observation, attribution: Attribution) -> 
     slope, intercept, *_ = theilslopes(unexplained, ours)
     return UnattributedFit(fixed_cores=float(intercept), per_core=float(slope), intervals=len(ours),
                            low_cores=min(ours), high_cores=max(ours))
+
+
+# The CPU a unit costs moves with how busy the host is. On a virtual machine a process woken on an idle core pays for
+# the core's return from its idle state, and the busier the host, the more wake-ups find a core already running; on
+# the production emulator of the tests the processes took 1.50 to 1.62 times the CPU for 1.728 times the rates. The
+# cost per unit of the intervals, against the host's CPU utilisation, is a line the model carries (CostByBusy).
+MIN_BUSY_SPAN = 0.15  # the intervals' host utilisation spans at least this much (a fraction of the host)
+MIN_LOAD_SHARE = 0.25  # an interval whose workloads did less than this share of their mean CPU work is left out: its
+# cost is a ratio of two small numbers, and a few hundredths of a core of noise move it by a fifth
+TURNOVER = 1.5  # an interval whose client processes number this many times the observation's median is left out: the
+# CPU of connections starting and ending (about 4 ms each on the embedded server) is no unit's, and an interval where
+# one set of pgbench clients ended and the next began cost a third more per unit
+COST_SLOPE_CONFIDENCE = 0.90  # the interval of the slope said beside it (the line itself is the best estimate)
+COST_RANGE = (0.5, 2.0)  # the line's cost at an idle and at a full host, against the window's: outside, not used
+
+
+@dataclass(kw_only=True)
+class CostByBusy:
+    """The CPU cost of a unit of the modelled workloads as a line in the host's CPU utilisation, relative to its cost
+    in the calibration window: factor(u) = 1 + per_busy x (u - at_busy). per_busy < 0: the cost falls as the host
+    fills (idle wake-ups shared by more work); > 0: it rises (cores that slow each other down)."""
+
+    per_busy: float
+    low: float  # the slope's COST_SLOPE_CONFIDENCE interval, relative as per_busy
+    high: float
+    at_busy: float  # the window's host CPU utilisation
+    intervals: int
+    low_busy: float  # the host's utilisation in the quietest and the busiest interval fitted
+    high_busy: float
+
+    @property
+    def significant(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def factor(self, busy: float) -> float:
+        """The cost at host utilisation `busy` (clamped to 0..1) over the window's."""
+        return 1 + self.per_busy * (min(1.0, max(0.0, busy)) - self.at_busy)
+
+
+def fit_cost_by_busy(observation: Observation, attribution: Attribution, demands: dict[str, float], cores: int,
+                     at_busy: float) -> CostByBusy | None:
+    """A robust line (Theil and Sen) through the usable intervals' CPU cost per unit against the host's utilisation,
+    or None where the intervals are too few or the host's busy too even to tell. An interval's cost is the modelled
+    workloads' own CPU (with the interrupt time their user time carries, as the measured estimator charges it) over
+    what their units there cost at the window's `demands` (CPU seconds per unit), so a change of mix is no change of
+    cost."""
+    window_work = sum(attribution.over(list(attribution.intervals))[n].units * d for n, d in demands.items()
+                      if n in attribution.modelled)
+    total_s = sum(i.length_s for i in observation.usable() if i.ordinal in attribution.intervals)
+    if window_work <= 0 or total_s <= 0:
+        return None
+    mean_work = window_work / total_s  # CPU seconds per second of the modelled work over the observation
+    busy: list[float] = []
+    cost: list[float] = []
+    clients = {i.ordinal: sum(u.processes for u in i.sessions if not u.session.is_background)
+               for i in observation.usable()}
+    usual = statistics.median(clients.values()) if clients else 0
+    for i in observation.usable():
+        use = attribution.intervals.get(i.ordinal)
+        if use is None or i.host is None or i.length_s <= 0 or clients[i.ordinal] > TURNOVER * usual:
+            continue
+        user_total = sum(w.cpu_user_s for w in use.workloads.values())
+        if user_total <= 0:
+            continue  # no per-process CPU in this interval
+        interrupts = sum(i.host.cpu_s.get(m, 0.0) for m in INTERRUPT_MODES)
+        own = sum(w.cpu_s + interrupts * w.cpu_user_s / user_total for n, w in use.workloads.items() if n in demands)
+        expected = sum(w.units * demands[n] for n, w in use.workloads.items() if n in demands)
+        if expected < MIN_LOAD_SHARE * mean_work * i.length_s:
+            continue
+        busy.append(i.host.busy_s / i.length_s / cores)
+        cost.append(own / expected)
+    if len(busy) < MIN_FIT_INTERVALS or max(busy) - min(busy) < MIN_BUSY_SPAN:
+        return None
+    slope, intercept, low, high = theilslopes(cost, busy, alpha=COST_SLOPE_CONFIDENCE)
+    at = intercept + slope * at_busy
+    if at <= 0:
+        return None
+    return CostByBusy(per_busy=float(slope / at), low=float(low / at), high=float(high / at), at_busy=at_busy,
+                      intervals=len(busy), low_busy=min(busy), high_busy=max(busy))
 
 
 @dataclass(kw_only=True)
