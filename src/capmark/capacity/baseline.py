@@ -270,13 +270,16 @@ def _cost_line(observation: Observation, attribution: Attribution, table: Demand
     seen = (f"over {line.intervals} intervals with the host {line.low_busy:.0%} to {line.high_busy:.0%} busy, the "
             f"workloads' CPU per unit changed by {line.per_busy * 0.1:+.1%} per 10 points of the host's busy "
             f"({line.low * 0.1:+.1%} to {line.high * 0.1:+.1%})")
+    if not line.significant:  # carried beyond the observed load, a slope within the noise moves every growth
+        table.notes.append(f"the CPU cost per unit is taken to be the same at every load: {seen}, no change told "
+                           "from the intervals' noise")
+        return None
     idle, full = line.factor(0.0), line.factor(1.0)
     if not (COST_RANGE[0] <= idle <= COST_RANGE[1] and COST_RANGE[0] <= full <= COST_RANGE[1]):
         table.notes.append(f"the CPU cost per unit is taken to be the same at every load: {seen}, a line too steep "
                            f"to carry (x{idle:.2f} on an idle host, x{full:.2f} on a full one)")
         return None
-    doubt = "" if line.significant else "; the interval holds no change, so the line is the best estimate only"
-    table.notes.append(f"the model's CPU cost per unit follows the host's busy: {seen}{doubt}; at the peak's "
+    table.notes.append(f"the model's CPU cost per unit follows the host's busy: {seen}; at the peak's "
                        f"{line.at_busy:.0%} it is as measured, on a full host x{full:.2f} of it")
     return line
 

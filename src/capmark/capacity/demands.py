@@ -100,7 +100,7 @@ MIN_LOAD_SHARE = 0.25  # an interval whose workloads did less than this share of
 TURNOVER = 1.5  # an interval whose client processes number this many times the observation's median is left out: the
 # CPU of connections starting and ending (about 4 ms each on the embedded server) is no unit's, and an interval where
 # one set of pgbench clients ended and the next began cost a third more per unit
-COST_SLOPE_CONFIDENCE = 0.90  # the interval of the slope said beside it (the line itself is the best estimate)
+COST_SLOPE_CONFIDENCE = 0.90  # the line is carried only where this interval of its slope excludes no change
 COST_RANGE = (0.5, 2.0)  # the line's cost at an idle and at a full host, against the window's: outside, not used
 
 
