@@ -174,6 +174,10 @@ def validate(r: Report, base: BaselineDocument, observation: Observation, runs: 
     offset = base.peak.start - peak.start
     r.add()
     r.add(f"**Peak by {by}**: starts {offset:+.1f} s from the real peak's start (goal: within {INTERVAL_S} s).")
+    r.add()
+    for note in base.notes:  # how the model grows the CPU: the fixed part of the unexplained, the cost per unit
+        if "CPU no database process explains" in note or "CPU cost per unit" in note:
+            r.add(f"- The model: {note}.")
     first_miss = len(r.misses)
     if abs(offset) > INTERVAL_S:
         busiest = max(runs, key=lambda x: x.cpu_busy())
