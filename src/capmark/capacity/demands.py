@@ -90,6 +90,13 @@ def fit_unattributed_cpu(observation: Observation, attribution: Attribution) -> 
                            low_cores=min(ours), high_cores=max(ours))
 
 
+def with_interrupts(use: dict[str, WorkloadUse], interrupts: float) -> dict[str, float]:
+    """Each workload's processes' CPU seconds with the share of the host's interrupt time (charged to no process)
+    that its user time carries among all the processes': the measured estimator's CPU."""
+    user_total = sum(w.cpu_user_s for w in use.values())
+    return {n: w.cpu_s + (interrupts * w.cpu_user_s / user_total if user_total > 0 else 0.0) for n, w in use.items()}
+
+
 # The CPU a unit costs moves with how busy the host is. On a virtual machine a process woken on an idle core pays for
 # the core's return from its idle state, and the busier the host, the more wake-ups find a core already running; on
 # the production emulator of the tests the processes took 1.50 to 1.62 times the CPU for 1.728 times the rates. The
@@ -98,7 +105,7 @@ MIN_BUSY_SPAN = 0.15  # the intervals' host utilisation spans at least this much
 MIN_LOAD_SHARE = 0.25  # an interval whose workloads did less than this share of their mean CPU work is left out: its
 # cost is a ratio of two small numbers, and a few hundredths of a core of noise move it by a fifth
 TURNOVER = 1.5  # an interval whose client processes number this many times the observation's median is left out: the
-# CPU of connections starting and ending (about 4 ms each on the embedded server) is no unit's, and an interval where
+# CPU of connections starting and ending (about 3 ms each on the embedded server) is no unit's, and an interval where
 # one set of pgbench clients ended and the next began cost a third more per unit
 COST_SLOPE_CONFIDENCE = 0.90  # the line is carried only where this interval of its slope excludes no change
 COST_RANGE = (0.5, 2.0)  # the line's cost at an idle and at a full host, against the window's: outside, not used
@@ -149,11 +156,10 @@ def fit_cost_by_busy(observation: Observation, attribution: Attribution, demands
         use = attribution.intervals.get(i.ordinal)
         if use is None or i.host is None or i.length_s <= 0 or clients[i.ordinal] > TURNOVER * usual:
             continue
-        user_total = sum(w.cpu_user_s for w in use.workloads.values())
-        if user_total <= 0:
+        if sum(w.cpu_user_s for w in use.workloads.values()) <= 0:
             continue  # no per-process CPU in this interval
-        interrupts = sum(i.host.cpu_s.get(m, 0.0) for m in INTERRUPT_MODES)
-        own = sum(w.cpu_s + interrupts * w.cpu_user_s / user_total for n, w in use.workloads.items() if n in demands)
+        charged = with_interrupts(use.workloads, sum(i.host.cpu_s.get(m, 0.0) for m in INTERRUPT_MODES))
+        own = sum(c for n, c in charged.items() if n in demands)
         expected = sum(w.units * demands[n] for n, w in use.workloads.items() if n in demands)
         if expected < MIN_LOAD_SHARE * mean_work * i.length_s:
             continue
@@ -289,14 +295,12 @@ def _cpu(intervals: list[Interval], use: dict[str, WorkloadUse], attribution: At
     host_busy = sum(i.host.busy_s for i in intervals if i.host is not None)
     interrupts = sum(i.host.cpu_s.get(m, 0.0) for i in intervals if i.host is not None for m in INTERRUPT_MODES)
     charged = {n: w.cpu_s for n, w in use.items()}
-    user = {n: w.cpu_user_s for n, w in use.items()}
     have_sessions = sum(charged.values()) > 0
     notes = []
     measured: dict[str, float] = {}
     background: dict[str, float] = {}
     if have_sessions:
-        user_total = sum(user.values())
-        with_kernel = {n: charged[n] + (interrupts * user[n] / user_total if user_total > 0 else 0.0) for n in charged}
+        with_kernel = with_interrupts(use, interrupts)
         measured = with_kernel
         unexplained = host_busy - sum(with_kernel.values())
         background = {SYSTEM: with_kernel.get(SYSTEM, 0.0) / length, COLLECTOR: with_kernel.get(COLLECTOR, 0.0) / length,
