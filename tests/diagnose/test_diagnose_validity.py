@@ -13,6 +13,7 @@ from storedruns import unpack
 
 from capmark.diagnose.diagnosis import diagnose_test
 from capmark.measure import record
+from capmark.measure.validity import cautions, problems
 from capmark.results import TestResult
 from capmark.store import load_run
 
@@ -48,3 +49,27 @@ def test_one_valid_step_is_enough_to_diagnose(test_of_quick):
     test = _invalid(test_of_quick, {s.jobs for s in test_of_quick.steps} - {kept})
     diagnosis = diagnose_test(test)
     assert diagnosis.clean and diagnosis.summary.startswith("clean"), diagnosis.summary
+
+
+def _with_host(step, busy_s: float, others_s: float, seconds: float = 3.0, cores: int = 2):
+    """The step as if the host's cores were `busy_s` busy over `seconds` and other programs used `others_s` of it."""
+    idle = seconds * cores - busy_s
+    step.os["cpu_seconds"] = {"user": busy_s * 0.8, "system": busy_s * 0.2, "idle": idle * 0.5, "iowait": idle * 0.5}
+    step.interference = {**(step.interference or {}), "processes": {
+        "cpu_s": others_s, "kernel_threads_s": 0.0,
+        "top": [{"pid": 4242 + i, "name": f"daemon-{i}", "cpu_s": others_s / 8} for i in range(8)]}}
+    return step
+
+
+def test_other_programs_on_a_barely_busy_host_caution_but_do_not_invalidate(test_of_quick):
+    """An IO-bound step keeps the cores idle: daemons' 0.12 s is 40 % of its 0.3 s of busy CPU but 2 % of the host's
+    capacity, and took no core from the instance (CI: such a sto-random step was not diagnosed)."""
+    step = _with_host(test_of_quick.steps[0], busy_s=0.3, others_s=0.12)
+    assert not [p for p in problems(step) if "other programs" in p], problems(step)
+    assert [c for c in cautions(step) if "other programs on the host used 40%" in c], cautions(step)
+
+
+def test_other_programs_with_a_fair_share_of_a_busy_host_invalidate_the_step(test_of_quick):
+    step = _with_host(test_of_quick.steps[0], busy_s=2.0, others_s=0.9)
+    assert [p for p in problems(step) if "other programs on the host used 45%" in p], problems(step)
+    assert not cautions(step)

@@ -31,6 +31,11 @@ OTHER_PROCESSES_SHARE = 0.05
 # Beyond a quarter of the host's busy CPU, another program did as much as a fair share of the work on a small
 # host: the step's throughput and demands describe the sharing, not the platform, and models leave it out.
 OTHER_PROCESSES_INVALID_SHARE = 0.25
+# ...but only where they also took at least a twentieth of the host's CPU capacity (cores x window). A step that
+# keeps the host barely busy (an IO-bound one waits on its device with the cores idle) makes a quarter of a small
+# busy out of the host's own housekeeping: 0.04 s of daemons was a third of such a step's busy CPU in CI, on cores
+# that were idle most of the window and so took nothing from the instance.
+OTHER_PROCESSES_MIN_CAPACITY = 0.05
 
 
 # A window that ended this long after its plan (jobs still busy at its end: a lock another session held, a unit
@@ -103,9 +108,22 @@ def interference_problems(step: StepResult) -> list[str]:
         out.append(f"other sessions worked on the server during the step: active in {share:.0%} of the samples "
                    f"({names})")
     share, sentence = _other_programs(step)
-    if share > OTHER_PROCESSES_INVALID_SHARE:
+    if _other_programs_invalidate(step, share):
         out.append(sentence)
     return out
+
+
+def _other_programs_invalidate(step: StepResult, share: float) -> bool:
+    return share > OTHER_PROCESSES_INVALID_SHARE and _other_programs_capacity_share(step) >= OTHER_PROCESSES_MIN_CAPACITY
+
+
+def _other_programs_capacity_share(step: StepResult) -> float:
+    """Other programs' CPU in the window as a share of the host's capacity (every core's seconds, idle ones too)."""
+    processes = (step.interference or {}).get("processes")
+    capacity = sum((step.os.get("cpu_seconds") or {}).values())
+    if not processes or not capacity:
+        return 0.0
+    return float(processes.get("cpu_s") or 0.0) / capacity
 
 
 def _other_programs(step: StepResult) -> tuple[float, str]:
@@ -122,7 +140,7 @@ def _other_programs(step: StepResult) -> tuple[float, str]:
 def cautions(step: StepResult) -> list[str]:
     """What a valid step's reader should know: other programs used a noticeable share of the host's CPU."""
     share, sentence = _other_programs(step)
-    if OTHER_PROCESSES_SHARE < share <= OTHER_PROCESSES_INVALID_SHARE:
+    if share > OTHER_PROCESSES_SHARE and not _other_programs_invalidate(step, share):
         return [sentence + " (the figures may include their competition for the CPU)"]
     return []
 
