@@ -45,8 +45,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scipy import stats
-
 from capmark.measure.noise import BATCHES, MIN_BATCH_S
 from capmark.measure.validity import full_seconds
 
@@ -145,6 +143,8 @@ def welch_log(baseline: Sequence[float], candidate: Sequence[float]) -> Welch | 
     lb, lc = [math.log(v) for v in baseline], [math.log(v) for v in candidate]
     if max(lb) - min(lb) <= NO_SPREAD and max(lc) - min(lc) <= NO_SPREAD:
         return None
+    from scipy import stats  # loaded on first use: a command starts without scipy
+
     result = stats.ttest_ind(lc, lb, equal_var=False)
     p = float(result.pvalue)
     if not math.isfinite(p):

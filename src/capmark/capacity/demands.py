@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import nnls
-from scipy.stats import theilslopes
 
 from capmark.capacity.workloads import COLLECTOR, SYSTEM, Attribution, WorkloadUse
 from capmark.observations import Interval, Observation
@@ -85,6 +83,8 @@ def fit_unattributed_cpu(observation: Observation, attribution: Attribution) -> 
         unexplained.append((i.host.busy_s - charged - interrupts) / i.length_s)
     if len(ours) < MIN_FIT_INTERVALS or max(ours) <= 0 or (max(ours) - min(ours)) < MIN_LOAD_SPAN * max(ours):
         return None
+    from scipy.stats import theilslopes  # loaded on first use: a command starts without scipy
+
     slope, intercept, *_ = theilslopes(unexplained, ours)
     return UnattributedFit(fixed_cores=float(intercept), per_core=float(slope), intervals=len(ours),
                            low_cores=min(ours), high_cores=max(ours))
@@ -167,6 +167,8 @@ def fit_cost_by_busy(observation: Observation, attribution: Attribution, demands
         cost.append(own / expected)
     if len(busy) < MIN_FIT_INTERVALS or max(busy) - min(busy) < MIN_BUSY_SPAN:
         return None
+    from scipy.stats import theilslopes  # loaded on first use: a command starts without scipy
+
     slope, intercept, low, high = theilslopes(cost, busy, alpha=COST_SLOPE_CONFIDENCE)
     at = intercept + slope * at_busy
     if at <= 0:
@@ -411,6 +413,8 @@ def _regression(series: list[float], intervals: list[Interval], att: Attribution
     x = np.array([[1.0, *((att.intervals[i.ordinal].workloads[n].units / i.length_s)
                           if n in att.intervals[i.ordinal].workloads else 0.0 for n in modelled)] for i in intervals])
     y = np.array(series)
+    from scipy.optimize import nnls  # loaded on first use: a command starts without scipy
+
     coef, _ = nnls(x, y)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     draws = []

@@ -18,8 +18,6 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from scipy import stats
-
 from capmark.measure import record
 from capmark.measure.validity import full_seconds
 from capmark.results import StepResult
@@ -102,6 +100,8 @@ def t_interval(values: list[float], method: str = REPETITIONS) -> Interval:
     mean = statistics.fmean(values)
     if n < 2:
         return Interval(mean, None, method, n)
+    from scipy import stats  # loaded on first use: a command starts without scipy
+
     t = float(stats.t.ppf((1 + CONFIDENCE) / 2, n - 1))
     return Interval(mean, t * statistics.stdev(values) / math.sqrt(n), method, n)
 

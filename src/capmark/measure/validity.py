@@ -120,7 +120,7 @@ def _other_programs_invalidate(step: StepResult, share: float) -> bool:
 def _other_programs_capacity_share(step: StepResult) -> float:
     """Other programs' CPU in the window as a share of the host's capacity (every core's seconds, idle ones too)."""
     processes = (step.interference or {}).get("processes")
-    capacity = sum((step.os.get("cpu_seconds") or {}).values())
+    capacity = float(sum((step.os.get("cpu_seconds") or {}).values()))
     if not processes or not capacity:
         return 0.0
     return float(processes.get("cpu_s") or 0.0) / capacity

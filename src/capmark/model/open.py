@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.optimize import brentq
-
 from capmark.errors import CapmarkError
 
 # The effective servers M are searched up to this many: far beyond any host's cores, where the quick formula's R
@@ -80,6 +78,8 @@ def effective_servers(service_time: float, arrival_rate: float, response_time: f
         raise CapmarkError(f"The observed response time {response_time:.3g} s is so close to the service time "
                            f"{service_time:.3g} s that no effective number of servers up to {MAX_EFFECTIVE_SERVERS:g} "
                            "explains it; measure at a load where jobs queue.")
+    from scipy.optimize import brentq  # loaded on first use: a command starts without scipy
+
     root, info = brentq(gap, low, MAX_EFFECTIVE_SERVERS, maxiter=max_iter, full_output=True, disp=False)
     if not info.converged:
         raise CapmarkError(f"The effective number of servers did not settle in {info.iterations} root-finding "

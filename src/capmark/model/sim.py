@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Any
 
-from scipy.stats import t as student_t
-
 from capmark.errors import CapmarkError
 
 Callback = Callable[[Any], None]
@@ -243,6 +241,8 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
     mean = statistics.fmean(values)
     if len(values) < 2:
         return Interval(mean=mean, low=-math.inf, high=math.inf, values=list(values))
+    from scipy.stats import t as student_t  # loaded on first use: a command starts without scipy
+
     half = student_t.ppf((1 + confidence) / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return Interval(mean=mean, low=mean - half, high=mean + half, values=list(values))
 

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import curve_fit
 
 from capmark.errors import CapmarkError
 
@@ -70,6 +69,8 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], max_evaluatio
         raise CapmarkError(f"The USL has three parameters; fitting it needs at least 4 measured points, got {len(n)}.")
     lam0 = float(x[np.argmin(n)] / n[np.argmin(n)])
     try:
+        from scipy.optimize import curve_fit  # loaded on first use: a command starts without scipy
+
         params, cov = curve_fit(_usl_array, n, x, p0=[lam0, 0.01, 0.0001], bounds=([0, 0, 0], [np.inf, 1, 1]),
                                 method="trf", x_scale="jac", ftol=1e-14, xtol=1e-14, gtol=1e-14,
                                 max_nfev=max_evaluations)

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import NotRequired, TypedDict
 
-from scipy.stats import gamma
-
 from capmark.errors import CapmarkError
 from capmark.model import mva
 from capmark.model.open import erlang_c
@@ -339,7 +337,11 @@ def cpu_queue_shape(ahead: float, servers: int) -> float:
 
 def quantile_factor(p: float, k: float = 1.0) -> float:
     """The p-quantile of a gamma delay of shape k over its mean (k = 1: exponential, -ln(1 - p))."""
-    return -math.log(1 - p) if k == 1.0 else float(gamma.ppf(p, k) / k)
+    if k == 1.0:
+        return -math.log(1 - p)
+    from scipy.stats import gamma  # loaded on first use: a command starts without scipy
+
+    return float(gamma.ppf(p, k) / k)
 
 
 def flush_quantile_factor(p: float) -> float:
