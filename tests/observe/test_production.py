@@ -271,11 +271,19 @@ def _carried(observed: Observed, base: Any, capacity: Any,
 
 def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capacity: Any,
                                             grown: list[production.LevelRun]) -> None:
+    """The model at each level's rates against the host of the peak at that level. The truth is anchored on the real
+    peak and its levels ran at the peak's rates grown, so the model is asked at pgbench's own peak rates grown alike,
+    as the baseline's check asks it at the peak: the window's rates were up to 2.2 % off pgbench's (reports, 1 point
+    of the host at the peak), which the growth would carry into every level."""
     peak = observed.phase("peak")
     misses = []
     for scenario, run in _carried(observed, base, capacity, grown):
-        modelled, measured = scenario.utilisation[capacity.cpu], run.cpu_at(peak)
-        print(f"{run.name}: CPU {modelled:.3f} modelled; {_told(run, peak)}")
+        first = run.slices[0]
+        factor = sum(first.level.phase.rates.values()) / sum(first.before.phase.rates.values())
+        rates = {**base.model.rates, **{app: r * factor for app, r in _pgbench_rates(peak).items()}}
+        modelled, measured = capacity.api.solve(base.model, rates).utilisation[capacity.cpu], run.cpu_at(peak)
+        print(f"{run.name}: CPU {modelled:.3f} modelled ({scenario.utilisation[capacity.cpu]:.3f} at the window's "
+              f"rates grown); {_told(run, peak)}")
         if abs(modelled - measured) > PREDICTED_CPU_POINTS:
             misses.append(f"{run.name}: CPU {modelled:.3f} modelled; {_told(run, peak)}")
     assert not misses, misses + [n for n in base.notes if "no database process explains" in n]
