@@ -274,14 +274,14 @@ def _carried(observed: Observed, base: Any, capacity: Any,
 # made 1.05 context switches a transaction against 1.28), x0.93 to x0.96 at 1.44x, x0.94 to x0.98 at 1.2x. The
 # observation's own intervals, up to the peak's 40-50 % busy, show that fall in some runs and not in others, and a
 # model that does not carry it over-predicts 1.728x by up to 8 points (the goal is 5). A level whose cost fell below
-# what the model carries by more than this (the slices measure a level's growth within +-1.5 %) is that known gap,
-# its figures in the message; the others are judged.
+# the peak's by more than this (the slices measure a level's growth within +-1.5 %) is that known gap, its figures
+# and what the model carried in the message; the others are judged. Told from the measured fall alone, not from the
+# model's miss, the gap is the same in every run of this machine: a miss near the goal would flip from run to run.
 COST_FALL_UNSEEN = 0.05
 
 
 class CostFellAboveThePeak(AssertionError):
-    """Only levels whose CPU per transaction fell beyond what the model carries were not judged; the rest met the
-    goal."""
+    """Only levels whose CPU per transaction fell below the peak's were not judged; the rest met the goal."""
 
 
 @pytest.mark.xfail(strict=True, raises=CostFellAboveThePeak,
@@ -306,7 +306,7 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
                 f"rates grown); {_told(run, peak)}; x{cost:.3f} the peak's CPU per transaction, x{carried:.3f} "
                 "carried by the model")
         print(told)
-        if cost < carried * (1 - COST_FALL_UNSEEN):
+        if cost < 1 - COST_FALL_UNSEEN:
             fallen.append(told)
         elif abs(modelled - measured) > PREDICTED_CPU_POINTS:
             misses.append(told)
