@@ -435,9 +435,12 @@ class LevelRun:
         rates over the growth of the rates, times the host's slowdown then. A model calibrated on the peak holds its
         cost per transaction; the level's moved with the host's speed and with the load itself (1.61x the CPU for
         1.728x the rates, measured)."""
+        return self.growth() / self.rates_growth() * self.slowdown(peak)
+
+    def rates_growth(self) -> float:
+        """How many times the peak's rates the level asked for."""
         first = self.slices[0]
-        rates = sum(first.level.phase.rates.values()) / sum(first.before.phase.rates.values())
-        return self.growth() / rates * self.slowdown(peak)
+        return sum(first.level.phase.rates.values()) / sum(first.before.phase.rates.values())
 
     def speed_as_it_ran(self, modelled_at_level: float) -> float:
         """How much faster than the peak's a CPU the what-if of the level needs for its CPU to be as busy as the host's
