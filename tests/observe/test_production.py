@@ -270,23 +270,18 @@ def _carried(observed: Observed, base: Any, capacity: Any,
 
 
 # The production's CPU per transaction falls above its peak, where no observation reaches: against the peak's, x0.85 to
-# x0.92 at 1.728x the rates in six runs (wake-ups shared by more work: a lookup's backend spent 8.6 % less CPU and
-# made 1.05 context switches a transaction against 1.28), x0.93 to x0.96 at 1.44x, x0.94 to x0.98 at 1.2x. The
-# observation's own intervals, up to the peak's 40-50 % busy, show that fall in some runs and not in others, and a
-# model that does not carry it over-predicts 1.728x by up to 8 points (the goal is 5). A level whose cost fell below
-# the peak's by more than this (the slices measure a level's growth within +-1.5 %) is that known gap, its figures
-# and what the model carried in the message; the others are judged. Told from the measured fall alone, not from the
-# model's miss, the gap is the same in every run of this machine: a miss near the goal would flip from run to run.
+# x0.92 at 1.728x the rates in six runs, x0.96 in a seventh (wake-ups shared by more work: a lookup's backend spent
+# 8.6 % less CPU and made 1.05 context switches a transaction against 1.28), x0.93 to x0.98 at 1.44x, x0.94 to x0.985
+# at 1.2x. The observation's own intervals, up to the peak's 40-50 % busy, show that fall in some runs and not in
+# others, and a model that does not carry it over-predicts 1.728x by up to 8 points (the goal is 5). A level that
+# misses the goal and whose cost fell below the peak's by more than this (the slices measure a level's growth within
+# +-1.5 %) is that known gap: the model must then be within the goal of the level at the cost it carried, and the test
+# is marked xfailed with the level's figures. Any other miss fails. Whether a run shows the gap is the host's doing
+# (x0.961 in one run, x0.85 in another), so the gap cannot be a fixed expectation: a static strict xfail failed the run
+# in which the cost held and the model met the goal.
 COST_FALL_UNSEEN = 0.05
 
 
-class CostFellAboveThePeak(AssertionError):
-    """Only levels whose CPU per transaction fell below the peak's were not judged; the rest met the goal."""
-
-
-@pytest.mark.xfail(strict=True, raises=CostFellAboveThePeak,
-                   reason="the CPU per transaction falls 8-15 % from the peak to 1.728 times its rates, above the "
-                          "observed load, and the model carries no fall it did not see")
 def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capacity: Any,
                                             grown: list[production.LevelRun]) -> None:
     """The model at each level's rates against the host of the peak at that level. The truth is anchored on the real
@@ -301,17 +296,22 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
         modelled, measured = capacity.api.solve(base.model, rates).utilisation[capacity.cpu], run.cpu_at(peak)
         cost = run.growth() / factor  # the production's CPU per transaction at the level against beside it
         carried = base.model.cpu_cost.factor(modelled) if base.model.cpu_cost is not None else 1.0
+        # the level on the peak's host had its CPU per transaction been what the model carried
+        at_carried_cost = peak.cpu_busy() + (factor * carried - 1) * peak.production_cpu()
         told = (f"{run.name}: CPU {modelled:.3f} modelled ({scenario.utilisation[capacity.cpu]:.3f} at the window's "
                 f"rates grown); {_told(run, peak)}; x{cost:.3f} the peak's CPU per transaction, x{carried:.3f} "
-                "carried by the model")
+                f"carried by the model, {at_carried_cost:.3f} at that cost")
         print(told)
-        if cost < 1 - COST_FALL_UNSEEN:
+        if abs(modelled - measured) <= PREDICTED_CPU_POINTS:
+            continue
+        if cost < 1 - COST_FALL_UNSEEN and abs(modelled - at_carried_cost) <= PREDICTED_CPU_POINTS:
             fallen.append(told)
-        elif abs(modelled - measured) > PREDICTED_CPU_POINTS:
+        else:
             misses.append(told)
     assert not misses, misses + [n for n in base.notes if "no database process explains" in n]
     if fallen:
-        raise CostFellAboveThePeak(fallen)
+        pytest.xfail("the CPU per transaction fell above the observed load, and the model carries no fall it did not "
+                     f"see (known gap; the goal is missed there): {fallen}")
 
 
 def _as_it_ran(base: Any, capacity: Any, scenario: Any, speed: float) -> Any:
