@@ -107,10 +107,12 @@ def latency_histogram(step: StepResult) -> str:
     for name, hist in step.histograms.items():
         if not hist.total:
             continue
-        idx = sorted(hist.counts)
-        lows = [max(bucket_bounds(i)[0], 1e-7) * 1000 for i in idx]
-        widths = [(bucket_bounds(i)[1] - max(bucket_bounds(i)[0], 1e-7)) * 1000 for i in idx]
-        ax.bar(lows, [hist.counts[i] for i in idx], width=widths, align="edge", alpha=0.6, label=name)
+        # one filled outline over the buckets from the lowest to the highest (empty ones at zero): a bar per bucket
+        # drew hundreds of patches, 0.9 s of SVG per histogram
+        first, last = min(hist.counts), max(hist.counts)
+        edges = [max(bucket_bounds(i)[0], 1e-7) * 1000 for i in range(first, last + 1)]
+        edges.append(bucket_bounds(last)[1] * 1000)
+        ax.stairs([hist.counts.get(i, 0) for i in range(first, last + 1)], edges, fill=True, alpha=0.6, label=name)
     ax.set_xscale("log")
     ax.set_xlabel("latency [ms] (log)")
     ax.set_ylabel("units")
