@@ -239,9 +239,7 @@ def test_da_storage_reads_its_table_from_outside_shared_buffers(catalogue):
 def test_every_client_side_workload_runs_from_the_driver(embedded_dsn, tmp_path):
     names = [w.name for w in registry.WORKLOADS.values() if w.client_side]
     assert len(names) >= 18
-    # half a second each: the fewest units any of them completed in a whole one was 255 (srv-scan), and the checks
-    # need only some
-    run = run_without_report(RunSpec(workloads=names, jobs=[1], warmup_s=0, duration_s=0.5, mode="client",
+    run = run_without_report(RunSpec(workloads=names, jobs=[1], warmup_s=0, duration_s=1.0, mode="client",
                                      params={"update_pct": "50"}, dsn=embedded_dsn, results_dir=tmp_path))
     for test in run.tests:
         step = test.steps[0]
