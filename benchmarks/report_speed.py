@@ -5,7 +5,7 @@ the rendering (its plots above all), each the median of several runs in this pro
 
 Every `capmark run` and `capmark report` writes the page, so this is part of every run's wall time (and of the
 test suite's). The fixtures are the stored runs of tests/fixtures (tests/fixtures/README.md says how each was
-recorded). To compare two versions, time this script under each with farm-bench --vs.
+recorded). To compare two versions of capmark, run this script under each, in alternating rounds.
 """
 
 from __future__ import annotations

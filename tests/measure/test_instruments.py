@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import autovacuum
 import psutil
 import psycopg
 import pytest
@@ -158,27 +158,9 @@ def test_commits_per_unit_exclude_the_sampler(ctx):
     assert step.process_cpu["capmark sampler"]["processes"] == 1  # its backend has a role of its own
 
 
-@contextmanager
-def autovacuum_off(conn: psycopg.Connection) -> Iterator[None]:
-    """No autovacuum worker during the block: each one commits transactions of its own in the database (7 to 11
-    in a 2 s window were seen when it vacuumed capmark.item, 1 or 2 when it analyzed a catalog), which would
-    count as the workload's. Workers already at work are waited for."""
-    conn.execute("alter system set autovacuum = off")
-    conn.execute("select pg_reload_conf()")
-    try:
-        deadline = time.monotonic() + 60
-        while conn.execute("select count(*) from pg_stat_activity where backend_type = 'autovacuum worker'"
-                           ).fetchone()[0] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        yield
-    finally:
-        conn.execute("alter system reset autovacuum")
-        conn.execute("select pg_reload_conf()")
-
-
 def test_commits_are_the_same_with_and_without_collectors(ctx):
     """srv-query1 commits only at the end of each 1 s slice: 2 per 2 s window, whatever capmark samples."""
-    with autovacuum_off(ctx.control):
+    with autovacuum.paused(ctx.control):
         quiesce(ctx.control, POSTGRESQL, [], ctx.host)
         on = measure(ctx, "srv-query1", collectors=True)
         off = measure(ctx, "srv-query1", collectors=False)

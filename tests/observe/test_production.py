@@ -270,15 +270,15 @@ def _carried(observed: Observed, base: Any, capacity: Any,
 
 
 # The production's CPU per transaction falls above its peak, where no observation reaches: against the peak's, x0.85 to
-# x0.92 at 1.728x the rates in six runs, x0.96 in a seventh (wake-ups shared by more work: a lookup's backend spent
+# x0.92 at 1.728x the rates in six runs, x0.96 in another (wake-ups shared by more work: a lookup's backend spent
 # 8.6 % less CPU and made 1.05 context switches a transaction against 1.28), x0.93 to x0.98 at 1.44x, x0.94 to x0.985
 # at 1.2x. The observation's own intervals, up to the peak's 40-50 % busy, show that fall in some runs and not in
-# others, and a model that does not carry it over-predicts 1.728x by up to 8 points (the goal is 5). A level that
-# misses the goal and whose cost fell below the peak's by more than this (the slices measure a level's growth within
-# +-1.5 %) is that known gap: the model must then be within the goal of the level at the cost it carried, and the test
-# is marked xfailed with the level's figures. Any other miss fails. Whether a run shows the gap is the host's doing
-# (x0.961 in one run, x0.85 in another), so the gap cannot be a fixed expectation: a static strict xfail failed the run
-# in which the cost held and the model met the goal.
+# others, and a model that does not carry it over-predicts 1.728x by up to 8 points (the goal is 5). A level that the
+# model over-predicts beyond the goal and whose cost fell below what the model carried by more than this (the slices
+# measure a level's growth within +-1.5 %) is that known gap: the model must then be within the goal of the level at
+# the cost it carried, and the test is marked xfailed with the level's figures. Any other miss fails. Whether a run
+# shows the gap is the host's doing (x0.961 in one run, x0.85 in another), so the gap cannot be a fixed expectation:
+# a static strict xfail failed the run in which the cost held and the model met the goal.
 COST_FALL_UNSEEN = 0.05
 
 
@@ -304,7 +304,10 @@ def test_the_what_if_predicts_the_grown_cpu(observed: Observed, base: Any, capac
         print(told)
         if abs(modelled - measured) <= PREDICTED_CPU_POINTS:
             continue
-        if cost < 1 - COST_FALL_UNSEEN and abs(modelled - at_carried_cost) <= PREDICTED_CPU_POINTS:
+        # the gap is an over-prediction where the cost fell below what the model carried, and only that: a model
+        # that carried too large a fall under-predicts, which is a plain miss
+        if modelled > measured and cost < carried - COST_FALL_UNSEEN \
+                and abs(modelled - at_carried_cost) <= PREDICTED_CPU_POINTS:
             fallen.append(told)
         else:
             misses.append(told)
