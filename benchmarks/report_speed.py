@@ -11,32 +11,17 @@ recorded). To compare two versions of capmark, run this script under each, in al
 from __future__ import annotations
 
 import argparse
-import gzip
-import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from capmark.analysis.report import stored_report_documents
 from capmark.report.html import write_report
-from capmark.store import DB_NAME
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
-
-
-def unpack(results: Path, name: str) -> Path:
-    """The fixture's run as the folder capmark leaves it."""
-    data = gzip.decompress((FIXTURES / f"{name}.sqlite.gz").read_bytes())
-    staged = results / f".{name}.sqlite"
-    staged.write_bytes(data)
-    db = sqlite3.connect(staged)
-    (run_id,) = db.execute("select run_id from run").fetchone()
-    db.close()
-    folder = results / run_id
-    folder.mkdir()
-    staged.rename(folder / DB_NAME)
-    return folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import storedruns  # noqa: E402  (tests/storedruns.py: the stored runs as the tests unpack them)
 
 
 def time_report(folder: Path) -> tuple[float, float, int]:
@@ -56,7 +41,8 @@ def main() -> None:
     args = parser.parse_args()
     for name in args.fixtures or ["run-quick", "run-script-repeats"]:
         with tempfile.TemporaryDirectory() as tmp:
-            folder = unpack(Path(tmp), name)
+            (run_id,) = storedruns.unpack(Path(tmp), name)
+            folder = Path(tmp) / run_id
             time_report(folder)  # imports and first-use caches: not counted
             times = [time_report(folder) for _ in range(args.runs)]
         analysis = statistics.median(t[0] for t in times)
