@@ -9,6 +9,10 @@ CPU speed (`--lever quota`): the same with the server under a CPU quota of half 
 (`--server-cpu-quota 0.5` and `1`); each run's model with the CPU twice (or half) as fast (`whatif --cpu-speed 2`,
 `0.5`) predicts the other.
 
+Disk speed (`--lever disk`): sto-random, wal-lat1 and dl-buffer with the server's reads and writes throttled to 300
+and then 600 requests a second (`--server-iops`); each run's model with the disk twice (or half) as fast
+(`whatif --disk-speed 2`, `0.5`) predicts the other.
+
 Load (`--lever load`): each workload runs client-side as a closed loop (its jobs one after another) and as open
 loops (`--rate`, Poisson arrivals over OPEN_JOBS jobs) at LOAD_SHARES of the closed loop's best throughput. The model
 calibrated on the closed run's lowest step predicts each open step (the open model at its arrival rate), and the
@@ -23,8 +27,8 @@ saturated, and the maximum throughput within 10 %.
 The host's own CPU scaling (capmark's probe, measured once per host and recorded with every run) is what lets the
 confined run's model know that this host's second core is not a whole core.
 
-    python benchmarks/whatif_vs_real.py [--lever cores|quota|load] [--jobs 1,2,4] [--duration 10s] [--workloads ...]
-    python benchmarks/whatif_vs_real.py [--lever cores|quota] --runs SMALLER_DIR LARGER_DIR   # score stored runs
+    python benchmarks/whatif_vs_real.py [--lever cores|quota|disk|load] [--jobs 1,2,4] [--duration 10s] [--workloads ...]
+    python benchmarks/whatif_vs_real.py [--lever cores|quota|disk] --runs SMALLER_DIR LARGER_DIR   # score stored runs
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ GOAL_THROUGHPUT = 0.10
 GOAL_RESPONSE = 0.15
 
 
+DISK_WORKLOADS = ["sto-random", "wal-lat1", "dl-buffer"]  # random reads, commit flushes, inserts' flushes
+IOPS = (300.0, 600.0)  # the disk lever's two platforms: the server's reads and writes throttled to R and 2R a second
 QUOTAS = (0.5, 1.0)  # the quota lever's two platforms: half a core's worth of CPU time and a whole one's
 # The load lever's open loops: arrival rates as shares of the closed loop's best throughput (light, middle, busy),
 # spread over this many jobs so that an arrival seldom waits for its own job
@@ -180,14 +186,15 @@ def compare(source: RunResult, target: RunResult, platform: Platform, label: str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lever", choices=("cores", "quota", "load"), default="cores")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--lever", choices=("cores", "quota", "disk", "load"), default="cores")
+    ap.add_argument("--workloads")
     ap.add_argument("--jobs", default="1,2,4")
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--results", type=Path, default=Path("results-whatif-vs-real"))
     ap.add_argument("--runs", nargs=2, type=Path, metavar=("SMALLER", "LARGER"))
     args = ap.parse_args()
     host_cores = os.cpu_count() or 1
+    args.workloads = args.workloads or ",".join(DISK_WORKLOADS if args.lever == "disk" else WORKLOADS)
     if args.lever == "load":
         load_lever(args.workloads.split(","), [int(j) for j in args.jobs.split(",")],
                    parse_duration(args.duration, "duration"), args.results)
@@ -197,6 +204,11 @@ def main() -> None:
         names = ("1 core", f"{host_cores} cores")
         up: Platform = lambda model: dbmodel.Config(host_cores)  # noqa: E731 - one line each, side by side
         down: Platform = lambda model: dbmodel.Config(1)  # noqa: E731
+    elif args.lever == "disk":
+        limits = tuple(PlatformLimits(read_iops=r, write_iops=r) for r in IOPS)
+        names = tuple(f"{r:g} IOPS" for r in IOPS)
+        up = lambda model: dbmodel.Config(model.cores, disk_speed=IOPS[1] / IOPS[0])  # noqa: E731
+        down = lambda model: dbmodel.Config(model.cores, disk_speed=IOPS[0] / IOPS[1])  # noqa: E731
     else:
         limits = tuple(PlatformLimits(cpu_quota=q) for q in QUOTAS)
         names = tuple(f"quota {q:g}" for q in QUOTAS)

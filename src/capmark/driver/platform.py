@@ -16,7 +16,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
@@ -132,6 +132,12 @@ def _block_device(folder: Path) -> str | None:
         return None
 
 
+def _device_name(major_minor: str) -> str | None:
+    """The kernel's name of a disk (vda, nvme0n1), which the step's disk counters are keyed by."""
+    node = Path(f"/sys/dev/block/{major_minor}")
+    return node.resolve().name if node.exists() else None
+
+
 def clear_stale(root: Path = CGROUP_ROOT) -> list[str]:
     """Remove the groups of capmark processes that are gone (a killed run left its server confined)."""
     cleared = []
@@ -157,6 +163,7 @@ class Applied:
     limits: PlatformLimits
     cpuset: str | None  # the cores the server was given, as the kernel lists them ("0" or "0-1")
     devices: list[str]  # MAJOR:MINOR of the throttled disks
+    device_names: list[str] = field(default_factory=list)  # the same disks by name, as /proc/diskstats names them
 
 
 @contextlib.contextmanager
@@ -222,7 +229,7 @@ def _apply(limits: PlatformLimits, postmaster_pid: int, data_dirs: list[Path], r
             break
         for group in groups:
             _move_all(outside, group)
-    return Applied(limits, cpus, devices)
+    return Applied(limits, cpus, devices, [n for n in map(_device_name, devices) if n])
 
 
 class PlatformRecord(TypedDict):
@@ -236,6 +243,7 @@ class PlatformRecord(TypedDict):
     write_mbps: float | None
     cpuset: str | None  # the cores the server had, as the kernel lists them
     devices: list[str]  # MAJOR:MINOR of the throttled disks
+    device_names: list[str]  # the same disks by name (runs stored before had none: every measured disk was throttled)
     host_cores: int  # the cores of the host it was confined on
     words: str
 
@@ -245,6 +253,7 @@ def record_of(applied: Applied) -> PlatformRecord:
     return PlatformRecord(cpus=limits["cpus"], cpu_quota=limits["cpu_quota"], read_iops=limits["read_iops"],
                           write_iops=limits["write_iops"], read_mbps=limits["read_mbps"],
                           write_mbps=limits["write_mbps"], cpuset=applied.cpuset, devices=applied.devices,
+                          device_names=applied.device_names,
                           host_cores=os.cpu_count() or 1,
                           words=applied.limits.words())
 

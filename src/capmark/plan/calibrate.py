@@ -50,6 +50,7 @@ from capmark.plan.dbmodel import (
     solve,
     solve_open,
 )
+from capmark.plan.iothrottle import IoThrottle, writes_station
 from capmark.plan.mix import type_demands
 from capmark.plan.predict import CurveJson, curve
 from capmark.plan.simulate import SIM_MODEL
@@ -113,11 +114,13 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> _StepParameters:
             else driver if on_host else 0.0)
     cpu = host_cpu + here
     busy = {dev: v for dev in step.os.get("disks") or {} if (v := d.get(disk_key(dev, "busy_s"))) is not None}
+    writes = _throttled(step, host.io_throttle, busy) if host.io_throttle and step.units else {}
     f, flush_s = flushes(step)
     wal_dev = None
     flush_dev = flush_cpu = 0.0
     if f > 0 and busy:
-        wal_dev = max(busy, key=lambda k: d.get(disk_key(k, "flushes")) or 0.0)
+        disk = max((k for k in busy if k not in writes.values()), key=lambda k: d.get(disk_key(k, "flushes")) or 0.0)
+        wal_dev = writes.get(disk, disk)
         flush_dev = busy[wal_dev] / f if flush_s is None else min(busy[wal_dev] / f, flush_s)
         flush_cpu = max(0.0, flush_s - flush_dev) if flush_s is not None else 0.0
         busy[wal_dev] = max(0.0, busy[wal_dev] - f * flush_dev)
@@ -134,6 +137,21 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> _StepParameters:
                            flush_device=flush_dev, client=max(0.0, driver - here),
                            p95=(lat["p95_s"] or mean) / mean if mean else 1.0,
                            p99=(lat["p99_s"] or mean) / mean if mean else 1.0)
+
+
+def _throttled(step: StepResult, throttle: IoThrottle, busy: dict[str, float]) -> dict[str, str]:
+    """A throttled disk as the throttle served it (iothrottle.py), in `busy` per unit: its reads at the disk's own
+    station, its writes, where they were limited, at a station of their own. The write stations by disk."""
+    writes = {}
+    for dev, disk in (step.os.get("disks") or {}).items():
+        if dev not in busy or not throttle.applies_to(dev):
+            continue
+        read_s, write_s = (t / (step.units or 1) for t in throttle.held_s(disk))
+        busy[dev] = max(busy[dev], read_s)
+        if write_s:
+            writes[dev] = writes_station(dev)
+            busy[writes[dev]] = write_s
+    return writes
 
 
 def _check_host_cpu(test: TestResult, chosen: list[StepResult], host: DatabaseHost) -> list[StepResult]:
@@ -282,6 +300,10 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
         model.notes.append(f"the server was limited to {host.cpu_quota:g} cores' worth of CPU time: the model takes "
                            f"it as {cores.count} core{'s' if cores.count != 1 else ''} at {cores.speed:.0%} of a "
                            "core's speed, and a what-if's CPU speed is relative to that")
+    if host.io_throttle and any(host.io_throttle.applies_to(k) for k in names):
+        model.notes.append(f"the server's disk IO was throttled ({host.io_throttle.words()}): the model serves it at "
+                           "those rates, reads and writes each at a station of their own, and a what-if's disk speed "
+                           "is relative to them")
     if unmeasured:
         model.notes.append(estimate_note([s.jobs for s in unmeasured], len(unmeasured) < len(chosen)))
     if model.flush_requests > 0 and not model.flush_cpu_s and not model.flush_device_s:
@@ -620,16 +642,27 @@ def _err(model: float | None, measured: float | None) -> float | None:
     return (model / measured - 1) * 100 if model is not None and measured else None
 
 
-def measured_point(step: StepResult, per_unit: dict[str, float] | None = None) -> MeasuredPoint:
+def measured_point(step: StepResult, per_unit: dict[str, float] | None = None,
+                   throttle: IoThrottle | None = None) -> MeasuredPoint:
     """The step's figures as the model is judged on them: an open loop's mean response time from the units' actual
-    start (the model holds no load generator's queue; its tail percentiles still count from the intended start)."""
+    start (the model holds no load generator's queue; its tail percentiles still count from the intended start);
+    a throttled disk as busy as its throttle held it."""
     values = record.of(step, per_unit).kpm
     f, _ = flushes(step)
     mean_s = response_from_start_s(step) if offered_rate(step) else (values["rt_mean_ms"] or 0) / 1000
     return MeasuredPoint(throughput=values["throughput"], response_time_s=mean_s,
                          p95_s=(values["rt_p95_ms"] or 0) / 1000, p99_s=(values["rt_p99_ms"] or 0) / 1000,
                          cpu_busy_pct=values["cpu_busy_pct"], flushes_per_unit=f or None,
-                         device_util_pct={device_station(k): v["utilization_pct"] for k, v in devices(step).items()})
+                         device_util_pct={device_station(k): _device_util_pct(step, k, v["utilization_pct"], throttle)
+                                          for k, v in devices(step).items()})
+
+
+def _device_util_pct(step: StepResult, device: str, measured: float | None, throttle: IoThrottle | None) -> float | None:
+    """A disk's utilization; a throttled disk's (its reads' station) as busy as the throttle held its reads."""
+    if throttle is None or not throttle.applies_to(device) or not step.elapsed_s:
+        return measured
+    read_s, _ = throttle.held_s((step.os.get("disks") or {})[device])
+    return max(measured or 0.0, 100 * read_s / step.elapsed_s)
 
 
 def _abs_stats(values: list[float | None]) -> AbsStats:
@@ -741,7 +774,7 @@ def validate(test: TestResult, from_jobs: list[int] | None = None, up_to: int | 
         why = [] if spread.used else list(dict.fromkeys(w for s in mine for w in record.of(s).problems))
         left_out = {str(noise.repeat_of(s)): list(record.of(s).problems) for s in mine
                     if noise.repeat_of(s) not in spread.used}
-        measured = _mean_point([measured_point(s, test.per_unit) for s in use])
+        measured = _mean_point([measured_point(s, test.per_unit, (host or DatabaseHost()).io_throttle) for s in use])
         think = use[0].pacing.get("think_s", 0.0)
         if offered_rate(use[0]):  # an open loop: the open model at its arrival rate (the simulation is closed only)
             p, mva_p = solve_open(model, offered_rate(use[0])), None

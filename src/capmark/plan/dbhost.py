@@ -11,6 +11,7 @@ from typing import Any
 
 from capmark.errors import CapmarkError
 from capmark.measure.demands import driver_on_host, host_busy_s
+from capmark.plan.iothrottle import IoThrottle, io_throttle
 from capmark.results import RunResult, StepResult, TestResult
 
 FIXES = ("measure again with `--host-metrics sql` after giving capmark's database role read access to the host's "
@@ -39,6 +40,7 @@ class DatabaseHost:
     cpu_quota: float | None = None  # --server-cpu-quota: the server had this many cores' worth of CPU time
     probe_growth: float | None = None  # the host's own CPU scaling, as capmark's probe measured it (driver/probe.py)
     probe_words: str = ""
+    io_throttle: IoThrottle | None = None  # --server-iops, --server-mbps: the throttle is the device (iothrottle.py)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def database_host(run: RunResult, stated_cores: int | None = None) -> DatabaseHo
         on_host = recorded.get("driver_on_host")
         return DatabaseHost(_count(recorded.get("cores")), recorded.get("source"), str(recorded.get("reason") or ""),
                             on_host if isinstance(on_host, bool) else None, stated_cores, confined_cores,
-                            cpu_quota, probe_growth, probe_words)
+                            cpu_quota, probe_growth, probe_words, io_throttle(confined))
     local = (env.get("database") or {}).get("local")
     if local is True:
         return DatabaseHost(_count((env.get("host") or {}).get("logical_cores")), None, "", True, stated_cores)
