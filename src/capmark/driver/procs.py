@@ -18,6 +18,8 @@ import signal
 import sys
 import threading
 import time
+import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from multiprocessing import connection as mp_connection
 from multiprocessing.connection import Connection
@@ -33,7 +35,8 @@ from capmark.workloads.base import DataSize, ParamValue
 # Forkserver: a clean process (no threads, no open connections) forks each worker, with capmark's driver
 # already imported, so a worker starts in tens of milliseconds and inherits nothing of the runner's sessions.
 CONTEXT = mp.get_context("forkserver")
-CONTEXT.set_forkserver_preload(["capmark.driver.procs"])
+# the workloads and PostgreSQL's engine too: every worker unpickles its workload and connects through the engine
+CONTEXT.set_forkserver_preload(["capmark.driver.procs", "capmark.workloads.registry", "capmark.engines.postgres.engine"])
 READY_TIMEOUT_S = 60.0  # connecting and preparing a process's jobs; a server that slow fails the step
 RESULT_TIMEOUT_S = 30.0  # sending a process's tallies back after its jobs ended
 POLL_S = 0.2  # how often the runner looks for a dead worker while it waits at the barrier
@@ -314,6 +317,20 @@ def split_jobs(jobs: int, procs: int) -> list[list[int]]:
     return [list(range(p + 1, jobs + 1, procs)) for p in range(procs)]
 
 
+@contextlib.contextmanager
+def _main_module_kept_out() -> Iterator[None]:
+    """A worker started meanwhile does not import the main module again. multiprocessing has every worker import
+    the starting program's main module (capmark's command line, or pytest), in case the worker's function lives
+    there: 110 ms of imports a worker, each step. worker_main lives here, preloaded in the forkserver, so the
+    worker is told of a main module with nothing to import."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class ProcessJobs:
     """The jobs of one step, in worker processes. The runner calls start(), then wait() at each phase
     boundary (as it would at the threads' barrier), then results(); stop() at any time ends everything."""
@@ -343,7 +360,8 @@ class ProcessJobs:
             proc = CONTEXT.Process(target=worker_main, args=(spec, self.barrier, self.schedule, self.stop_event,
                                                               theirs), name=f"capmark-jobs-{spec.jobs[0]}",
                                    daemon=True)
-            proc.start()
+            with _main_module_kept_out():
+                proc.start()
             theirs.close()
             self.procs.append(proc)
             self.pipes.append(ours)
