@@ -4,9 +4,10 @@ reads and writes throttled to 300 a second and then to 600 (`capmark run --serve
 tests/fixtures/README.md). The model of each run, with the disk twice or half as fast (`whatif --disk-speed`),
 predicts the other.
 
-Behind the throttle the disk itself is fast: its busy time was 0.02 ms per read where the throttle held each read
+Behind the throttle the disk itself is fast: its busy time was 0.033 ms per read where the throttle held each read
 for 3.3 ms. A model that took the disk's busy time for the device served the throttle's time as a fixed delay, and
-a faster disk changed nothing (-50 % to -65 % throughput at 600 reads a second, predicted from 300).
+a faster disk changed nothing (-50 % to -65 % throughput at 600 requests a second predicted from 300, on these runs;
++38 % to +673 % the other way).
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ IOPS = {SLOW: 300.0, FAST: 600.0}
 GOAL_THROUGHPUT = 0.10
 GOAL_RESPONSE = 0.15
 COMMITS = ("wal-lat1", "dl-buffer")
+# At one job a unit's response time is its CPU and its time at the throttled disk, one after the other: the device
+# time the model serves is most of it (at least this share), and no more than it by more than what the writes of
+# background processes, charged to every unit, add (measured: up to 4 %).
+DEVICE_SHARE_LOW, DEVICE_SHARE_HIGH = 0.8, 1.05
+# Validation's reads station under a throttle that every step saturates (sto-random reads as fast as the limit
+# lets them at every job count): busier than this, and within the CPU's goal of the model's
+SATURATED_PCT = 80
+DEVICE_POINTS = 5
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +76,35 @@ def test_the_throttle_holds_each_direction_at_its_tighter_limit() -> None:
         pytest.approx(0.1), 0.0)
 
 
+@pytest.mark.parametrize("device,disk,held", [
+    ("vda", "vda", True), ("sda1", "sda", True), ("nvme0n1p2", "nvme0n1", True), ("sdb", "sda", False),
+    ("sdaa", "sda", False), ("nvme0n10", "nvme0n1", False), ("nvme0n1", "nvme0n1", True)])
+def test_a_partition_is_held_by_its_disks_throttle(device: str, disk: str, held: bool) -> None:
+    """The throttle holds a whole disk; a step counts the device the data folder is mounted from."""
+    assert IoThrottle((disk,), read_iops=100).applies_to(device) is held
+    assert IoThrottle((), read_iops=100).applies_to(device)  # a run that recorded no disk names: every disk
+
+
+def test_an_unlimited_direction_keeps_its_share_of_the_disks_own_busy_time() -> None:
+    """Reads limited, writes not: the writes' station is what the disk was busy writing (by the requests' times),
+    not nothing, and the reads' is the throttle's."""
+    disk = {"reads": 300, "writes": 100, "io_ms": 400, "read_ms": 100, "write_ms": 300}
+    assert IoThrottle((), read_iops=100).stations_s(disk) == (pytest.approx(3.0), pytest.approx(0.3))
+
+
+def test_spread_over_disks_each_keeps_a_write_queue(runs: dict[str, RunResult]) -> None:
+    """`--disks 1` is the platform as measured; `--disks 2` halves both queues."""
+    run = runs[SLOW]
+    model = calibrate(_test(run, "sto-random"), host=database_host(run))
+    jobs = 16  # enough that two reads queues are both kept busy
+    measured = dbmodel.solve(model, jobs, config=dbmodel.Config(model.cores)).throughput or 0.0
+    one = dbmodel.solve(model, jobs, config=dbmodel.Config(model.cores, disks=1)).throughput
+    two = dbmodel.solve(model, jobs, config=dbmodel.Config(model.cores, disks=2)).throughput or 0.0
+    assert one == pytest.approx(measured, rel=1e-6)
+    # reads bound (the throttle's 300 a second): twice the disks nearly doubles it and cannot more than double it
+    assert 1.8 * measured <= two <= 2 * measured, (two, measured)
+
+
 def test_each_run_recorded_its_throttle_and_the_disk_it_held(runs: dict[str, RunResult]) -> None:
     for name, run in runs.items():
         throttle = database_host(run).io_throttle
@@ -86,7 +124,7 @@ def test_the_throttle_is_the_device_the_model_serves(runs: dict[str, RunResult],
         model = calibrate(test, host=database_host(run))
         device = sum(model.devices.values()) + model.flush_requests * model.flush_device_s
         _, response = _measured(test, 1)
-        assert 0.8 * response <= device <= 1.05 * response, (name, workload, device, response)
+        assert DEVICE_SHARE_LOW * response <= device <= DEVICE_SHARE_HIGH * response, (name, workload, device, response)
         assert any(f"reads {IOPS[name]:g} a second" in n for n in model.notes), model.notes  # the user is told
 
 
@@ -110,7 +148,7 @@ def test_the_disk_speed_what_if_predicts_the_other_throttle(runs: dict[str, RunR
 
 
 # The kernel's throttle lets a disk's requests through in slices of 100 ms: a slice's share of requests goes at
-# once, the next waits for the next slice (wal-lat1 at one job: p50 0.3 ms, p95 94 ms at 300 a second). Two jobs'
+# once, the next waits for the next slice (wal-lat1 at one job: p50 0.19 ms, p95 96 ms at 300 a second). Two jobs'
 # commits then meet in the long waits and share a flush (1.4 commits a flush measured; the model, which serves a
 # flush in its mean time, batches none: the other job's commit arrives when the flush it waited for has ended). A
 # disk that serves each request in about the same time would not batch them either; the throttle is a burstier
@@ -144,5 +182,5 @@ def test_validation_judges_a_throttled_disk_by_what_the_throttle_held(runs: dict
     doc = validate(_test(run, "sto-random"), host=database_host(run))
     for row in doc["steps"]:
         (util,) = row["measured"]["device_util_pct"].values()
-        assert util > 80, row["measured"]
-        assert all(abs(e) <= 10 for e in row["device_error_points"].values()), row["device_error_points"]
+        assert SATURATED_PCT < util <= 100, row["measured"]
+        assert all(abs(e) <= DEVICE_POINTS for e in row["device_error_points"].values()), row["device_error_points"]

@@ -324,8 +324,8 @@ def _main_module_kept_out() -> Iterator[None]:
     there: 110 ms of imports a worker, each step. worker_main lives here, preloaded in the forkserver, so the
     worker is told of a main module with nothing to import."""
     main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
     try:
+        sys.modules["__main__"] = types.ModuleType("__main__")
         yield
     finally:
         sys.modules["__main__"] = main

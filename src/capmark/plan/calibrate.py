@@ -50,7 +50,7 @@ from capmark.plan.dbmodel import (
     solve,
     solve_open,
 )
-from capmark.plan.iothrottle import IoThrottle, writes_station
+from capmark.plan.iothrottle import IoThrottle, reads_utilization_pct, throttled_stations
 from capmark.plan.mix import type_demands
 from capmark.plan.predict import CurveJson, curve
 from capmark.plan.simulate import SIM_MODEL
@@ -114,7 +114,9 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> _StepParameters:
             else driver if on_host else 0.0)
     cpu = host_cpu + here
     busy = {dev: v for dev in step.os.get("disks") or {} if (v := d.get(disk_key(dev, "busy_s"))) is not None}
-    writes = _throttled(step, host.io_throttle, busy) if host.io_throttle and step.units else {}
+    writes: dict[str, str] = {}
+    if host.io_throttle:  # the throttle is the device: its time, not the fast disk's behind it
+        busy, writes = throttled_stations(step.os.get("disks") or {}, host.io_throttle, step.units or 0, busy)
     f, flush_s = flushes(step)
     wal_dev = None
     flush_dev = flush_cpu = 0.0
@@ -137,21 +139,6 @@ def _step_parameters(step: StepResult, host: DatabaseHost) -> _StepParameters:
                            flush_device=flush_dev, client=max(0.0, driver - here),
                            p95=(lat["p95_s"] or mean) / mean if mean else 1.0,
                            p99=(lat["p99_s"] or mean) / mean if mean else 1.0)
-
-
-def _throttled(step: StepResult, throttle: IoThrottle, busy: dict[str, float]) -> dict[str, str]:
-    """A throttled disk as the throttle served it (iothrottle.py), in `busy` per unit: its reads at the disk's own
-    station, its writes, where they were limited, at a station of their own. The write stations by disk."""
-    writes = {}
-    for dev, disk in (step.os.get("disks") or {}).items():
-        if dev not in busy or not throttle.applies_to(dev):
-            continue
-        read_s, write_s = (t / (step.units or 1) for t in throttle.held_s(disk))
-        busy[dev] = max(busy[dev], read_s)
-        if write_s:
-            writes[dev] = writes_station(dev)
-            busy[writes[dev]] = write_s
-    return writes
 
 
 def _check_host_cpu(test: TestResult, chosen: list[StepResult], host: DatabaseHost) -> list[StepResult]:
@@ -320,7 +307,8 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
                                 else solve(model, at_lowest[0].jobs)).parts
     if model.delay_s < 0:
         model.notes.append(f"the measured response time is {-model.delay_s * 1e6:.1f} us per unit shorter than the "
-                           "stations add up to at calibration: CPU and IO overlap (calibrated as a negative delay)")
+                           "stations add up to at calibration: CPU and IO overlap, or background processes' IO, "
+                           "charged to every unit, ran beside the units (calibrated as a negative delay)")
     if not from_jobs and not unmeasured:
         _fit_oversubscription(model, valid, host, scaling, requests)
     if not unmeasured:
@@ -661,8 +649,7 @@ def _device_util_pct(step: StepResult, device: str, measured: float | None, thro
     """A disk's utilization; a throttled disk's (its reads' station) as busy as the throttle held its reads."""
     if throttle is None or not throttle.applies_to(device) or not step.elapsed_s:
         return measured
-    read_s, _ = throttle.held_s((step.os.get("disks") or {})[device])
-    return max(measured or 0.0, 100 * read_s / step.elapsed_s)
+    return reads_utilization_pct((step.os.get("disks") or {})[device], throttle, step.elapsed_s)
 
 
 def _abs_stats(values: list[float | None]) -> AbsStats:

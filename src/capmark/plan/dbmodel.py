@@ -26,6 +26,7 @@ from capmark.model import mva
 from capmark.model.open import erlang_c
 from capmark.plan.cpuscaling import CpuScalingFit, demand_table, slowdown, waiting_share
 from capmark.plan.groupcommit import flush_state
+from capmark.plan.iothrottle import is_writes_station, writes_station
 
 CLOSED_MODEL = "closed MVA: CPU m-server + devices + delays, WAL flush as a layered group-commit server"
 OPEN_MODEL = "open network: CPU M/M/m (Erlang C) + devices M/M/1 + delays, WAL flush as a group-commit server"
@@ -301,9 +302,15 @@ def _demands(model: DbModel, cfg: Config) -> _Demands:
     devices = {device_station(k): v / cfg.disk_speed for k, v in model.devices.items()}
     wal = device_station(model.wal_device) if model.wal_device else None
     if cfg.disks:
-        total = sum(devices.values())
-        devices = {f"disk {i + 1} of {cfg.disks}": total / cfg.disks for i in range(cfg.disks)}
-        wal = f"disk 1 of {cfg.disks}" if model.wal_device else None
+        # a throttled disk's write queue is a station of its own (iothrottle.py): each disk spread over keeps one
+        reads = sum(v for k, v in model.devices.items() if not is_writes_station(k)) / cfg.disk_speed
+        writes = sum(v for k, v in model.devices.items() if is_writes_station(k)) / cfg.disk_speed
+        names = [f"disk {i + 1} of {cfg.disks}" for i in range(cfg.disks)]
+        devices = {n: reads / cfg.disks for n in names}
+        if any(is_writes_station(k) for k in model.devices):
+            devices.update({writes_station(n): writes / cfg.disks for n in names})
+        wal = None if not model.wal_device else (
+            writes_station(names[0]) if is_writes_station(model.wal_device) else names[0])
     if wal and wal not in devices:
         devices[wal] = 0.0
     return _Demands(cpu=cpu, devices=devices, flush_cpu=model.flush_cpu_s / speed,
