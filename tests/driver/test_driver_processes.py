@@ -132,3 +132,34 @@ def test_an_interrupt_ends_every_worker_and_session(signum, embedded_dsn, tmp_pa
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     _nothing_left(embedded_dsn, descendants)
+
+
+MAIN_SCRIPT = """\
+import sys
+with open(sys.argv[1], "a") as marks:  # every import of this file, as the program or again in a worker
+    marks.write(__name__ + "\\n")
+if __name__ == "__main__":
+    import time
+    from capmark.driver import procs
+    kept_out = procs.CONTEXT.Process(target=time.sleep, args=(0,))
+    with procs._main_module_kept_out():
+        kept_out.start()
+    kept_out.join()
+    ordinary = procs.CONTEXT.Process(target=time.sleep, args=(0,))
+    ordinary.start()
+    ordinary.join()
+    print(sys.modules["__main__"].__file__)
+"""
+
+
+def test_a_job_process_does_not_import_the_programs_main_module_again(tmp_path):
+    """multiprocessing has every forkserver child import the starting program's main module (capmark's command
+    line, or pytest: 110 ms a job process, each step); a job process starts without it, and the program's main
+    module is its own again afterwards. The ordinary start beside it shows the import this avoids."""
+    script, marks = tmp_path / "program.py", tmp_path / "marks"
+    script.write_text(MAIN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), str(marks)], capture_output=True, text=True, timeout=WAIT_S,
+                         env=dict(os.environ, PYTHONPATH=SRC))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == str(script)
+    assert marks.read_text().split() == ["__main__", "__mp_main__"]  # the program, then the ordinary child only
