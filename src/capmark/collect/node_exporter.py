@@ -51,7 +51,6 @@ LOGIN_HINT = ("give its user and password in the address (http://USER:PASSWORD@H
 SAMPLE_COLLECTORS = ("cpu", "stat", "diskstats", "meminfo", "pressure")
 DEVICE_COLLECTORS = ("filesystem", "diskstats")
 # node_exporter multiplies /proc/diskstats sectors by 512: the kernel's fixed sector unit, whatever the device's.
-SECTOR_BYTES = 512
 # node_boot_time_seconds is /proc/stat btime, whole seconds that the kernel derives from the wall clock, so it can
 # drift by a second between readings of the same boot; 2 s still tells two running kernels apart.
 BOOT_TIME_TOLERANCE_S = 2.0
@@ -67,11 +66,11 @@ MAX_STALL_PCT = 100.0
 DISK_SERIES: dict[str, tuple[str, float]] = {
     "reads": ("node_disk_reads_completed_total", 1.0),
     "reads_merged": ("node_disk_reads_merged_total", 1.0),
-    "sectors_read": ("node_disk_read_bytes_total", 1.0 / SECTOR_BYTES),
+    "sectors_read": ("node_disk_read_bytes_total", 1.0 / procfs.SECTOR_BYTES),
     "read_ms": ("node_disk_read_time_seconds_total", 1000.0),
     "writes": ("node_disk_writes_completed_total", 1.0),
     "writes_merged": ("node_disk_writes_merged_total", 1.0),
-    "sectors_written": ("node_disk_written_bytes_total", 1.0 / SECTOR_BYTES),
+    "sectors_written": ("node_disk_written_bytes_total", 1.0 / procfs.SECTOR_BYTES),
     "write_ms": ("node_disk_write_time_seconds_total", 1000.0),
     "in_flight": ("node_disk_io_now", 1.0),
     "io_ms": ("node_disk_io_time_seconds_total", 1000.0),

@@ -12,6 +12,7 @@ DISK_FIELDS = ("reads", "reads_merged", "sectors_read", "read_ms", "writes", "wr
 # The unit of the CPU times in /proc/stat and /proc/<pid>/stat: USER_HZ, which the kernel fixes at 100 on every
 # Linux architecture whatever its internal tick rate; a constant, so a remote host's counters need no sysconf.
 USER_HZ = 100
+SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own sector size
 MEMINFO_LINES = ("MemTotal", "MemFree", "MemAvailable", "Cached", "Dirty", "Writeback", "Shmem")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capmark.collect.hosts import HostSource
+from capmark.collect.procfs import SECTOR_BYTES
 from capmark.engines.base import Engine
 
 # After the CHECKPOINT the server has nothing left to write, so a device still busy after half a minute is busy
@@ -29,7 +30,6 @@ IDLE_WINDOW_S = 0.5
 # Writes below this rate do not count as activity: a shared host always trickles some (journals, other
 # programs' logs), while a checkpoint or the OS flushing the setup writes tens to hundreds of MB a second.
 IDLE_WRITE_BYTES_PER_S = 1 << 20
-SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 POLL_S = 0.1
 
 @dataclass

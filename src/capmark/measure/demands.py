@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from capmark.collect.os import ROLES
+from capmark.collect.procfs import SECTOR_BYTES
 from capmark.engines import registry
 from capmark.measure.kpm import counters, log_label, wal_io, wal_io_per_commit, workload_commits
 from capmark.results import StepResult, TestResult, WaitClass, wait_counts
@@ -162,9 +163,9 @@ def step_demands(step: StepResult) -> tuple[dict[str, float | None], dict[str, C
         put(disk_key(dev, "reads"), d.get("reads", 0), label=f"{dev} reads", group="disk", unit="ops")
         put(disk_key(dev, "writes"), d.get("writes", 0), label=f"{dev} writes", group="disk", unit="ops")
         put(disk_key(dev, "flushes"), d.get("flushes", 0), label=f"{dev} flushes", group="disk", unit="ops")
-        put(disk_key(dev, "read_bytes"), d.get("sectors_read", 0) * 512, label=f"{dev} read", group="disk", unit="kB",
-            scale=1 / 1024)
-        put(disk_key(dev, "write_bytes"), d.get("sectors_written", 0) * 512, label=f"{dev} written", group="disk",
+        put(disk_key(dev, "read_bytes"), d.get("sectors_read", 0) * SECTOR_BYTES, label=f"{dev} read", group="disk",
+            unit="kB", scale=1 / 1024)
+        put(disk_key(dev, "write_bytes"), d.get("sectors_written", 0) * SECTOR_BYTES, label=f"{dev} written", group="disk",
             unit="kB", scale=1 / 1024)
 
     # database IO by who did it

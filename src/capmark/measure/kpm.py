@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from capmark.collect.procfs import SECTOR_BYTES
 from capmark.engines import registry
 from capmark.engines.base import DbCounters
 from capmark.results import Measures, StepResult, TestResult
@@ -252,8 +253,8 @@ def _storage_kpms(step: StepResult, values: Values, reasons: dict[str, str], el:
         return
     dev_reads = sum(d.get("reads", 0) for d in disks.values())
     dev_ops = dev_reads + sum(d.get("writes", 0) for d in disks.values())
-    dev_read_bytes = sum(d.get("sectors_read", 0) for d in disks.values()) * 512
-    dev_bytes = dev_read_bytes + sum(d.get("sectors_written", 0) for d in disks.values()) * 512
+    dev_read_bytes = sum(d.get("sectors_read", 0) for d in disks.values()) * SECTOR_BYTES
+    dev_bytes = dev_read_bytes + sum(d.get("sectors_written", 0) for d in disks.values()) * SECTOR_BYTES
     values["device_iops"] = dev_ops / el
     values["device_mb_per_s"] = dev_bytes / el / 1e6
     values["device_read_ms"] = sum(d.get("read_ms", 0) for d in disks.values()) / dev_reads if dev_reads else None

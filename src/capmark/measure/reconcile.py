@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from capmark.collect.procfs import SECTOR_BYTES
 from capmark.engines import registry
 from capmark.measure import kpm
 from capmark.measure.demands import driver_database_host_s, host_busy_s, other_programs_cpu_s, wal_written_bytes
@@ -61,8 +62,8 @@ def reconcile(step: StepResult) -> list[Pair]:
                        "busy CPU: the remainder is OS overhead (interrupts, kernel threads) or programs that started "
                        "and ended inside the window."))
     disks = step.os.get("disks") or {}
-    dev_read = sum(d.get("sectors_read", 0) for d in disks.values()) * 512 if disks else None
-    dev_write = sum(d.get("sectors_written", 0) for d in disks.values()) * 512 if disks else None
+    dev_read = sum(d.get("sectors_read", 0) for d in disks.values()) * SECTOR_BYTES if disks else None
+    dev_write = sum(d.get("sectors_written", 0) for d in disks.values()) * SECTOR_BYTES if disks else None
     reads = db_reads(step)
     pairs.append(_pair("database reads vs device reads", reads[1] if reads else None, dev_read, "bytes",
                        "device reads for disk demand; database reads for who asked",

@@ -14,7 +14,6 @@ from capmark.collect.hostsource import HostSource
 from capmark.observations import DeviceDelta, HostDelta
 from capmark.observe.sessions import ProcReading
 
-SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own sector size
 # Whole disks only: a partition's counters are also in its disk's, and loop, RAM and zram devices are not storage
 _NOT_A_DISK = re.compile(r"^(loop|ram|zram|sr|fd)\d*|^(sd|vd|xvd|hd)[a-z]+\d+$|^(nvme\d+n\d+|mmcblk\d+)p\d+$")
 
@@ -56,8 +55,8 @@ def host_delta(before: HostReading, after: HostReading, run_queue: list[int]) ->
             continue
         d = {k: max(0, end.get(k, 0) - start.get(k, 0)) for k in end}
         devices.append(DeviceDelta(name=name, reads=d.get("reads", 0), writes=d.get("writes", 0),
-                                   read_bytes=d.get("sectors_read", 0) * SECTOR_BYTES,
-                                   write_bytes=d.get("sectors_written", 0) * SECTOR_BYTES,
+                                   read_bytes=d.get("sectors_read", 0) * procfs.SECTOR_BYTES,
+                                   write_bytes=d.get("sectors_written", 0) * procfs.SECTOR_BYTES,
                                    busy_s=d.get("io_ms", 0) / 1e3, read_time_s=d.get("read_ms", 0) / 1e3,
                                    write_time_s=d.get("write_ms", 0) / 1e3))
     return HostDelta(cpu_s=cpu, devices=devices, memory=dict(after.memory),

@@ -303,11 +303,12 @@ def _demands(model: DbModel, cfg: Config) -> _Demands:
     wal = device_station(model.wal_device) if model.wal_device else None
     if cfg.disks:
         # a throttled disk's write queue is a station of its own (iothrottle.py): each disk spread over keeps one
-        reads = sum(v for k, v in model.devices.items() if not is_writes_station(k)) / cfg.disk_speed
-        writes = sum(v for k, v in model.devices.items() if is_writes_station(k)) / cfg.disk_speed
+        reads = sum(v for k, v in devices.items() if not is_writes_station(k))
+        writes = sum(v for k, v in devices.items() if is_writes_station(k))
+        throttled = any(is_writes_station(k) for k in devices)
         names = [f"disk {i + 1} of {cfg.disks}" for i in range(cfg.disks)]
         devices = {n: reads / cfg.disks for n in names}
-        if any(is_writes_station(k) for k in model.devices):
+        if throttled:
             devices.update({writes_station(n): writes / cfg.disks for n in names})
         wal = None if not model.wal_device else (
             writes_station(names[0]) if is_writes_station(model.wal_device) else names[0])

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-BYTES_PER_MB = 1_000_000  # --server-mbps counts decimal megabytes per second (driver/platform.py)
-SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the disk's own sector size
+from capmark.collect.procfs import SECTOR_BYTES
+from capmark.driver.platform import BYTES_PER_MB
+
 WRITES_SUFFIX = " writes"
 
 
