@@ -14,7 +14,8 @@ each phase gives, per application, the committed transactions, their mean respon
 scheduled start, so the schedule lag of an open arrival is in it), and the client's own CPU; from /proc/stat the
 host's CPU busy at 1 s, so that a window's utilisation can be measured away from the phase's edges.
 
-The test tests/observe/test_production.py and the benchmark benchmarks/production_planning.py share it.
+The benchmark benchmarks/production_planning.py measures with it live; tests/fixtures/production-planning/record.py
+records it once for tests/observe/test_production.py (Recorded, truth_document).
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ PEAK_RATES = {LOOKUPS: 2500.0, ORDERS: 500.0, REPORTS: 375.0}
 QUIET_SHARE = 0.35  # the quiet part's rates, as a share of the peak's
 DIP_SHARE = 0.55  # the dip's
 GROWTH = (1.2, 1.44, 1.728)  # 20 % a period, compounded three times
+# An application that completed fewer than this share of the transactions it was asked for fell behind its schedule
+SATURATED_COMPLETION = 0.97
+# pgbench -R starts transactions at Poisson times: over a phase the count asked for is itself Poisson, with a standard
+# deviation of its square root (44 of 1,970 for reports over a 15 s quiet part, so 3 % short is 1.3 deviations: one
+# phase in ten). An application whose clients kept up completes at least the larger of the two shortfalls below what
+# it was asked.
+POISSON_DEVIATIONS = 4.0
+
+
+def kept_up(transactions: int, asked: float) -> bool:
+    """Whether an application completed what pgbench's Poisson schedule asked of it, within that schedule's noise."""
+    return transactions >= asked - max((1 - SATURATED_COMPLETION) * asked, POISSON_DEVIATIONS * asked ** 0.5)
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,7 @@ class PhaseRun:
     apps: dict[str, AppRun]
     server_cpu_s: float  # the PostgreSQL server's processes (postmaster, backends, background), user + system
     cpu: list[CpuSample] = field(repr=False)
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)  # the host's, where it ran
 
     @property
     def client_cpu_s(self) -> float:
@@ -143,7 +157,7 @@ class PhaseRun:
         """The production's own CPU (the server's processes and the pgbench clients) as a fraction of all cores over
         the phase: unlike the host's busy, it holds nothing of the host's other processes, whose CPU comes and goes
         on a shared machine (a level's host busy grew 1.49x at 1.728x the rates beside references that agreed)."""
-        return (self.server_cpu_s + self.client_cpu_s) / (self.seconds * (os.cpu_count() or 1))
+        return (self.server_cpu_s + self.client_cpu_s) / (self.seconds * self.cores)
 
     def cpu_busy(self, settle_s: float = 5.0, tail_s: float = 2.0) -> float:
         """Host CPU busy as a fraction of all cores, over the phase less its first `settle_s` (clients connect,
@@ -237,16 +251,24 @@ def build(dsn: str) -> None:
             conn.execute(f"SELECT count(*), sum(length(t::text)) FROM {SCHEMA}.{table} t")
 
 
+FIT_CLOSE = 0.05  # a fitted peak this close to its target busy is fitted
+FIT_TRIALS = 3  # a trial that saturates the host says only that the rates were too high: scale and try again
+
+
 def fit_rates(dsn: str, target_cpu: float, seconds: int, peak: dict[str, float] | None = None) -> dict[str, float]:
     """The peak's rates scaled so that they keep the host `target_cpu` busy now: the production's CPU per transaction
     is the host's (1.8x between a quiet and a loaded hour of the shared test machine), and a peak fixed in
-    transactions would leave a slow host no room to grow."""
-    peak = dict(peak or PEAK_RATES)
+    transactions would leave a slow host no room to grow. Busy is not proportional to the rates once the host is
+    saturated (a trial at 100 % scaled the rates to 0.4 of themselves and kept it 61 % busy), so the scaled rates are
+    tried again until they land within FIT_CLOSE."""
+    rates = dict(peak or PEAK_RATES)
     with script_folder() as scripts:
-        trial = run_phase(dsn, Phase("fitting the peak", seconds, peak), scripts)
-    busy = trial.cpu_busy()
-    scale = target_cpu / busy if busy > 0 else 1.0
-    return {app: rate * scale for app, rate in peak.items()}
+        for _ in range(FIT_TRIALS):
+            busy = run_phase(dsn, Phase("fitting the peak", seconds, rates), scripts).cpu_busy()
+            if busy <= 0 or abs(busy - target_cpu) <= FIT_CLOSE:
+                break
+            rates = {app: rate * target_cpu / busy for app, rate in rates.items()}
+    return rates
 
 
 def profile(quiet_s: int, peak_s: int, dip_s: int, peak: dict[str, float] | None = None) -> list[Phase]:
@@ -532,3 +554,69 @@ def statement_calls(dsn: str) -> dict[str, float]:
 def reset_statements(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"SELECT {statements_schema(conn)}.pg_stat_statements_reset()")
+
+
+# A recorded production (tests/fixtures/production-planning): the observation's settings, the peak's fitted rates,
+# every phase and every growth level's slices as pgbench, pg_stat_statements and /proc measured them, so that the
+# planning checks run on what was measured without measuring it again.
+TRUTH_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Recorded:
+    interval_s: int  # the observation's interval
+    peak_s: int  # the peak phase's length, the peak window the analysis is asked for
+    peak_rates: dict[str, float]
+    runs: list[PhaseRun]  # the observed profile: quiet, peak, dip
+    levels: list[LevelRun]  # the growth levels, measured after the observation
+
+    def phase(self, name: str) -> PhaseRun:
+        return next(r for r in self.runs if r.phase.name == name)
+
+
+def _app_doc(a: AppRun, keep_ends: bool) -> dict[str, object]:
+    # completion times as microsecond steps from the previous one (sorted): a tenth of the size of epoch floats
+    ends = [round(t * 1e6) for t in sorted(a.ends)] if keep_ends else []
+    return {"rate": a.rate, "transactions": a.transactions, "failed": a.failed, "response_sum_s": a.response_sum_s,
+            "lag_sum_s": a.lag_sum_s, "client_cpu_s": a.client_cpu_s, "server": [a.server.calls, a.server.time_s],
+            "ends_us_steps": [b - p for p, b in zip([0, *ends], ends, strict=False)]}
+
+
+def _phase_doc(r: PhaseRun, keep_ends: bool) -> dict[str, object]:
+    return {"phase": {"name": r.phase.name, "seconds": r.phase.seconds, "rates": r.phase.rates},
+            "start": r.start, "end": r.end, "server_cpu_s": r.server_cpu_s, "cores": r.cores,
+            "cpu": [[c.at, c.busy_s, c.total_s] for c in r.cpu],
+            "apps": {name: _app_doc(a, keep_ends) for name, a in r.apps.items()}}
+
+
+def truth_document(recorded: Recorded) -> dict[str, object]:
+    """The recording as JSON. The growth levels' transaction completion times are left out: only the observed
+    phases' are counted against the observation."""
+    return {"format": TRUTH_FORMAT, "interval_s": recorded.interval_s, "peak_s": recorded.peak_s,
+            "peak_rates": recorded.peak_rates, "runs": [_phase_doc(r, True) for r in recorded.runs],
+            "levels": [[[_phase_doc(p, False) for p in (s.before, s.level, s.after)] for s in level.slices]
+                       for level in recorded.levels]}
+
+
+def _app_from(name: str, d: dict) -> AppRun:  # type: ignore[type-arg]
+    ends, at = [], 0
+    for step in d["ends_us_steps"]:
+        at += step
+        ends.append(at / 1e6)
+    return AppRun(name, d["rate"], d["transactions"], d["failed"], d["response_sum_s"], d["lag_sum_s"],
+                  d["client_cpu_s"], ServerTime(*d["server"]), ends)
+
+
+def _phase_from(d: dict) -> PhaseRun:  # type: ignore[type-arg]
+    p = d["phase"]
+    return PhaseRun(Phase(p["name"], p["seconds"], p["rates"]), d["start"], d["end"],
+                    {name: _app_from(name, a) for name, a in d["apps"].items()}, d["server_cpu_s"],
+                    [CpuSample(*c) for c in d["cpu"]], d["cores"])
+
+
+def recorded_from(doc: dict) -> Recorded:  # type: ignore[type-arg]
+    if doc.get("format") != TRUTH_FORMAT:
+        raise ValueError(f"a recorded production of format {doc.get('format')}, not {TRUTH_FORMAT}: record it again")
+    levels = [LevelRun([LevelSlice(*(_phase_from(p) for p in s)) for s in level]) for level in doc["levels"]]
+    return Recorded(doc["interval_s"], doc["peak_s"], doc["peak_rates"], [_phase_from(r) for r in doc["runs"]],
+                    levels)

@@ -431,7 +431,11 @@ def changes_rows(s: StatementDelta) -> bool:
 
 
 def database_transactions(interval: Interval) -> float | None:
-    """pg_stat_database's xact_commit + xact_rollback over the interval, summed over databases (None: not collected).
+    """The applications' transactions by pg_stat_database over the interval: xact_commit + xact_rollback less the
+    sessions established, summed over databases (None: not collected). A new session commits one transaction of its
+    own while it starts (reading the catalogs), measured 1.02 a connection, so an application that connects for
+    its work would otherwise have its transactions overcounted by its connections (159 in a 93 s observation of
+    three pgbench applications, 2 % of one's transactions); `sessions` exists from PostgreSQL 14.
 
     The collector stores the view's delta rows under Interval.database["database"] (a list of rows); a dict of rows
     by database name under "pg_stat_database" is read too."""
@@ -440,7 +444,8 @@ def database_transactions(interval: Interval) -> float | None:
     found = [r for r in rows if isinstance(r, dict) and ("xact_commit" in r or "xact_rollback" in r)]
     if not found:
         return None
-    return sum(float(r.get("xact_commit") or 0) + float(r.get("xact_rollback") or 0) for r in found)
+    return sum(max(0.0, float(r.get("xact_commit") or 0) + float(r.get("xact_rollback") or 0)
+                   - float(r.get("sessions") or 0)) for r in found)
 
 
 def _shares(weights: dict[str, float]) -> dict[str, float]:
