@@ -620,3 +620,22 @@ def recorded_from(doc: dict) -> Recorded:  # type: ignore[type-arg]
     levels = [LevelRun([LevelSlice(*(_phase_from(p) for p in s)) for s in level]) for level in doc["levels"]]
     return Recorded(doc["interval_s"], doc["peak_s"], doc["peak_rates"], [_phase_from(r) for r in doc["runs"]],
                     levels)
+
+
+@contextmanager
+def fresh_server_and_results() -> Iterator[tuple[str, Path]]:
+    """A fresh embedded PostgreSQL and an empty results folder for a recording, both removed after: a fixture is
+    recorded on a server nothing else has touched."""
+    import shutil
+
+    from capmark.engines.postgres import embedded
+
+    base = Path(tempfile.mkdtemp(prefix="capmark-fixture-pg-"))
+    base.chmod(0o755)
+    results = Path(tempfile.mkdtemp(prefix="capmark-fixture-results-"))
+    try:
+        yield embedded.start(base / "data"), results
+    finally:
+        embedded.stop(base / "data")
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(results, ignore_errors=True)
