@@ -13,11 +13,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def unpack(results: Path, *names: str) -> list[str]:
-    """Each fixture <name>.sqlite.gz as a run folder under results; the run ids, in the order given."""
+    """Each fixture <name>.sqlite.gz (a name may hold a folder under tests/fixtures) as a run folder under results;
+    the run ids, in the order given."""
     ids = []
     for name in names:
         data = gzip.decompress((FIXTURES / f"{name}.sqlite.gz").read_bytes())
-        staged = results / f".{name}.sqlite"
+        staged = results / f".{Path(name).name}.sqlite"
         results.mkdir(parents=True, exist_ok=True)
         staged.write_bytes(data)
         db = sqlite3.connect(staged)
