@@ -182,7 +182,7 @@ def test_versions_outside_the_supported_range_are_refused_by_name(version: str, 
 def measured(mysql_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The quick suite and srv-query1 at 1 and 4 jobs on the MySQL/MariaDB server, stored."""
     folder = tmp_path_factory.mktemp("mysql-run")
-    out = _cli("run", "quick", "srv-query1", "--dsn", mysql_dsn, "--jobs", "1,4", "--warmup", "1", "--duration", "4",
+    out = _cli("run", "quick", "srv-query1", "--dsn", mysql_dsn, "--jobs", "1,4", "--warmup", "1", "--duration", "2",
                "--results-dir", str(folder), cwd=folder)
     assert out.returncode == 0, out.stderr
     (run,) = [p for p in folder.iterdir() if p.is_dir()]
