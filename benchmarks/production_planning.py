@@ -36,10 +36,8 @@ import argparse
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -70,7 +68,6 @@ PREDICTED_RESPONSE = 0.20
 COUNT_TOLERANCE = 0.02
 FIT_S = 12  # the run that fits the peak's rates to the host (its first 5 s and last 2 s are not counted)
 SATURATED_CPU = 0.90  # a growth level with the host's CPU this busy is not one the host carries
-SATURATED_COMPLETION = 0.97  # nor one where an application completed fewer of the transactions it was asked for
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 SECTION = "## Planning from production (`benchmarks/production_planning.py`)"
 
@@ -87,23 +84,6 @@ class Report:
 
 def _ms(s: float) -> str:
     return f"{s * 1e3:.3f}" if math.isfinite(s) else "inf"
-
-
-def observe_through(dsn: str, results: Path, phases: list[production.Phase]) -> tuple[Path, list[production.PhaseRun]]:
-    planned = 3 + sum(p.seconds for p in phases) + 2 * INTERVAL_S
-    proc = subprocess.Popen([sys.executable, "-m", "capmark.cli", "observe", "--dsn", dsn, "--interval",
-                             f"{INTERVAL_S}s", "--for", f"{planned}s", "--results-dir",
-                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    while not any(results.iterdir()):
-        if proc.poll() is not None:
-            sys.exit(f"capmark observe ended before it stored anything: {proc.communicate()[0][-500:]}")
-        time.sleep(0.2)
-    time.sleep(3)
-    runs = production.run_profile(dsn, phases, lambda r: print(f"  {r.phase.name} done", file=sys.stderr))
-    out = proc.communicate()[0]
-    if proc.returncode != 0:
-        sys.exit(f"capmark observe failed: {out[-500:]}")
-    return next(f for f in results.iterdir() if f.is_dir()), runs
 
 
 def main() -> None:
@@ -138,7 +118,8 @@ def run(dsn: str, args: argparse.Namespace) -> Report:
     production.build(dsn)
     rates = production.fit_rates(dsn, args.peak_cpu, FIT_S)
     with tempfile.TemporaryDirectory(prefix="observations-") as tmp:
-        folder, runs = observe_through(dsn, Path(tmp), production.profile(args.quiet, args.peak, args.dip, rates))
+        folder, runs, _ = production.observe_through(dsn, Path(tmp), production.profile(args.quiet, args.peak,
+                                                                                       args.dip, rates), INTERVAL_S)
         observation = load_observation(folder)
     print("  growth levels", file=sys.stderr)
     grown = production.growth_beside_peak(dsn, production.growth(args.slice, rates), args.rounds, rates)
@@ -225,7 +206,7 @@ def validate(r: Report, base: BaselineDocument, observation: Observation, runs: 
     for scenario, g in zip(scenarios, grown, strict=True):
         apps = g.apps()
         completion = min(a.transactions / (a.rate * g.seconds()) for a in apps.values())
-        carried = max(g.cpu_busy(), g.cpu_at(peak)) < SATURATED_CPU and completion >= SATURATED_COMPLETION
+        carried = max(g.cpu_busy(), g.cpu_at(peak)) < SATURATED_CPU and completion >= production.SATURATED_COMPLETION
         cpu, measured = scenario.utilisation[CPU], g.cpu_at(peak)
         # the levels' response times as run, against the what-if of the level with the host's CPU as busy as then
         cost = g.cost_against(peak)

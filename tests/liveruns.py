@@ -42,3 +42,13 @@ def median_error(pairs: Sequence[tuple[float, float]]) -> float:
 def drift(runs: Sequence[float]) -> float:
     """How far one platform's rounds spread: largest over smallest, less 1 (0 for a single round)."""
     return max(runs) / min(runs) - 1 if runs and min(runs) > 0 else 0.0
+
+
+def throughput_at(run: RunResult, jobs: int) -> float:
+    """The first test's throughput at the step of `jobs`."""
+    return next(s.measures.throughput for s in run.tests[0].steps if s.jobs == jobs)
+
+
+def spread_at(rounds: Sequence[RunResult], jobs: int) -> float:
+    """How far one platform's rounds spread at `jobs` (drift of their throughputs)."""
+    return drift([throughput_at(r, jobs) for r in rounds])

@@ -556,6 +556,39 @@ def reset_statements(dsn: str) -> None:
         conn.execute(f"SELECT {statements_schema(conn)}.pg_stat_statements_reset()")
 
 
+OBSERVE_STARTUP_LIMIT_S = 60.0  # capmark observe connects and stores the observation record within this (loaded host)
+
+
+def observe_through(dsn: str, results: Path, phases: list[Phase], interval_s: int, lead_s: float = 3.0,
+                    extra: tuple[str, ...] = ()) -> tuple[Path, list[PhaseRun], str]:
+    """The phases with `capmark observe` running through them, started from the command line as a user starts it:
+    its first interval begins `lead_s` before the first phase, its last ends two intervals after the last. The
+    observation's folder, the phases and the command's output; exits with the reason when observe fails."""
+    import sys
+
+    planned = lead_s + sum(p.seconds for p in phases) + 2 * interval_s
+    proc = subprocess.Popen([sys.executable, "-m", "capmark.cli", "observe", "--dsn", dsn, "--interval",
+                             f"{interval_s}s", "--for", f"{planned:.0f}s", "--results-dir", str(results), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, COLUMNS="200"))
+    try:
+        deadline = time.monotonic() + OBSERVE_STARTUP_LIMIT_S
+        while not any(results.iterdir()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"capmark observe stored no observation within {OBSERVE_STARTUP_LIMIT_S:g} s")
+            time.sleep(0.2)
+        time.sleep(lead_s)
+        runs = run_profile(dsn, phases, lambda r: print(f"  {r.phase.name} done", file=sys.stderr))
+        output = proc.communicate(timeout=planned + 120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    if proc.returncode != 0:
+        sys.exit(f"capmark observe failed: {output[-1000:]}")
+    return next(f for f in results.iterdir() if f.is_dir()), runs, output
+
+
 # A recorded production (tests/fixtures/production-planning): the observation's settings, the peak's fitted rates,
 # every phase and every growth level's slices as pgbench, pg_stat_statements and /proc measured them, so that the
 # planning checks run on what was measured without measuring it again.

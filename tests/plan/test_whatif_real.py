@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from liveruns import drift, median_error
+from liveruns import median_error, spread_at, throughput_at
 from storedruns import unpack
 
 from capmark.plan import dbmodel
@@ -54,17 +54,13 @@ def _predicted(source: RunResult, cores: int, jobs: int) -> float:
     return dbmodel.solve(model, jobs, config=dbmodel.Config(cores)).throughput or 0.0
 
 
-def _measured(run: RunResult, jobs: int) -> float:
-    return next(s.measures.throughput for s in run.tests[0].steps if s.jobs == jobs)
-
-
 def _pairs(sources: list[RunResult], targets: list[RunResult], cores: int, jobs: int) -> list[tuple[float, float]]:
-    return [(_predicted(s, cores, jobs), _measured(t, jobs)) for s, t in zip(sources, targets, strict=True)]
+    return [(_predicted(s, cores, jobs), throughput_at(t, jobs)) for s, t in zip(sources, targets, strict=True)]
 
 
 def _bound(runs: dict[int | None, list[RunResult]], jobs: int) -> float:
     """The goal, or the spread of either platform's own rounds at these jobs where that is wider (up to the cap)."""
-    spread = max(drift([_measured(r, jobs) for r in rounds]) for rounds in runs.values())
+    spread = max(spread_at(rounds, jobs) for rounds in runs.values())
     return min(NOISE_CAP, max(THROUGHPUT_GOAL, spread))
 
 
