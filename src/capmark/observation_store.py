@@ -154,6 +154,7 @@ def interval_of(d: dict[str, Any]) -> Interval:  # open-ended: a stored interval
                   for a in d.get("activity", [])],
         sessions=[SessionUse(**{**_only(SessionUse, s), "session": _key(s["session"])}) for s in d.get("sessions", [])],
         activity_samples=d.get("activity_samples", 0),
+        collector_transactions=d.get("collector_transactions"),
         host=HostDelta(cpu_s=host["cpu_s"], devices=[DeviceDelta(**_only(DeviceDelta, x)) for x in host["devices"]],
                        memory=host["memory"], run_queue=host["run_queue"], pressure=host["pressure"])
         if host else None,

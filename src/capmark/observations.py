@@ -156,6 +156,9 @@ class Interval:
     activity: list[ActivityCell] = field(default_factory=list)
     sessions: list[SessionUse] = field(default_factory=list)
     activity_samples: int = 0  # how many times pg_stat_activity was sampled in the interval
+    # The transactions capmark's own sessions committed in the interval (sampling, reading, host counters through
+    # SQL), which pg_stat_database counts with the applications'; None: not counted (stored by an older capmark).
+    collector_transactions: int | None = None
     host: HostDelta | None = None
     # The engine's own views as they are (pg_stat_database per database, pg_stat_io, pg_stat_wal, checkpointer,
     # bgwriter), kept as deltas for re-analysis.

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from commandline import assert_one_sentence, invoke
 
+from capmark.capacity.workloads import COLLECTOR, WorkloadRules, application_transactions, attribute
 from capmark.collect import procfs
 from capmark.engines.postgres import embedded
 from capmark.engines.postgres import observe as reader
@@ -402,3 +403,45 @@ def test_the_collectors_own_statements_are_named_and_commits_keep_their_text(emb
     texts = [s.text for i in obs.usable() for s in i.statements if s.text]
     assert any(t.strip().upper() == "COMMIT" for t in texts), texts
     assert not any("select 1 +" in t for t in texts), texts
+
+
+QUIET_DB = "capmark_observe_quiet"  # a database no one else uses: every transaction in it is the collector's
+
+
+def test_the_collectors_own_transactions_are_what_the_server_counted(embedded_dsn: str, tmp_path: Path):
+    """The collector counts the transactions its own sessions commit (sampling, reading, the host's /proc through
+    SQL), which pg_stat_database counts with the applications'. Observing a database no one else uses, with the host
+    read through SQL from a session of its own, the server's count of the database's transactions is the collector's
+    in every interval; the analysis then gives the applications none. Caught: a count that leaves out the reading's
+    publishing of its statistics or the host session's statements, or that the analysis takes from the collector's
+    statement calls (a reading runs several statements in one transaction)."""
+    with psycopg.connect(embedded_dsn, autocommit=True) as admin:
+        admin.execute(f"drop database if exists {QUIET_DB}")
+        admin.execute(f"create database {QUIET_DB}")
+    quiet = psycopg.conninfo.make_conninfo(embedded_dsn, dbname=QUIET_DB)
+    try:
+        with psycopg.connect(embedded_dsn, autocommit=True) as admin, autovacuum.paused(admin):
+            store = ObservationStore(tmp_path)
+            try:
+                observe(ObserveSpec(dsn=quiet, interval_s=1.0, sample_hz=4.0, planned_s=4.0, results_dir=tmp_path,
+                                    host_metrics="sql"), store)
+            finally:
+                store.close()
+    finally:
+        with psycopg.connect(embedded_dsn, autocommit=True) as admin:
+            admin.execute(f"drop database if exists {QUIET_DB} with (force)")
+    obs = load_observation(store.folder)
+    usable = obs.usable()
+    assert len(usable) >= 3, [(i.status, i.reason) for i in obs.intervals]
+    server, counted = [], []
+    for interval in usable:
+        row = next(r for r in interval.database["database"] if r.get("datname") == QUIET_DB)
+        server.append(row["xact_commit"] + row["xact_rollback"] - row["sessions"])
+        counted.append(interval.collector_transactions)
+    # at 4 samples a second each interval holds at least 4 samples, a publish and a reading: a count that left out
+    # the host session's statements (one per sample) would be short by as many
+    assert min(server) >= 6, server
+    assert counted == server, (counted, server)
+    attribution = attribute(obs, WorkloadRules())
+    assert [attribution.intervals[i.ordinal].workloads[COLLECTOR].units for i in usable] == server
+    assert [application_transactions(i) for i in usable] == [0.0] * len(usable)

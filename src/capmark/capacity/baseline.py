@@ -37,8 +37,8 @@ from capmark.capacity.workloads import (
     Reconciliation,
     WorkloadRules,
     WorkloadShare,
+    application_transactions,
     attribute,
-    database_transactions,
     reconcile,
     workload_shares,
 )
@@ -345,7 +345,7 @@ def timeline(observation: Observation, attribution: Attribution) -> list[Timelin
         iu = attribution.intervals.get(i.ordinal)
         cores = {n: w.cpu_s / i.length_s for n, w in iu.workloads.items()} if iu and i.length_s > 0 else {}
         devices = {d.name: d.busy_s / i.length_s for d in i.host.devices} if i.host and i.length_s > 0 else {}
-        x = database_transactions(i) if iu else None
+        x = application_transactions(i) if iu else None
         points.append(TimelinePoint(ordinal=i.ordinal, start=i.start, end=i.end, broken=iu is None,
                                     cpu_busy=cpu_busy(i) if iu else None, cores_by_workload=cores, devices=devices,
                                     commits_per_s=x / i.length_s if x is not None and i.length_s > 0 else None))

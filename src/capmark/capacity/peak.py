@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from capmark.capacity.workloads import Attribution, database_transactions
+from capmark.capacity.workloads import Attribution, application_transactions
 from capmark.errors import CapmarkError
 from capmark.observations import Interval, IntervalStatus, Observation
 
@@ -116,7 +116,7 @@ def device_utilisation(interval: Interval) -> dict[str, float]:
 
 
 def commits_per_s(interval: Interval) -> float | None:
-    x = database_transactions(interval)
+    x = application_transactions(interval)
     return x / interval.length_s if x is not None and interval.length_s > 0 else None
 
 

@@ -448,6 +448,15 @@ def database_transactions(interval: Interval) -> float | None:
                    - float(r.get("sessions") or 0)) for r in found)
 
 
+def application_transactions(interval: Interval) -> float | None:
+    """The database's transactions (database_transactions) less those of capmark's own collector, where it counted
+    them: what the applications committed."""
+    x = database_transactions(interval)
+    if x is None or interval.collector_transactions is None:
+        return x
+    return max(0.0, x - interval.collector_transactions)
+
+
 def _shares(weights: dict[str, float]) -> dict[str, float]:
     total = sum(weights.values())
     return {k: v / total for k, v in weights.items() if v > 0} if total > 0 else {}
@@ -587,6 +596,7 @@ def attribute(observation: Observation, rules: WorkloadRules) -> Attribution:
     intervals: dict[int, IntervalUse] = {}
     statement_calls: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # non-ending calls
     unit_calls: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))  # query: units
+    collector_counted: dict[int, float] = {}  # the collector's own transactions, by interval, where it counted them
     for interval in observation.usable():
         use: dict[str, WorkloadUse] = defaultdict(WorkloadUse)
         for cell in interval.activity:
@@ -645,6 +655,11 @@ def attribute(observation: Observation, rules: WorkloadRules) -> Attribution:
                     part = getattr(use[source], attr) * f
                     setattr(use[source], attr, getattr(use[source], attr) - part)
                     setattr(use[target], attr, getattr(use[target], attr) + part)
+        if interval.collector_transactions is not None:
+            # counted by the collector itself: its statements' calls are not its transactions (a reading runs
+            # several in one, and the first use of a prepared statement commits one of its own)
+            use[COLLECTOR].units = 0.0
+            collector_counted[interval.ordinal] = float(interval.collector_transactions)
         intervals[interval.ordinal] = IntervalUse(ordinal=interval.ordinal, length_s=interval.length_s,
                                                   workloads=dict(use), database_transactions=database_transactions(
                                                       interval), activity_samples=interval.activity_samples)
@@ -665,6 +680,8 @@ def attribute(observation: Observation, rules: WorkloadRules) -> Attribution:
         else:
             unit_names[name] = TRANSACTIONS
             counted = {} if explicit[name] else statement_calls[name]
+            if name == COLLECTOR:
+                counted = {**statement_calls[name], **collector_counted}
             inside = sum(iu.workloads[name].explicit_transaction_samples for iu in intervals.values()
                          if name in iu.workloads)
             active = sum(iu.workloads[name].active_samples for iu in intervals.values() if name in iu.workloads)

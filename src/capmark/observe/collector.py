@@ -96,6 +96,7 @@ class Reading:
     statements: dict[reader.StatementKey, reader.StatementRow]
     views: Delta
     host: HostReading | None
+    own_transactions: int  # the collector's own transactions (its sessions') counted when the views were read
 
 
 @dataclass
@@ -128,6 +129,10 @@ class Collector:
     busiest: str = ""
     notice: str = ""
     end: float | None = None  # monotonic time --for ends at
+    # The transactions the collector's own session committed: the server counts them with the applications' in
+    # pg_stat_database, and the analysis takes them out. Each sample, each publish and each reading is one (the first
+    # use of the prepared sampling statement commits one more, in the first reading, before any interval).
+    own_transactions: int = 0
 
     def __post_init__(self) -> None:
         self.procs = ProcessSampler(self.host)
@@ -138,19 +143,28 @@ class Collector:
         return [self.conn.info.backend_pid, *self.host.own_pids()]
 
     def sample(self) -> None:
-        rows = reader.sample_activity(self.conn, self.own_pids())
+        try:
+            rows = reader.sample_activity(self.conn, self.own_pids())
+        finally:
+            self.own_transactions += 1
         procs, postmaster = self.procs.read([r.pid for r in rows])
         self.tracker.add(rows, procs, postmaster)
 
     def read(self) -> Reading:
+        # every transaction of the collector's sessions so far lands in this reading: without publishing, a
+        # session's counts reach the views up to a second late, in the next interval
+        self.own_transactions += reader.publish_own_statistics(self.conn, self.info)
+        self.host.publish_statistics(self.info)
+        own = self.own_transactions + self.host.transactions()
         with self.conn.transaction():  # one snapshot of the statistics for every view (stats_fetch_consistency)
             self.conn.execute("select pg_stat_clear_snapshot()")
             views = reader.read_views(self.conn, self.info)
             statements = reader.read_statements(self.conn, self.info, self.spec.store_query_text) \
                 if self.statements else {}
             epoch = reader.read_epoch(self.conn, self.info, self.statements, views)
+        self.own_transactions += 1
         host = read_host(self.host, self.devices) if not isinstance(self.host, NoHost) else None
-        return Reading(time.time(), epoch, statements, views, host)
+        return Reading(time.time(), epoch, statements, views, host, own)
 
     # --- intervals ------------------------------------------------------------------------------------------
     def interval(self, before: Reading, after: Reading) -> Interval:
@@ -158,7 +172,8 @@ class Collector:
         run_queue = self.procs.take_run_queue()
         host = host_delta(before.host, after.host, run_queue) if before.host and after.host else None
         base = Interval(ordinal=self.intervals + 1, start=before.taken_at, end=after.taken_at, activity=cells,
-                        sessions=uses, activity_samples=samples, host=host)
+                        sessions=uses, activity_samples=samples, host=host,
+                        collector_transactions=after.own_transactions - before.own_transactions)
         broke = deltas.epoch_break(before.epoch, after.epoch)
         changed: dict[reader.StatementKey, dict[str, float]] = {}
         views: Delta = {}

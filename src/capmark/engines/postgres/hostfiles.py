@@ -54,6 +54,8 @@ class SqlReader:
     """
 
     READ_SQL = "select p, pg_read_binary_file(p, 0, n, true) from unnest(%s::text[], %s::bigint[]) as f(p, n)"
+    LIST_SQL = "select d from pg_ls_dir('/proc') d where d ~ '^[0-9]+$'"
+    SERVER_PIDS_SQL = "select pid from pg_stat_activity"
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
@@ -74,7 +76,7 @@ class SqlReader:
             return None
         with self.lock:
             try:
-                rows = self.conn.execute("select d from pg_ls_dir('/proc') d where d ~ '^[0-9]+$'").fetchall()
+                rows = self.conn.execute(self.LIST_SQL).fetchall()
                 self.can_list = True
             except psycopg.errors.InsufficientPrivilege:
                 self.can_list = False
@@ -88,7 +90,7 @@ class SqlReader:
         """The server's own list of its processes (backends and background workers), for a role that may not list
         the host's."""
         with self.lock:
-            rows = self.conn.execute("select pid from pg_stat_activity").fetchall()
+            rows = self.conn.execute(self.SERVER_PIDS_SQL).fetchall()
             self.statements += 1
         return [int(r[0]) for r in rows]
 

@@ -15,7 +15,8 @@ import psycopg
 
 from capmark.engines.base import Delta, Row, TargetInfo
 from capmark.engines.deltas import plain
-from capmark.engines.postgres.stats import KEYS, _rows
+from capmark.engines.postgres.hostfiles import SqlReader
+from capmark.engines.postgres.stats import FLUSH_SQL, KEYS, _rows
 
 OBSERVE_APPLICATION = "capmark observe"  # the collector's own session: left out of the activity it samples
 QUERY_TEXT_CHARS = 300  # as runs store a statement's text
@@ -171,6 +172,14 @@ def sample_activity(conn: psycopg.Connection, own_pids: list[int]) -> list[Activ
                         int(r[11]) if r[11] is not None else None) for r in rows]
 
 
+def publish_own_statistics(conn: psycopg.Connection, info: TargetInfo) -> int:
+    """Make the session publish its pending statistics now (PostgreSQL 15+); the transactions that took (0 or 1)."""
+    if not info.has("force_flush"):
+        return 0
+    conn.execute(FLUSH_SQL)
+    return 1
+
+
 def own_query_ids(conn: psycopg.Connection, info: TargetInfo, with_text: bool) -> list[str]:
     """The query ids of the collector's own reading statements, as the server computes them (EXPLAIN VERBOSE shows
     it), so that the analysis can set the collector's own load apart from the workloads'; statements the server
@@ -178,7 +187,9 @@ def own_query_ids(conn: psycopg.Connection, info: TargetInfo, with_text: bool) -
     statements: list[tuple[str, Any]] = [
         (ACTIVITY_SQL, ([0],)), ("select pg_postmaster_start_time()", None),
         ("select * from pg_stat_database", None), ("select * from pg_stat_wal", None),
-        ("select * from pg_stat_bgwriter", None), ("select current_setting('block_size')::int", None)]
+        ("select * from pg_stat_bgwriter", None), ("select current_setting('block_size')::int", None),
+        (FLUSH_SQL, None), (SqlReader.READ_SQL, (["/proc/stat"], [1])), (SqlReader.LIST_SQL, None),
+        (SqlReader.SERVER_PIDS_SQL, None)]
     if info.has("pg_stat_io"):
         statements.append(("select * from pg_stat_io", None))
     if info.has("pg_stat_checkpointer"):
