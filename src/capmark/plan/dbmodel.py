@@ -347,9 +347,11 @@ def quantile_factor(p: float, k: float = 1.0) -> float:
     """The p-quantile of a gamma delay of shape k over its mean (k = 1: exponential, -ln(1 - p))."""
     if k == 1.0:
         return -math.log(1 - p)
-    from scipy.stats import gamma  # loaded on first use: a command starts without scipy
+    # the gamma distribution's quantile is the inverse of the regularised incomplete gamma function; scipy.stats'
+    # gamma.ppf computes the same through its generic machinery at ~100 times the cost, a tenth of a report's time
+    from scipy.special import gammaincinv  # loaded on first use: a command starts without scipy
 
-    return float(gamma.ppf(p, k) / k)
+    return float(gammaincinv(k, p) / k)
 
 
 def flush_quantile_factor(p: float) -> float:
