@@ -105,7 +105,7 @@ def response_chart(scenarios: list[Scenario], title: str) -> str:
                 ax.annotate("sat.", (i + k * width, 1), xycoords=("data", "axes fraction"), ha="center", va="top",
                             fontsize=7, color="red")
         ax.bar(xs, ys, width, label=n)
-    ax.set_yscale("log")
+    plots.log_scale(ax, "y")
     ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(scenarios))], [s.name for s in scenarios],
                   rotation=15, fontsize=8)
     ax.set_ylabel("mean response time [ms]")
