@@ -657,8 +657,8 @@ def attribute(observation: Observation, rules: WorkloadRules) -> Attribution:
                     setattr(use[target], attr, getattr(use[target], attr) + part)
         if interval.collector_transactions is not None:
             # counted by the collector itself: its statements' calls are not its transactions (a reading runs
-            # several in one, and the first use of a prepared statement commits one of its own)
-            use[COLLECTOR].units = 0.0
+            # several in one). Its entry is made here even when none of its statements was stored.
+            use[COLLECTOR]  # noqa: B018
             collector_counted[interval.ordinal] = float(interval.collector_transactions)
         intervals[interval.ordinal] = IntervalUse(ordinal=interval.ordinal, length_s=interval.length_s,
                                                   workloads=dict(use), database_transactions=database_transactions(

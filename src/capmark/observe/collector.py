@@ -29,6 +29,7 @@ from capmark.engines import registry
 from capmark.engines.base import Delta, TargetInfo
 from capmark.engines.postgres import embedded
 from capmark.engines.postgres import observe as reader
+from capmark.engines.postgres.stats import flush_own_stats
 from capmark.errors import CapmarkError
 from capmark.observations import (
     Interval,
@@ -130,8 +131,9 @@ class Collector:
     notice: str = ""
     end: float | None = None  # monotonic time --for ends at
     # The transactions the collector's own session committed: the server counts them with the applications' in
-    # pg_stat_database, and the analysis takes them out. Each sample, each publish and each reading is one (the first
-    # use of the prepared sampling statement commits one more, in the first reading, before any interval).
+    # pg_stat_database, and the analysis takes them out. Each sample, each publish and each reading is one; the first
+    # use of the prepared sampling statement commits one more, in the first reading, before any interval, and psycopg
+    # prepares nothing else by itself on these sessions (_connect), which would commit one more uncounted.
     own_transactions: int = 0
 
     def __post_init__(self) -> None:
@@ -153,7 +155,7 @@ class Collector:
     def read(self) -> Reading:
         # every transaction of the collector's sessions so far lands in this reading: without publishing, a
         # session's counts reach the views up to a second late, in the next interval
-        self.own_transactions += reader.publish_own_statistics(self.conn, self.info)
+        self.own_transactions += flush_own_stats(self.conn, self.info)
         self.host.publish_statistics(self.info)
         own = self.own_transactions + self.host.transactions()
         with self.conn.transaction():  # one snapshot of the statistics for every view (stats_fetch_consistency)
@@ -295,7 +297,7 @@ class Collector:
             with contextlib.suppress(Exception):
                 self.conn.close()
             try:
-                self.conn = pg.connect(self.dsn, application_name=reader.OBSERVE_APPLICATION)
+                self.conn = _connect(self.dsn)
                 if isinstance(self.host, hosts.ProcHost) and self.host.name == "sql":
                     with contextlib.suppress(Exception):
                         self.host.close()
@@ -362,7 +364,9 @@ def _connect(dsn: str) -> Any:
     if engine.name != "postgresql":
         raise CapmarkError(f"capmark observe supports PostgreSQL for now, not {engine.label}; name a PostgreSQL server "
                            "with --dsn.")
-    return pg.connect(dsn, application_name=reader.OBSERVE_APPLICATION)
+    conn = pg.connect(dsn, application_name=reader.OBSERVE_APPLICATION)
+    conn.prepare_threshold = None  # see Collector.own_transactions
+    return conn
 
 
 def _statements_readable(conn: Any, info: TargetInfo, progress: Progress) -> bool:

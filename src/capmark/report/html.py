@@ -7,11 +7,7 @@ The functions here only lay out; none of them calibrates, diagnoses or reads the
 
 from __future__ import annotations
 
-import ctypes
-import multiprocessing
 import os
-import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +17,7 @@ from markupsafe import Markup
 
 from capmark.analysis.report import ReportDocuments, TestReport
 from capmark.measure import kpm
-from capmark.report import clock, plots
+from capmark.report import clock, plots, workers
 from capmark.report.console import (
     REPEATABILITY_NOTE,
     command_rows,
@@ -140,63 +136,13 @@ SECTIONS: list[Callable[[ReportDocuments], Section | None]] = [
 TEST_SECTIONS: list[Callable[[TestReport], Section | None]] = [test_section, demands_section, model_section]
 
 
-# A figure takes 0.1-0.3 s to draw and a report holds two per step and up to seven per test, so a report of several
-# tests draws them in worker processes, one per core capmark may use, a test at a time (a full catalogue of 38 tests
-# holds hundreds). Forking a worker costs milliseconds; a report of one test is drawn in the process itself.
-PARALLEL_MIN_TESTS = 2
-_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process receives when its parent ends
-
-_drawing: list[TestReport] = []  # the report being drawn, which forked workers inherit instead of receiving a copy
-_drawer_pid = 0
-
-
 def _test_sections(part: TestReport) -> list[Section]:
     return [s for s in (f(part) for f in TEST_SECTIONS) if s]
 
 
-_ENDING = {signal.SIGINT, signal.SIGTERM}
-
-
-def _worker_start() -> None:
-    """A worker ends when capmark does, however it ends (SIGKILL included), so none is left drawing for nobody.
-    Ctrl-C is capmark's to handle, which ends the workers with SIGTERM: a worker dies of it quietly instead of
-    running capmark's handler (a traceback of its own). Both arrive blocked until the handlers are set."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING)
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != _drawer_pid:  # capmark ended before the signal was asked for
-        os._exit(1)
-
-
-def _draw_test(index: int) -> list[Section]:
-    return _test_sections(_drawing[index])
-
-
-def _all_test_sections(parts: list[TestReport]) -> list[Section]:
-    global _drawing, _drawer_pid
-    workers = min(len(parts), len(os.sched_getaffinity(0)))
-    # a process that ran on a Ray cluster holds gRPC's threads, which forking can wedge and which then say so on the
-    # console: its report is drawn in the process itself
-    if len(parts) < PARALLEL_MIN_TESTS or workers < 2 or "fork" not in multiprocessing.get_all_start_methods() \
-            or "ray" in sys.modules:
-        return [s for part in parts for s in _test_sections(part)]
-    _drawing, _drawer_pid = parts, os.getpid()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING)  # the workers start with them blocked
-    try:
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_worker_start)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        with pool:
-            drawn = pool.map(_draw_test, range(len(parts)), chunksize=1)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        _drawing = []
-    return [s for sections in drawn for s in sections]
-
-
 def render(docs: ReportDocuments) -> str:
     sections = [s for s in (f(docs) for f in SECTIONS) if s]
-    sections += _all_test_sections(docs.tests)
+    sections += [s for drawn in workers.forked_map(_test_sections, docs.tests) for s in drawn]
     return _env().get_template("report.html.j2").render(run=docs.run, sections=sections)
 
 

@@ -6,7 +6,7 @@ import io
 import logging
 import math
 import re
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 # matplotlib logs warnings about its own cache folder (e.g. "Matplotlib created a temporary cache directory"
 # when the home folder is not writable) to stderr; they say nothing about the report, so only errors show.
@@ -43,10 +43,10 @@ def _legend(ax: Axes, **kw: Any) -> None:
         ax.legend(**kw)
 
 
-def log_scale(ax: Axes, which: str) -> None:
-    """A logarithmic axis labelled in plain numbers (0.1, 1, 10 ms; 0.2, 0.5 between powers of ten where the range
-    is short), which a reader takes in at a glance, instead of matplotlib's powers of ten, whose math text is also
-    the slowest part of drawing a histogram."""
+def log_scale(ax: Axes, which: Literal["x", "y"]) -> None:
+    """A logarithmic axis labelled in plain decimals (0.01, 0.1, 1, 10 ms; 2, 3, 5 between the powers of ten where
+    the range is short), which a reader takes in at a glance, instead of matplotlib's powers of ten, whose math
+    text is also the slowest part of drawing a histogram."""
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
     axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_major_formatter(_PlainLogFormatter())
@@ -54,10 +54,13 @@ def log_scale(ax: Axes, which: str) -> None:
 
 
 class _PlainLogFormatter(ticker.LogFormatter):
-    """The ticks matplotlib's log formatter labels, in the shortest plain decimal (0.01, 0.2, 10)."""
+    """The ticks matplotlib's log formatter labels, as plain decimals: a tick of a log axis has one significant
+    digit, so 0.002 and 3,000 need no exponent."""
 
     def __call__(self, x: float, pos: int | None = None) -> str:
-        return f"{x:g}" if super().__call__(x, pos) else ""
+        if not super().__call__(x, pos) or x <= 0:
+            return ""
+        return f"{x:,.{max(0, -math.floor(math.log10(x) + 1e-9))}f}"
 
 
 def _values(test: TestResult, key: str) -> list[float | None]:

@@ -59,6 +59,9 @@ class SqlReader:
 
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
+        # psycopg prepares a statement by itself on its sixth run, in a transaction of its own that nobody would
+        # count: only READ_SQL is prepared, on its first use (open_reader), before anything is counted
+        conn.prepare_threshold = None
         self.lock = threading.Lock()
         self.statements = 0
         self.can_list: bool | None = None
@@ -99,8 +102,7 @@ class SqlReader:
         transactions land in the window they were made in (capmark takes them out of the workload's)."""
         if info.has("force_flush"):
             with self.lock:
-                flush_own_stats(self.conn, info)
-                self.statements += 1
+                self.statements += flush_own_stats(self.conn, info)
 
     def close(self) -> None:
         self.conn.close()

@@ -172,14 +172,6 @@ def sample_activity(conn: psycopg.Connection, own_pids: list[int]) -> list[Activ
                         int(r[11]) if r[11] is not None else None) for r in rows]
 
 
-def publish_own_statistics(conn: psycopg.Connection, info: TargetInfo) -> int:
-    """Make the session publish its pending statistics now (PostgreSQL 15+); the transactions that took (0 or 1)."""
-    if not info.has("force_flush"):
-        return 0
-    conn.execute(FLUSH_SQL)
-    return 1
-
-
 def own_query_ids(conn: psycopg.Connection, info: TargetInfo, with_text: bool) -> list[str]:
     """The query ids of the collector's own reading statements, as the server computes them (EXPLAIN VERBOSE shows
     it), so that the analysis can set the collector's own load apart from the workloads'; statements the server
@@ -188,8 +180,7 @@ def own_query_ids(conn: psycopg.Connection, info: TargetInfo, with_text: bool) -
         (ACTIVITY_SQL, ([0],)), ("select pg_postmaster_start_time()", None),
         ("select * from pg_stat_database", None), ("select * from pg_stat_wal", None),
         ("select * from pg_stat_bgwriter", None), ("select current_setting('block_size')::int", None),
-        (FLUSH_SQL, None), (SqlReader.READ_SQL, (["/proc/stat"], [1])), (SqlReader.LIST_SQL, None),
-        (SqlReader.SERVER_PIDS_SQL, None)]
+        (FLUSH_SQL, None), (SqlReader.READ_SQL, (["/proc/stat"], [1]))]
     if info.has("pg_stat_io"):
         statements.append(("select * from pg_stat_io", None))
     if info.has("pg_stat_checkpointer"):

@@ -112,10 +112,13 @@ def _read_views(conn: psycopg.Connection, info: TargetInfo, backend_pids: list[i
 FLUSH_SQL = "select pg_stat_force_next_flush() from pg_catalog.pg_database where datname = current_database()"
 
 
-def flush_own_stats(conn: psycopg.Connection, info: TargetInfo) -> None:
-    """Make this backend publish its pending statistics now (PostgreSQL 15+), so the snapshot sees them."""
-    if info.has("force_flush"):
-        conn.execute(FLUSH_SQL)
+def flush_own_stats(conn: psycopg.Connection, info: TargetInfo) -> int:
+    """Make this backend publish its pending statistics now (PostgreSQL 15+), so the snapshot sees them; the
+    transactions that took (0 or 1), for a caller that counts its own."""
+    if not info.has("force_flush"):
+        return 0
+    conn.execute(FLUSH_SQL)
+    return 1
 
 
 def delta(before: Delta, after: Delta) -> Delta:
