@@ -9,6 +9,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -212,25 +213,69 @@ def _read_known_delay(conn: psycopg.Connection, delay_us: float) -> tuple[dict[i
     return read, waited
 
 
+# The same delay timed by plain PL/pgSQL around each unit, no slice and no histogram: the host's own jitter, read
+# beside the slices. On a 2-vCPU guest it moves for minutes at a time: p95 of the 1 ms delay read 1,013-1,081 us in
+# every try of some runs (the server waiting for a CPU 0 % of the time: the hypervisor's doing, which no guest
+# counter shows), 972-1,012 us in others.
+REFERENCE_SQL = """
+create or replace function capmark.test_known_delay_reference(p_delay float8, p_units int) returns float8[]
+language plpgsql as $$
+declare
+  d interval := make_interval(secs => p_delay); t0 timestamptz; t_end timestamptz; took float8[] := '{}';
+begin
+  for i in 1 .. p_units loop
+    t0 := clock_timestamp();
+    t_end := t0 + d;
+    perform pg_sleep(greatest(0, p_delay - 0.0025));
+    loop exit when clock_timestamp() >= t_end; end loop;
+    took := took || extract(epoch from clock_timestamp() - t0)::float8;
+  end loop;
+  return took;
+end $$"""
+REFERENCE_S = 0.6  # as long as a try's slices of one kind
+# Tries in all when the host's own p95 of the delay is outside its bucket in some of them: such a try can tell
+# nothing at p95, and a noisy spell lasts minutes
+MAX_DELAY_TRIES = 8
+
+
+def _reference_p95(conn: psycopg.Connection, delay_us: float) -> float:
+    units = max(20, round(REFERENCE_S / (delay_us * 1e-6)))
+    took = conn.execute("select capmark.test_known_delay_reference(%s, %s)", (delay_us * 1e-6, units)).fetchone()[0]
+    return float(np.percentile(took, 95))
+
+
 @pytest.mark.db
 @pytest.mark.parametrize("delay_us", DELAYS_US, ids=("1ms", "5ms"))
 def test_a_known_delay_reads_as_itself_timed_in_full_or_sampled(conn, delay_us):
     """Units that last a known time read it at p50 and p95 within the delay's own bucket, whether every unit or one
     in three is timed: the timed interval is one whole unit, no more, no less. A unit that loses its CPU near its end
-    reads longer, so a try outside the bucket is tried again; the failure says every try's figures and how long the
-    server waited for a CPU."""
+    reads longer, so a try outside the bucket is tried again. A try whose p95 only is outside while the host's own
+    p95 of the same delay (timed around each unit by plain PL/pgSQL, beside the slices) is outside too tells nothing
+    at p95: it is not counted, up to MAX_DELAY_TRIES in all, and the test is skipped with the figures when no try
+    could tell. The failure says every try's figures and how long the server waited for a CPU."""
     conn.execute(WAIT_SQL)
+    conn.execute(REFERENCE_SQL)
     low, high = bucket_bounds(bucket_of(delay_us * 1e-6))
-    tries = []
-    for _ in range(DELAY_TRIES):
+    tries, judged = [], 0
+    for _ in range(MAX_DELAY_TRIES):
+        reference = _reference_p95(conn, delay_us)
         read, waited = _read_known_delay(conn, delay_us)
-        outside = [f"k = {every}: p{q} read {p * 1e6:.1f} us" for every, at in read.items() for q, p in at.items()
-                   if not low <= p < high]
+        reference = max(reference, _reference_p95(conn, delay_us))
+        outside = {(every, q): p for every, at in read.items() for q, p in at.items() if not low <= p < high}
         if not outside:
             return
-        tries.append(f"{', '.join(outside)} ({waited})")
-    pytest.fail(f"a delay of {delay_us:.1f} us read outside its bucket [{low * 1e6:.1f}, {high * 1e6:.1f}) us in "
-                f"each of {DELAY_TRIES} tries: " + "; ".join(tries))
+        said = ", ".join(f"k = {every}: p{q} read {p * 1e6:.1f} us" for (every, q), p in outside.items())
+        jitter = {q for _, q in outside} == {95} and not reference < high
+        tries.append(f"{said} ({waited}; the host's own p95 {reference * 1e6:.1f} us)")
+        judged += not jitter
+        if judged >= DELAY_TRIES:
+            break
+    bucket = f"[{low * 1e6:.1f}, {high * 1e6:.1f}) us"
+    if not judged:
+        pytest.skip(f"the host's own p95 of a {delay_us:.1f} us delay was outside its bucket {bucket} in each of "
+                    f"{len(tries)} tries, so no try could tell: " + "; ".join(tries))
+    pytest.fail(f"a delay of {delay_us:.1f} us read outside its bucket {bucket} in {judged} of {len(tries)} tries "
+                f"(the others at the host's own jitter): " + "; ".join(tries))
 
 
 # A shared host's neighbours can slow one kind of slice for a whole round (a 2-vCPU CI host read sampled p50 17 %
