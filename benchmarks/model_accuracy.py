@@ -79,8 +79,8 @@ def score(run, test) -> dict[str, Any] | None:
          "x_median": _median(x_raw), "x_max": max(x_raw, default=None), "r_median": _median(r_err),
          "in_noise": in_noise, "scored_steps": len(scored), "repetitions": repetitions,
          "p95_type_median": _median(p95), "cpu_points": max(cpu, default=None),
-         "cpu_growth": doc["calibration"]["cpu_growth"], "classes": len(doc["calibration"]["types"]),
-         "wait_cpu_us": doc["calibration"]["wait_cpu_s"] * 1e6,
+         "cpu_growth": doc["calibration"].cpu_growth, "classes": len(doc["calibration"].types),
+         "wait_cpu_us": doc["calibration"].wait_cpu_s * 1e6,
          "steps": [{"jobs": r["jobs"], "x_err": r["error_pct"]["throughput"], "x_kind": r["error_kind"]["throughput"],
                     "x_half_width_pct": (100 * r["measured_interval"]["throughput"]["half_width"]
                                          / r["measured"]["throughput"])

@@ -61,7 +61,7 @@ from capmark.results import StepResult, TestResult, WaitClass
 # its last delay correction may still move the cycle time for the calibration to count as settled (a tenth of a
 # per cent: well below the run-to-run noise of any measured throughput)
 CALIBRATION_ROUNDS = 12
-DELAY_ROUNDS = 8
+DELAY_ROUNDS = 12
 CALIBRATION_SETTLED = 1e-3
 FLUSHES_SETTLED = 1e-3  # the predicted flushes per unit within this fraction of the measured: settled
 # Before the delay's root is bracketed, a step moves the delay by at most this many times the gap: where the batch
@@ -303,15 +303,14 @@ def calibrate(test: TestResult, from_jobs: list[int] | None = None, host: Databa
     anchors = [Anchor.of(s, p.f) for s, p in zip(chosen, params, strict=True)]
     if any(a.rate for a in anchors):
         model.calibrated_rate = statistics.fmean(a.rate for a in anchors if a.rate)
-    # one job batches nothing: its flushes per unit are the requests (the same at any load)
-    known = requests if min(s.jobs for s in valid) == 1 and model.flush_requests > 0 else None
-    at_lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
-    # the types first: which of them wake from waits moves the flusher's hand-off, so the fit must see them
-    model.types = type_demands(at_lowest, model.flush_requests if known is None else known,
-                               model.flush_cpu_s + model.flush_device_s)
+    # one job batches nothing: its flushes per unit are the requests (the same at any load), which steps above the
+    # cores alone cannot tell from the delay; steps that include one job fit them as they fit the delay (a workload
+    # whose units change as it runs, such as stress-mixed's deletes, commits less at 2 jobs than at 1)
+    known = (requests if min(s.jobs for s in valid) == 1 and min(s.jobs for s in chosen) > 1
+             and model.flush_requests > 0 else None)
     model = fit_flushes_and_delay(model, anchors, known_requests=known)
-    if known is None:  # the requests fitted: the types' flushes follow them
-        model.types = type_demands(at_lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
+    at_lowest = [s for s in chosen if s.jobs == min(model.calibrated_from)]
+    model.types = type_demands(at_lowest, model.flush_requests, model.flush_cpu_s + model.flush_device_s)
     if model.types:
         model.type_reference = (solve_open(model, model.calibrated_rate) if model.calibrated_rate
                                 else solve(model, at_lowest[0].jobs)).parts
@@ -412,16 +411,16 @@ class Anchor:
 def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = CALIBRATION_ROUNDS,
                           delay_rounds: int = DELAY_ROUNDS, known_requests: float | None = None) -> DbModel:
     """Flush requests before batching (q) such that the predicted flushes per unit, q over the predicted batch,
-    are the measured ones; for each q tried, the delay closes the gap to the measured cycle time. The batch grows
-    with q and the CPU queue that a lower delay leaves, so the plain iteration (q = measured flushes x batch)
-    can walk away from the answer where the anchors batch: q is bracketed instead, between the measured flushes
-    (a batch of one) and a batch of every job, and found by regula falsi in at most `rounds` tries (the delay by
-    a bracketed secant in at most `delay_rounds`). Should the delay leave more of the cycle's gap than
-    CALIBRATION_SETTLED of it, the flushes stay off, or a solution on the way not settle, the model says so in a
-    note (its figures then rest on an unsettled calibration). Where the flush requests are known
-    (`known_requests`: a step of one job, which batches nothing, measured them), only the delay is fitted: above
-    the cores several pairs of q and delay give the same cycle and flushes (wal-lat1 anchored at 8 jobs: q 1.03
-    with a delay of -547 us, or 0.55 with +331 us)."""
+    are the measured ones; for each q tried, the delay closes the gap to the measured cycle time. q is bracketed
+    between the measured flushes (a batch of one) and a batch of every job and found by regula falsi in at most
+    `rounds` tries, the delay by a bracketed secant in at most `delay_rounds` (the plain iteration, q = measured
+    flushes x batch and delay += gap, walked away from the answer with a batch that grows with the CPU queue, and
+    leaps past the delay's root where the batch sits at its limit and the gap hardly moves). Should the delay
+    leave more of the cycle's gap than CALIBRATION_SETTLED of it, the flushes stay off, or a solution on the way
+    not settle, the model says so in a note (its figures then rest on an unsettled calibration). Where the flush
+    requests are known (`known_requests`: a step of one job, which batches nothing, measured them), only the delay
+    is fitted: above the cores several pairs of q and delay give the same cycle and flushes (wal-lat1 anchored at
+    8 jobs: q 1.03 with a delay of -547 us, or 0.55 with +331 us)."""
     mean = statistics.fmean
     unsettled: set[Anchor] = set()
     saturated: set[Anchor] = set()

@@ -434,10 +434,7 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     q = model.flush_requests
     f = q / state.batch
     d = _with_waits(d, q, state.flusher_busy, n)
-    wake = state.cpu_wait * waking_factor(model, d)  # a process woken from a wait, until it is on a core
-    flush_s = _flush_time(d, state.wal_other, wake, state.slow)
-    handoff = wake if n > 1 else 0.0  # the next flush starts once a waiting commit is woken and on a core
-    cycle = flush_s + handoff
+    flush_s = _flush_time(d, state.wal_other, state.cpu_wait, state.slow)
     extra = q * state.wait - f * d.flush_cpu * state.cpu_stretch  # the batch's flush, less the CPU already queued
     extra += _burst_wait(q, state.batch, d.cpu + f * d.flush_cpu, cfg.cores)
     stations = _stations(d, f, cfg.cores, model.cpu_growth, model.cpu_oversubscription, n)
@@ -454,13 +451,13 @@ def _closed_round(model: DbModel, d: _Demands, cfg: Config, n: int, z: float, st
     if q <= 0:
         return new, result, flush_s, 0.0
     gap = max(1e-12, (n / x - q * state.wait) / q)
-    st = flush_state(n, flush_s, gap, handoff)
+    st = flush_state(n, flush_s, gap)
     # one flusher: if the flushes asked for exceed its capacity, commits queue for it until they do not
-    over = max(0.0, x * f * cycle - 1)
+    over = max(0.0, x * f * flush_s - 1)
     target_wait = st.wait_s + (n / x) * over / q
     new.batch = state.batch + damping * (st.batch - state.batch)
     new.wait = state.wait + damping * (target_wait - state.wait)
-    busy = min(1.0, x * f * cycle)
+    busy = min(1.0, x * f * flush_s)
     new.flusher_busy = state.flusher_busy + damping * (busy - state.flusher_busy)
     residual = max(abs(st.batch - state.batch) / state.batch, abs(target_wait - state.wait) / max(target_wait, 1e-12),
                    abs(x - state.throughput) / x,
@@ -559,26 +556,6 @@ def _parts(model: DbModel, d: _Demands, *, r: float, slow: float, cpu_stretch: f
             "flush": r - cpu - cpu_queue - devices - fixed}
 
 
-def _keeps_core(model: DbModel, d: _Demands) -> dict[str, bool]:
-    """Per type of a mix: True where its unit is short and never blocks (no commit flush, no device IO), so it keeps
-    its core from one unit to the next and the run queue's wait falls on the units that block and wake up
-    (measured on tp-light at 16 jobs: reads 0.004 -> 0.009 ms, updates 0.036 -> 0.47 ms)."""
-    blocks_on_io = sum(d.devices.values()) > 0.05 * d.cpu
-    return {t.name: not (t.flush_requests > 0 or blocks_on_io) and t.scale * d.cpu / SCHED_SLICE_S < 0.05
-            for t in model.types}
-
-
-def waking_factor(model: DbModel, d: _Demands) -> float:
-    """The CPU queueing a process that blocks and wakes meets, over the mean unit's. Types that keep their core
-    hand their share of the run queue's wait to those that wake (_keeps_core): 1 / the waking types' share of the
-    CPU work, 1 where every type wakes or none does."""
-    if not model.types:
-        return 1.0
-    keeps = _keeps_core(model, d)
-    waking = sum(t.share * t.scale for t in model.types if not keeps[t.name])
-    return 1 / waking if 0 < waking < 1 else 1.0
-
-
 def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: float | None,
             cpu_k: float = 1.0) -> dict[str, TypeFigures]:
     """Each class of a mix at this load. Jobs draw a type for every unit, so a job switches class from unit to
@@ -592,7 +569,12 @@ def by_type(model: DbModel, d: _Demands, parts: dict[str, float], throughput: fl
     if not model.types or not ref or throughput is None:
         return {}
     q = model.flush_requests
-    keeps_core = _keeps_core(model, d)
+    blocks_on_io = sum(d.devices.values()) > 0.05 * d.cpu
+    # a short unit that never blocks keeps its core from one unit to the next, so the run queue's wait falls on
+    # the units that block and wake up (measured on tp-light at 16 jobs: reads 0.004 -> 0.009 ms, updates 0.036
+    # -> 0.47 ms): the mean unit's CPU queueing goes to the other types, in proportion to their CPU work
+    keeps_core = {t.name: not (t.flush_requests > 0 or blocks_on_io) and t.scale * d.cpu / SCHED_SLICE_S < 0.05
+                  for t in model.types}
     waking = sum(t.share * t.scale for t in model.types if not keeps_core[t.name])
     out: dict[str, TypeFigures] = {}
     for t in model.types:
@@ -732,13 +714,12 @@ def solve_open(model: DbModel, rate: float, config: Config | None = None,
             else:
                 res[s.name] = s.total_demand / (1 - util[s.name])
         s_cpu = res["CPU"] / stations[0].total_demand
-        wake = (res["CPU"] - stations[0].total_demand) * waking_factor(model, d)
-        flush_s = _flush_time(d, util.get(d.wal_station, 0.0) if d.wal_station else 0.0, wake)
-        cycle = flush_s + wake  # a flush, then the hand-off to the next: a waiting commit woken and on a core
-        a = rate * q * cycle
+        flush_s = _flush_time(d, util.get(d.wal_station, 0.0) if d.wal_station else 0.0,
+                              res["CPU"] - stations[0].total_demand)
+        a = rate * q * flush_s
         b_new = a + math.exp(-a) if q > 0 else 1.0
-        busy = rate * (q / b_new) * cycle
-        wait = flush_s + busy * cycle / 2  # its own flush, and half of the window in progress if one is
+        busy = rate * (q / b_new) * flush_s
+        wait = flush_s * (1 + busy / 2)
         r = (sum(res.values()) + model.delay_s + model.client_s + q * wait - f * d.flush_cpu * s_cpu
              + _burst_wait(q, b, d.cpu + f * d.flush_cpu, cfg.cores))
         residual = abs(b_new - b) / b

@@ -13,11 +13,6 @@ outside the flush wait. The next batch holds those arrivals, or one job if none 
 
 At one job b = 1; when jobs compute briefly compared with F (p -> 1) two groups alternate and b -> N/2,
 which is what PostgreSQL shows on fast-committing loads (measured 2.2, 3.9, 7.1 at 4, 8, 16 jobs).
-
-The next flush does not start the moment one ends: the lock goes to a commit that waited, which must be woken
-and get a core first (the hand-off, H; pg_stat_io shows the flusher idle between flushes for 30-170 us on 2 cores
-at 4-16 jobs). Every commit written until the next flush starts rides on it, so the others' commits gather over
-F + H: p = 1 - exp(-(F + H) / T).
 """
 
 from __future__ import annotations
@@ -55,17 +50,15 @@ def batch_size(jobs: float, p: float) -> float:
     return (lo + hi) / 2
 
 
-def flush_state(jobs: float, flush_s: float, request_gap_s: float, handoff_s: float = 0.0) -> FlushState:
-    """The batch and the wait of a commit for given flush time, time between a job's flush requests (outside the
-    wait) and hand-off between flushes. A job leaves its flush when the next one starts; if it asks again while
-    that flush and its hand-off run (probability p, and only if someone is in it) it waits for the rest of them,
-    W - E[t | t < W] with W = F + H and t its exponential request gap, for its own flush, and to be woken again
-    (one more hand-off's wait for a core)."""
-    window = flush_s + handoff_s
-    p = 1 - math.exp(-window / request_gap_s) if request_gap_s > 0 else 1.0
+def flush_state(jobs: float, flush_s: float, request_gap_s: float) -> FlushState:
+    """The batch and the wait of a commit for given flush time and time between a job's flush requests
+    (outside the wait). A job leaves its flush when the next one starts; if it asks
+    again while that flush runs (probability p, and only if someone is in it) it waits for the rest of
+    it, F - E[t | t < F] with t its exponential request gap, and then for its own flush."""
+    p = 1 - math.exp(-flush_s / request_gap_s) if request_gap_s > 0 else 1.0
     b = batch_size(jobs, p)
     next_flush_runs = 1 - (1 - p) ** max(0.0, jobs - b)
-    # E[t | t < W] for an exponential request gap t
-    into_window = request_gap_s - window * (1 - p) / p if p > 0 and request_gap_s > 0 else 0.0
-    rest = max(0.0, window - into_window)
-    return FlushState(b, p, flush_s + p * next_flush_runs * (rest + handoff_s))
+    # E[t | t < F] for an exponential request gap t
+    into_flush = request_gap_s - flush_s * (1 - p) / p if p > 0 and request_gap_s > 0 else 0.0
+    rest = max(0.0, flush_s - into_flush)
+    return FlushState(b, p, flush_s + p * next_flush_runs * rest)
