@@ -60,12 +60,13 @@ from capmark.results import StepResult, TestResult, WaitClass
 # The calibration's fixed point (flush requests <-> batch size, delay <-> cycle time): rounds of each, and how far
 # its last delay correction may still move the cycle time for the calibration to count as settled (a tenth of a
 # per cent: well below the run-to-run noise of any measured throughput)
-CALIBRATION_ROUNDS = 12
-DELAY_ROUNDS = 12
+CALIBRATION_ROUNDS = 4
+DELAY_ROUNDS = 3
 CALIBRATION_SETTLED = 1e-3
-FLUSHES_SETTLED = 1e-3  # the predicted flushes per unit within this fraction of the measured: settled
-# Before the delay's root is bracketed, a step moves the delay by at most this many times the gap: where the batch
-# sits at its limit the gap hardly changes with the delay, and a secant there would leap far past the root
+# With the flush requests known, the delay alone is fitted, by a secant in at most SECANT_ROUNDS solutions; before
+# its root is bracketed a step moves the delay by at most GAP_STEP_LIMIT times the gap: where the batch sits at its
+# limit the gap hardly changes with the delay, and a secant there would leap far past the root
+SECANT_ROUNDS = 12
 GAP_STEP_LIMIT = 4.0
 
 # From this busy fraction on, commits usually find a flush in progress and batch up: synchronisation shapes the load
@@ -410,17 +411,13 @@ class Anchor:
 
 def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = CALIBRATION_ROUNDS,
                           delay_rounds: int = DELAY_ROUNDS, known_requests: float | None = None) -> DbModel:
-    """Flush requests before batching (q) such that the predicted flushes per unit, q over the predicted batch,
-    are the measured ones; for each q tried, the delay closes the gap to the measured cycle time. q is bracketed
-    between the measured flushes (a batch of one) and a batch of every job and found by regula falsi in at most
-    `rounds` tries, the delay by a bracketed secant in at most `delay_rounds` (the plain iteration, q = measured
-    flushes x batch and delay += gap, walked away from the answer with a batch that grows with the CPU queue, and
-    leaps past the delay's root where the batch sits at its limit and the gap hardly moves). Should the delay
-    leave more of the cycle's gap than CALIBRATION_SETTLED of it, the flushes stay off, or a solution on the way
-    not settle, the model says so in a note (its figures then rest on an unsettled calibration). Where the flush
-    requests are known (`known_requests`: a step of one job, which batches nothing, measured them), only the delay
-    is fitted: above the cores several pairs of q and delay give the same cycle and flushes (wal-lat1 anchored at
-    8 jobs: q 1.03 with a delay of -547 us, or 0.55 with +331 us)."""
+    """Flush requests before batching = measured flushes x predicted batch; the delay closes the gap to the
+    measured cycle time; both depend on each other, so rounds of both. Where the requests are known
+    (`known_requests`: a step of one job, which batches nothing, measured them) only the delay is fitted
+    (fit_delay): above the cores several pairs of requests and delay give the same cycle and flushes (wal-lat1
+    anchored at 8 jobs: 0.55 requests a unit with a delay of +331 us, where each unit commits once). Should the
+    last delay correction still move the cycle by more than CALIBRATION_SETTLED, or a solution on the way not
+    settle, the model says so in a note (its figures then rest on an unsettled calibration)."""
     mean = statistics.fmean
     unsettled: set[Anchor] = set()
     saturated: set[Anchor] = set()
@@ -436,82 +433,49 @@ def fit_flushes_and_delay(model: DbModel, anchors: list[Anchor], rounds: int = C
     def gap(m: DbModel, a: Anchor) -> float:
         return a.cycle_s - (solved(m, a).response_time_s or 0.0) - (0.0 if a.rate else m.think_s)
 
-    def fitted(q: float) -> tuple[DbModel, float, float]:
-        """The model with q flush requests and its delay fitted; its predicted flushes per unit less the measured,
-        and the gap to the measured cycle its delay leaves."""
-        m = replace(model, flush_requests=q)
+    def fit_delay(m: DbModel) -> tuple[DbModel, float]:
+        """With the requests fixed, the delay that closes the mean gap in up to SECANT_ROUNDS: a secant through the
+        last two delays tried, kept inside the bracket once there is one (halved where it would leave it); before
+        that a step moves the delay by at most GAP_STEP_LIMIT times the gap. The plain `delay += gap` of the rounds
+        below converges slowly where the batch sits at its limit and the gap hardly moves (4 of 14 calibrations
+        above the cores unsettled after 12 corrections). The model, and the gap its delay leaves."""
         lower: tuple[float, float] | None = None  # a delay whose gap is positive (the delay is too short), and its gap
         upper: tuple[float, float] | None = None  # one whose gap is negative
         last: tuple[float, float] | None = None
-        for _ in range(delay_rounds):
+        for _ in range(SECANT_ROUNDS):
             g = mean(gap(m, a) for a in anchors)
             if g >= 0:
                 lower = (m.delay_s, g)
             else:
                 upper = (m.delay_s, g)
-            # the secant through the last two delays tried; the gap's own size before there are two (a longer delay
-            # lengthens the response by a little less than itself, as the queues it spares shorten)
+            # the gap's own size before there are two points: a longer delay lengthens the response by a little
+            # less than itself, as the queues it spares shorten
             to = m.delay_s + (g if last is None or last[1] == g else g * (m.delay_s - last[0]) / (last[1] - g))
             if lower and upper and not min(lower[0], upper[0]) < to < max(lower[0], upper[0]):
-                to = (lower[0] + upper[0]) / 2  # a secant that leaves the bracket: halve it instead
+                to = (lower[0] + upper[0]) / 2
             elif not (lower and upper) and abs(to - m.delay_s) > GAP_STEP_LIMIT * abs(g):
-                to = m.delay_s + GAP_STEP_LIMIT * g  # a flat stretch (the batch at its limit): a bounded step
+                to = m.delay_s + GAP_STEP_LIMIT * g
             last = (m.delay_s, g)
             m = replace(m, delay_s=to)
-        left = mean(gap(m, a) for a in anchors)
-        if q <= 0:
-            return m, 0.0, left
-        return m, mean(q / (solved(m, a).batch or 1.0) for a in anchors) - measured, left
+        return m, mean(gap(m, a) for a in anchors)
 
-    measured = mean(a.flushes_per_unit for a in anchors)
+    correction = 0.0
+    tried = f"{rounds} x {delay_rounds} rounds"
     if known_requests is not None:
-        model, _, left = fitted(known_requests)
-        return _settled_notes(model, anchors, rounds, delay_rounds, left, unsettled, saturated)
-    lo = measured  # a batch of one: the predicted flushes are at most the measured
-    best = fitted(lo if measured > 0 else model.flush_requests)
-    model, excess, _ = best
-    tries = 1
-    if measured > 0 and abs(excess) > FLUSHES_SETTLED * measured and tries < rounds:
-        # a batch of every job (open loads: four times the batch at the bracket's low end) predicts at least as
-        # many flushes as measured; q lies between
-        widest = max([a.jobs for a in anchors if not a.rate]
-                     + [4 * (solved(model, a).batch or 1.0) for a in anchors if a.rate] + [2.0])
-        hi, low_excess = measured * widest, excess
-        high = fitted(hi)
-        high_excess = high[1]
-        tries += 1
-        best = best if abs(excess) <= abs(high_excess) else high
-        side = 0
-        while tries < rounds and abs(best[1]) > FLUSHES_SETTLED * measured and high_excess > 0 > low_excess:
-            q = hi - high_excess * (hi - lo) / (high_excess - low_excess)
-            tried = fitted(q)
-            e = tried[1]
-            tries += 1
-            if abs(e) < abs(best[1]):
-                best = tried
-            if e > 0:
-                hi, high_excess = q, e
-                low_excess = low_excess / 2 if side == -1 else low_excess  # Illinois: the stale end counts half
-                side = -1
-            else:
-                lo, low_excess = q, e
-                high_excess = high_excess / 2 if side == 1 else high_excess
-                side = 1
-    model, excess, left = best
-    if measured > 0 and abs(excess) > FLUSHES_SETTLED * measured:
-        model.notes.append(f"the calibration did not settle in {rounds} x {delay_rounds} rounds: the model's flushes "
-                           f"per unit are {excess / measured:+.1%} off the measured; predictions carry that much doubt")
-    return _settled_notes(model, anchors, rounds, delay_rounds, left, unsettled, saturated)
-
-
-def _settled_notes(model: DbModel, anchors: list[Anchor], rounds: int, delay_rounds: int, left: float,
-                   unsettled: set[Anchor], saturated: set[Anchor]) -> DbModel:
-    """The model with a note for each way its calibration did not settle (`left`: the gap to the measured cycle
-    its delay leaves)."""
-    cycle = statistics.fmean(a.cycle_s for a in anchors)
-    if abs(left) > CALIBRATION_SETTLED * cycle:
-        model.notes.append(f"the calibration did not settle in {rounds} x {delay_rounds} rounds (its delay leaves "
-                           f"{left * 1e6:+.2f} us of the measured cycle, {abs(left) / cycle:.1%} of it); "
+        model, correction = fit_delay(replace(model, flush_requests=known_requests))
+        tried = f"{SECANT_ROUNDS} rounds"
+    else:
+        for _ in range(rounds):
+            batches = [solved(model, a).batch or 1.0 for a in anchors]
+            model = replace(model, flush_requests=mean(a.flushes_per_unit * b for a, b in zip(anchors, batches,
+                                                                                               strict=True)))
+            for _ in range(delay_rounds):
+                correction = mean(gap(model, a) for a in anchors)
+                model = replace(model, delay_s=model.delay_s + correction)
+    cycle = mean(a.cycle_s for a in anchors)
+    if abs(correction) > CALIBRATION_SETTLED * cycle:
+        model.notes.append(f"the calibration did not settle in {tried} (its last delay "
+                           f"correction was {correction * 1e6:+.2f} us, {abs(correction) / cycle:.1%} of the cycle); "
                            "predictions carry that much doubt")
     if unsettled:
         closed = sorted(a.jobs for a in unsettled if not a.rate)
