@@ -13,17 +13,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from capmark.driver.sampling import SliceSampling
 from capmark.engines import registry
-from capmark.engines.base import ClientSession, TargetInfo
+from capmark.engines.base import ClientSession, KeyLookups, RunsKeyLookups, TargetInfo
 from capmark.engines.postgres.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.histogram import LatencyHistogram, bucket_bounds
 from capmark.workloads.base import ClientUnit, DataSize, ParamValue, Workload, slice_call
+from capmark.workloads.client import KeyLookup
 
 
 @dataclass
@@ -109,6 +110,7 @@ class Job(threading.Thread):
         self.tally = Tally([LatencyHistogram() for _ in range(ntypes)], [0] * ntypes)
         self.engine = registry.named(info.engine)
         self.session = self.engine.session(conn, workload.client_statements) if mode == "client" else None
+        self.lookups: KeyLookups | Literal[False] | None = None  # the engine's compiled lookup loop, once asked for
         # keying and think times: each job is one user at a terminal, whose next transaction (type, and when it
         # is due) carries over from the warm-up into the window
         self.users = workload.user_model(params, mode)
@@ -205,6 +207,12 @@ class Job(threading.Thread):
 
     def _client_units(self, deadline: float, measure: bool) -> None:
         session, unit = self._client_side()
+        if self.lookups is None and isinstance(unit, KeyLookup) and isinstance(session, RunsKeyLookups):
+            self.lookups = session.key_lookups(unit.statement, self.rng.getrandbits(64)) or False
+        if self.lookups:
+            assert isinstance(unit, KeyLookup)
+            self._compiled_lookups(self.lookups, getattr(self.size, unit.size_of), unit.kind, deadline, measure)
+            return
         rng, params, size = self.rng, self.params, self.size
         clock = time.perf_counter
         wall0 = time.time()
@@ -238,6 +246,40 @@ class Job(threading.Thread):
             self._fold(durations, ends, offset)
             self.tally.round_trips += session.round_trips - trips0
             self._keep_unit_stats(stats0)
+
+    # Lookups per call of a compiled loop: between calls the job sees its stop flag, as the Python loop does every
+    # 256 units.
+    LOOKUP_BATCH = 256
+
+    def _compiled_lookups(self, lookups: KeyLookups, key_max: int, kind: int, deadline: float, measure: bool) -> None:
+        """The Python loop's work, with the lookups run and timed in C in batches (KeyLookups)."""
+        wall0, perf0 = time.time(), time.perf_counter()
+        offset = wall0 - perf0 - self.schedule.measure_start
+        end = perf0 + (deadline - wall0)
+        durations, ends = np.empty(self.FOLD_EVERY), np.empty(self.FOLD_EVERY)
+        filled = 0
+        trips0 = self.session.round_trips if self.session is not None else 0
+        while not self.stop_event.is_set():
+            limit = min(self.LOOKUP_BATCH, self.FOLD_EVERY - filled)
+            done, error = lookups.run(key_max, end, durations, ends, filled, limit)
+            filled += done if measure else 0
+            if filled == self.FOLD_EVERY or (filled and (error is not None or done < limit)):
+                self._fold_timed(kind, durations[:filled], ends[:filled], offset)
+                filled = 0
+            if error is not None:
+                self._unit_failed(error, measure, int(time.perf_counter() + offset))
+            elif done < limit:
+                break  # the phase ended
+        if filled:
+            self._fold_timed(kind, durations[:filled], ends[:filled], offset)
+        if measure and self.session is not None:
+            self.tally.round_trips += self.session.round_trips - trips0
+
+    def _fold_timed(self, kind: int, durations: np.ndarray, ends: np.ndarray, offset: float) -> None:
+        self.tally.histograms[kind].add_durations(durations)
+        seconds, counts = np.unique((ends + offset).astype(np.int64), return_counts=True)
+        for second, count in zip(seconds.tolist(), counts.tolist(), strict=True):
+            self.tally.add_second(second, count, 0)
 
     def _fold(self, durations: list[list[float]], ends: list[float], offset: float) -> None:
         """Move timed units into the histograms and the 1 s series, and empty the lists for more."""

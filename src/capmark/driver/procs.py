@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from multiprocessing import connection as mp_connection
 from multiprocessing.connection import Connection
@@ -39,6 +39,7 @@ CONTEXT = mp.get_context("forkserver")
 CONTEXT.set_forkserver_preload(["capmark.driver.procs", "capmark.workloads.registry", "capmark.engines.postgres.engine"])
 READY_TIMEOUT_S = 60.0  # connecting and preparing a process's jobs; a server that slow fails the step
 RESULT_TIMEOUT_S = 30.0  # sending a process's tallies back after its jobs ended
+ENVIRON_PREFIX = "CAPMARK_"  # the variables of the runner a worker takes over (see WorkerSpec.environ)
 POLL_S = 0.2  # how often the runner looks for a dead worker while it waits at the barrier
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when its parent dies (no orphaned workers)
 
@@ -96,6 +97,20 @@ class WorkerSpec:
     info: TargetInfo
     pacing: Pacing
     session_settings: dict[str, str] = field(default_factory=dict)
+    # capmark's variables in the runner's environment when the step starts: a worker is forked by the forkserver,
+    # whose environment is the runner's when the first step started it
+    environ: dict[str, str] = field(default_factory=lambda: capmark_environ(os.environ))
+
+
+def capmark_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k.startswith(ENVIRON_PREFIX)}
+
+
+def _take_environ(wanted: dict[str, str]) -> None:
+    """Make this worker's capmark variables the runner's of this step."""
+    for name in capmark_environ(os.environ).keys() - wanted.keys():
+        del os.environ[name]
+    os.environ.update(wanted)
 
 
 @dataclass
@@ -250,6 +265,7 @@ def worker_main(spec: WorkerSpec, barrier: Any, schedule: SharedSchedule, stop: 
     _die_with_parent()
     conns: list[Any] = []  # the connections open so far, for the watchdog to close
     _watch_parent(conns)
+    _take_environ(spec.environ)
     try:
         try:
             jobs = JobsInProcess(spec, barrier, schedule, _EventView(stop), opened=conns)

@@ -138,6 +138,21 @@ class ClientSession(Protocol):
     def in_transaction(self) -> bool: ...
 
 
+class KeyLookups(Protocol):
+    """An engine's compiled loop of one-key lookups on a session's connection (see RunsKeyLookups)."""
+
+    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
+            ) -> tuple[int, Exception | None]: ...
+
+
+@runtime_checkable
+class RunsKeyLookups(Protocol):
+    """A client session that can run a one-key lookup unit (workloads.client.KeyLookup) many at a time in compiled
+    code: the driver's Python work per lookup would otherwise cost more than the lookup's own client work."""
+
+    def key_lookups(self, name: str, seed: int) -> KeyLookups | None: ...
+
+
 class Engine(Protocol):
     """A database engine: what every engine does for measure, driver and runner (connect, prepare and run a unit,
     read its counters, map its waits, describe the server). Adding an engine is one subpackage under capmark.engines

@@ -14,12 +14,12 @@ SRV_KPMS = kpms("scan_mb_per_s")
 NO_PARALLEL = {"max_parallel_workers_per_gather": "0"}
 
 
-def _client_lookup(statement: str, size_of: str):
+def _client_lookup(statement: str, size_of: str) -> c.ClientFn:
+    if size_of:
+        return c.KeyLookup(statement, size_of)
+
     def run(session: Any, rng: random.Random, params: dict, size: DataSize) -> int:
-        if size_of:
-            session.run(statement, int(rng.random() * getattr(size, size_of)) + 1)
-        else:
-            session.run(statement)
+        session.run(statement)
         return 0
     return run
 

@@ -5,11 +5,29 @@ parameters as literals. That keeps the server's plan (no parse per call) while t
 C text-protocol path, whose cost per call measured lowest among the drivers tried (MySQLdb's cursor adds a Python
 layer; the binary-protocol drivers cost more client CPU per call). MySQL (not MariaDB) takes only user variables in
 EXECUTE ... USING, so there the parameters are set first by a SET of their own: a second round trip, counted.
+
+A unit that is one statement with a key drawn uniformly over a table's rows (the SRV lookups) runs in batches in C
+where the compiled loop was built (_lookups.c): binary-protocol executions, as sysbench sends them, timed in C.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+_CompiledLookup: Any
+try:  # the compiled lookup loop: optional, built at install time where libmariadb's headers and a compiler are
+    from capmark.engines.mysql._lookups import Lookup as _CompiledLookup
+except ImportError:  # pragma: no cover - an install without it runs every unit through the Python path
+    _CompiledLookup = None
+
+# CAPMARK_MYSQL_LOOKUPS=python runs every lookup through the Python path, to compare the two (benchmarks/)
+PATH_ENV = "CAPMARK_MYSQL_LOOKUPS"
+
+
+def compiled_lookups() -> bool:
+    """Whether lookup units run in the compiled loop in this process."""
+    return _CompiledLookup is not None and os.environ.get(PATH_ENV, "") != "python"
 
 STATEMENT_PREFIX = "capmark_"  # prepared statements are per connection; the prefix keeps them apart from a user's
 
@@ -34,6 +52,7 @@ class MysqlSession:
         self._using: dict[str, bytes] = {}  # "EXECUTE name USING ": the one-integer fast path
         self._literal_using = literal_using
         self._escape = conn.escape_string
+        self._statements = statements
         for name, sql in statements.items():
             handle = f"{STATEMENT_PREFIX}{name.replace('-', '_')}"
             conn.query(f"PREPARE {handle} FROM '{sql.replace(chr(39), chr(39) * 2)}'".encode())
@@ -61,6 +80,13 @@ class MysqlSession:
             self._query(head + b" USING " + b", ".join(b"@capmark_p%d" % i for i in range(len(params))))
         self._discard()
 
+    def key_lookups(self, name: str, seed: int) -> KeyLookups | None:
+        """The named one-parameter statement as a compiled loop of lookups on this connection, or None where the
+        loop was not built (then the unit runs through run())."""
+        if _CompiledLookup is None or not compiled_lookups():
+            return None
+        return KeyLookups(self, _CompiledLookup(self.conn, self._statements[name].encode(), seed))
+
     def _exec(self, sql: bytes) -> None:
         self.round_trips += 1
         self._query(sql)
@@ -81,3 +107,27 @@ class MysqlSession:
     @property
     def in_transaction(self) -> bool:
         return self._in_transaction
+
+
+class KeyLookups:
+    """Batches of timed lookups in C on a session's connection; each lookup (and a failed one) is one round trip."""
+
+    def __init__(self, session: MysqlSession, compiled: Any) -> None:
+        self._session = session
+        self._compiled = compiled
+
+    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
+            ) -> tuple[int, Exception | None]:
+        """Up to `limit` lookups, keys uniform over 1..key_max, until perf_counter passes `end` before one starts;
+        durations and end times (perf_counter seconds) go to the float64 arrays from index `start`. Returns how
+        many completed and the driver's error of the one that failed, if one did."""
+        done, error = self._compiled.run(key_max, end, durations, ends, start, limit)
+        self._session.round_trips += done
+        if error is None:
+            return done, None
+        self._session.round_trips += 1
+        import MySQLdb  # the driver is loaded: this session runs on its connection
+
+        code, message = error
+        kind = MySQLdb.OperationalError if code >= 2000 else MySQLdb.DatabaseError  # 2000-2999: the client's own
+        return done, kind(code, message)

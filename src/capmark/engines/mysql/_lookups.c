@@ -1,0 +1,209 @@
+/* The client-side hot loop of a MySQL/MariaDB primary-key lookup, in C.
+
+   A Python loop around mysqlclient's text EXECUTE ... USING costs the client about 8-9 us per lookup and the server
+   about 5 us more than a binary-protocol execution (COM_STMT_EXECUTE, what sysbench sends). This module runs a batch
+   of lookups on the connection mysqlclient opened (its MYSQL handle, which mysqlclient hands out as a capsule):
+   one server-side prepared statement with one integer parameter, a uniform key drawn per lookup, each lookup timed
+   on CLOCK_MONOTONIC (the clock of Python's time.perf_counter), the global interpreter lock released for the batch.
+   Python folds the timings into its histograms and 1 s series, checks its stop flag between batches and handles
+   errors as for any unit. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <mysql.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define CAPSULE_NAME "_mysql.connection.native_connection"
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *connection; /* the mysqlclient connection: kept alive as long as the statement uses its handle */
+    MYSQL_STMT *stmt;
+    MYSQL_BIND param;
+    long long key;
+    uint64_t rng;
+} Lookup;
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* splitmix64: a fast generator of well-mixed 64-bit values; the key's uniformity is all the lookup needs */
+static uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static PyObject *statement_error(MYSQL_STMT *stmt) {
+    return Py_BuildValue("(Is)", mysql_stmt_errno(stmt), mysql_stmt_error(stmt));
+}
+
+static int Lookup_init(Lookup *self, PyObject *args, PyObject *kwds) {
+    static char *keywords[] = {"connection", "sql", "seed", NULL};
+    PyObject *connection, *capsule;
+    const char *sql;
+    Py_ssize_t sql_len;
+    unsigned long long seed;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os#K", keywords, &connection, &sql, &sql_len, &seed))
+        return -1;
+    capsule = PyObject_CallMethod(connection, "_get_native_connection", NULL);
+    if (capsule == NULL)
+        return -1;
+    MYSQL *mysql = (MYSQL *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    Py_DECREF(capsule);
+    if (mysql == NULL)
+        return -1;
+    self->stmt = mysql_stmt_init(mysql);
+    if (self->stmt == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (mysql_stmt_prepare(self->stmt, sql, (unsigned long)sql_len) != 0) {
+        PyObject *err = statement_error(self->stmt);
+        mysql_stmt_close(self->stmt);
+        self->stmt = NULL;
+        if (err != NULL) {
+            PyErr_SetObject(PyExc_RuntimeError, err);
+            Py_DECREF(err);
+        }
+        return -1;
+    }
+    if (mysql_stmt_param_count(self->stmt) != 1) {
+        mysql_stmt_close(self->stmt);
+        self->stmt = NULL;
+        PyErr_SetString(PyExc_ValueError, "the lookup statement must take exactly one parameter");
+        return -1;
+    }
+    memset(&self->param, 0, sizeof(self->param));
+    self->param.buffer_type = MYSQL_TYPE_LONGLONG;
+    self->param.buffer = &self->key;
+    if (mysql_stmt_bind_param(self->stmt, &self->param) != 0) {
+        PyObject *err = statement_error(self->stmt);
+        mysql_stmt_close(self->stmt);
+        self->stmt = NULL;
+        if (err != NULL) {
+            PyErr_SetObject(PyExc_RuntimeError, err);
+            Py_DECREF(err);
+        }
+        return -1;
+    }
+    self->rng = seed;
+    Py_INCREF(connection);
+    Py_XSETREF(self->connection, connection);
+    return 0;
+}
+
+static void Lookup_dealloc(Lookup *self) {
+    /* the connection outlives the statement (a reference is held); if it was closed, the client library detached
+       the statement from it, and closing the statement then only frees its memory */
+    if (self->stmt != NULL)
+        mysql_stmt_close(self->stmt);
+    Py_XDECREF(self->connection);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* run(key_max, end, durations, ends, start, limit) -> (done, error)
+   Runs lookups until `limit` are done or the clock passes `end` (perf_counter seconds) before one starts. The i-th
+   lookup's duration and end time go to durations[start + i] and ends[start + i] (float64 buffers). error is None,
+   or (code, message) of the lookup that failed, which is not counted in done. */
+static PyObject *Lookup_run(Lookup *self, PyObject *args) {
+    long long key_max;
+    double end;
+    Py_buffer durations, ends;
+    Py_ssize_t start, limit;
+    if (self->stmt == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the lookup statement was not prepared");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "Ldw*w*nn", &key_max, &end, &durations, &ends, &start, &limit))
+        return NULL;
+    Py_ssize_t capacity = durations.len / (Py_ssize_t)sizeof(double);
+    if (ends.len / (Py_ssize_t)sizeof(double) < capacity)
+        capacity = ends.len / (Py_ssize_t)sizeof(double);
+    if (key_max < 1 || start < 0 || limit < 0 || start + limit > capacity) {
+        PyBuffer_Release(&durations);
+        PyBuffer_Release(&ends);
+        PyErr_SetString(PyExc_ValueError, "key_max must be positive and start + limit within the buffers");
+        return NULL;
+    }
+    double *duration_out = (double *)durations.buf + start;
+    double *end_out = (double *)ends.buf + start;
+    Py_ssize_t done = 0;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; done < limit; done++) {
+        double t0 = monotonic_s();
+        if (t0 >= end)
+            break;
+        /* the key as Python's int(random() * n) + 1: 53 random bits scaled to [1, n] */
+        self->key = (long long)((double)(next_random(&self->rng) >> 11) * 0x1.0p-53 * (double)key_max) + 1;
+        if (mysql_stmt_execute(self->stmt) != 0 || mysql_stmt_store_result(self->stmt) != 0) {
+            failed = 1;
+            break;
+        }
+        mysql_stmt_free_result(self->stmt);
+        double t1 = monotonic_s();
+        duration_out[done] = t1 - t0;
+        end_out[done] = t1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&durations);
+    PyBuffer_Release(&ends);
+    if (failed) {
+        PyObject *err = statement_error(self->stmt);
+        /* an error that came after the result's header (a query stopped while producing rows) leaves the statement
+           mid-result: without a reset its next execution waits for rows that never come */
+        Py_BEGIN_ALLOW_THREADS
+        mysql_stmt_free_result(self->stmt);
+        mysql_stmt_reset(self->stmt);
+        Py_END_ALLOW_THREADS
+        if (err == NULL)
+            return NULL;
+        return Py_BuildValue("(nN)", done, err);
+    }
+    return Py_BuildValue("(nO)", done, Py_None);
+}
+
+static PyMethodDef Lookup_methods[] = {
+    {"run", (PyCFunction)Lookup_run, METH_VARARGS,
+     "run(key_max, end, durations, ends, start, limit) -> (done, error): a batch of timed lookups."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LookupType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "capmark.engines.mysql._lookups.Lookup",
+    .tp_doc = "A primary-key lookup prepared on a mysqlclient connection and run in timed batches in C.",
+    .tp_basicsize = sizeof(Lookup),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Lookup_init,
+    .tp_dealloc = (destructor)Lookup_dealloc,
+    .tp_methods = Lookup_methods,
+};
+
+static struct PyModuleDef lookups_module = {
+    PyModuleDef_HEAD_INIT, "_lookups",
+    "Binary-protocol primary-key lookups on a mysqlclient connection, timed in C.", -1, NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__lookups(void) {
+    if (PyType_Ready(&LookupType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&lookups_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&LookupType);
+    if (PyModule_AddObject(module, "Lookup", (PyObject *)&LookupType) < 0) {
+        Py_DECREF(&LookupType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,6 @@
+from typing import Any
+
+class Lookup:
+    def __init__(self, connection: Any, sql: bytes, seed: int) -> None: ...
+    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
+            ) -> tuple[int, tuple[int, str] | None]: ...
