@@ -32,7 +32,7 @@ from typing import Any, NotRequired, TypedDict
 import platformdirs
 
 from capmark.driver.jobs import Schedule
-from capmark.driver.procs import JobsInProcess, WorkerResult, WorkerSpec, first_line, split_jobs
+from capmark.driver.procs import JobsInProcess, WorkerResult, WorkerSpec, first_line, split_jobs, take_environ
 from capmark.errors import CapmarkError
 
 CLOCK_PINGS = 8  # round trips per node; the fastest bounds the clock offset most tightly
@@ -373,6 +373,7 @@ class JobHost:
         self.offset_s = 0.0
         self.error: str | None = None
         self.jobs: JobsInProcess | None = None
+        take_environ(spec.environ)  # an actor has its node's environment: capmark's variables are the runner's
         try:
             self.jobs = JobsInProcess(spec, self.barrier, self.schedule, self.stop_event)
         except Exception as err:  # noqa: BLE001 - the runner reports it for these jobs

@@ -106,7 +106,7 @@ def capmark_environ(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(ENVIRON_PREFIX)}
 
 
-def _take_environ(wanted: dict[str, str]) -> None:
+def take_environ(wanted: dict[str, str]) -> None:
     """Make this worker's capmark variables the runner's of this step."""
     for name in capmark_environ(os.environ).keys() - wanted.keys():
         del os.environ[name]
@@ -265,7 +265,7 @@ def worker_main(spec: WorkerSpec, barrier: Any, schedule: SharedSchedule, stop: 
     _die_with_parent()
     conns: list[Any] = []  # the connections open so far, for the watchdog to close
     _watch_parent(conns)
-    _take_environ(spec.environ)
+    take_environ(spec.environ)
     try:
         try:
             jobs = JobsInProcess(spec, barrier, schedule, _EventView(stop), opened=conns)

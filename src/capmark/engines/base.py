@@ -142,7 +142,7 @@ class KeyLookups(Protocol):
     """An engine's compiled loop of one-key lookups on a session's connection (see RunsKeyLookups)."""
 
     def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
-            ) -> tuple[int, Exception | None]: ...
+            ) -> tuple[int, Exception | None, float]: ...
 
 
 @runtime_checkable

@@ -40,8 +40,31 @@ static uint64_t next_random(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+/* (code, message) of the statement's last error; a message in another encoding than UTF-8 keeps its readable part */
 static PyObject *statement_error(MYSQL_STMT *stmt) {
-    return Py_BuildValue("(Is)", mysql_stmt_errno(stmt), mysql_stmt_error(stmt));
+    const char *text = mysql_stmt_error(stmt);
+    PyObject *message = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+    if (message == NULL)
+        return NULL;
+    return Py_BuildValue("(IN)", mysql_stmt_errno(stmt), message);
+}
+
+static void close_statement(Lookup *self) {
+    if (self->stmt != NULL) {
+        mysql_stmt_close(self->stmt);
+        self->stmt = NULL;
+    }
+}
+
+/* a failed prepare: RuntimeError(code, message), which the Python side turns into the driver's error */
+static int prepare_failed(Lookup *self) {
+    PyObject *err = statement_error(self->stmt);
+    close_statement(self);
+    if (err != NULL) {
+        PyErr_SetObject(PyExc_RuntimeError, err);
+        Py_DECREF(err);
+    }
+    return -1;
 }
 
 static int Lookup_init(Lookup *self, PyObject *args, PyObject *kwds) {
@@ -59,40 +82,28 @@ static int Lookup_init(Lookup *self, PyObject *args, PyObject *kwds) {
     Py_DECREF(capsule);
     if (mysql == NULL)
         return -1;
+    close_statement(self);  /* __init__ called again: the earlier statement is not leaked */
     self->stmt = mysql_stmt_init(mysql);
     if (self->stmt == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (mysql_stmt_prepare(self->stmt, sql, (unsigned long)sql_len) != 0) {
-        PyObject *err = statement_error(self->stmt);
-        mysql_stmt_close(self->stmt);
-        self->stmt = NULL;
-        if (err != NULL) {
-            PyErr_SetObject(PyExc_RuntimeError, err);
-            Py_DECREF(err);
-        }
-        return -1;
-    }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS  /* a round trip to the server: the process's other jobs go on meanwhile */
+    failed = mysql_stmt_prepare(self->stmt, sql, (unsigned long)sql_len) != 0;
+    Py_END_ALLOW_THREADS
+    if (failed)
+        return prepare_failed(self);
     if (mysql_stmt_param_count(self->stmt) != 1) {
-        mysql_stmt_close(self->stmt);
-        self->stmt = NULL;
+        close_statement(self);
         PyErr_SetString(PyExc_ValueError, "the lookup statement must take exactly one parameter");
         return -1;
     }
     memset(&self->param, 0, sizeof(self->param));
     self->param.buffer_type = MYSQL_TYPE_LONGLONG;
     self->param.buffer = &self->key;
-    if (mysql_stmt_bind_param(self->stmt, &self->param) != 0) {
-        PyObject *err = statement_error(self->stmt);
-        mysql_stmt_close(self->stmt);
-        self->stmt = NULL;
-        if (err != NULL) {
-            PyErr_SetObject(PyExc_RuntimeError, err);
-            Py_DECREF(err);
-        }
-        return -1;
-    }
+    if (mysql_stmt_bind_param(self->stmt, &self->param) != 0)
+        return prepare_failed(self);
     self->rng = seed;
     Py_INCREF(connection);
     Py_XSETREF(self->connection, connection);
@@ -102,16 +113,15 @@ static int Lookup_init(Lookup *self, PyObject *args, PyObject *kwds) {
 static void Lookup_dealloc(Lookup *self) {
     /* the connection outlives the statement (a reference is held); if it was closed, the client library detached
        the statement from it, and closing the statement then only frees its memory */
-    if (self->stmt != NULL)
-        mysql_stmt_close(self->stmt);
+    close_statement(self);
     Py_XDECREF(self->connection);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* run(key_max, end, durations, ends, start, limit) -> (done, error)
+/* run(key_max, end, durations, ends, start, limit) -> (done, error, failed_at)
    Runs lookups until `limit` are done or the clock passes `end` (perf_counter seconds) before one starts. The i-th
    lookup's duration and end time go to durations[start + i] and ends[start + i] (float64 buffers). error is None,
-   or (code, message) of the lookup that failed, which is not counted in done. */
+   or (code, message) of the lookup that failed, which is not counted in done; failed_at is when it started. */
 static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     long long key_max;
     double end;
@@ -126,7 +136,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     Py_ssize_t capacity = durations.len / (Py_ssize_t)sizeof(double);
     if (ends.len / (Py_ssize_t)sizeof(double) < capacity)
         capacity = ends.len / (Py_ssize_t)sizeof(double);
-    if (key_max < 1 || start < 0 || limit < 0 || start + limit > capacity) {
+    if (key_max < 1 || start < 0 || limit < 0 || start > capacity || limit > capacity - start) {
         PyBuffer_Release(&durations);
         PyBuffer_Release(&ends);
         PyErr_SetString(PyExc_ValueError, "key_max must be positive and start + limit within the buffers");
@@ -136,6 +146,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     double *end_out = (double *)ends.buf + start;
     Py_ssize_t done = 0;
     int failed = 0;
+    double failed_at = 0.0;
     Py_BEGIN_ALLOW_THREADS
     for (; done < limit; done++) {
         double t0 = monotonic_s();
@@ -145,6 +156,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         self->key = (long long)((double)(next_random(&self->rng) >> 11) * 0x1.0p-53 * (double)key_max) + 1;
         if (mysql_stmt_execute(self->stmt) != 0 || mysql_stmt_store_result(self->stmt) != 0) {
             failed = 1;
+            failed_at = t0;
             break;
         }
         mysql_stmt_free_result(self->stmt);
@@ -165,14 +177,24 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         Py_END_ALLOW_THREADS
         if (err == NULL)
             return NULL;
-        return Py_BuildValue("(nN)", done, err);
+        return Py_BuildValue("(nNd)", done, err, failed_at);
     }
-    return Py_BuildValue("(nO)", done, Py_None);
+    return Py_BuildValue("(nOd)", done, Py_None, 0.0);
 }
+
+static PyObject *client_info(PyObject *module, PyObject *unused) {
+    return PyUnicode_FromString(mysql_get_client_info());
+}
+
+static PyMethodDef module_methods[] = {
+    {"client_info", client_info, METH_NOARGS,
+     "The version of the client library this module was built with: it must be mysqlclient's, whose handle it uses."},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyMethodDef Lookup_methods[] = {
     {"run", (PyCFunction)Lookup_run, METH_VARARGS,
-     "run(key_max, end, durations, ends, start, limit) -> (done, error): a batch of timed lookups."},
+     "run(key_max, end, durations, ends, start, limit) -> (done, error, failed_at): a batch of timed lookups."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -190,7 +212,8 @@ static PyTypeObject LookupType = {
 
 static struct PyModuleDef lookups_module = {
     PyModuleDef_HEAD_INIT, "_lookups",
-    "Binary-protocol primary-key lookups on a mysqlclient connection, timed in C.", -1, NULL, NULL, NULL, NULL, NULL,
+    "Binary-protocol primary-key lookups on a mysqlclient connection, timed in C.", -1, module_methods, NULL, NULL, NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__lookups(void) {

@@ -16,18 +16,37 @@ import os
 from typing import Any
 
 _CompiledLookup: Any
+_lookups: Any
 try:  # the compiled lookup loop: optional, built at install time where libmariadb's headers and a compiler are
+    from capmark.engines.mysql import _lookups
     from capmark.engines.mysql._lookups import Lookup as _CompiledLookup
 except ImportError:  # pragma: no cover - an install without it runs every unit through the Python path
-    _CompiledLookup = None
+    _CompiledLookup = _lookups = None
+CLIENT_ERRORS = 2000  # error numbers from 2000 are the client library's own (errmsg.h): a lost connection, ...
 
 # CAPMARK_MYSQL_LOOKUPS=python runs every lookup through the Python path, to compare the two (benchmarks/)
 PATH_ENV = "CAPMARK_MYSQL_LOOKUPS"
 
 
+def _same_client_library() -> bool:
+    """The loop uses mysqlclient's connection handle with the client library it was built against: the two must be
+    one library (libmariadb's handle given to Oracle's libmysqlclient, or another version, would corrupt memory)."""
+    import MySQLdb._mysql as driver
+
+    return bool(_CompiledLookup is not None and _lookups.client_info() == driver.get_client_info())
+
+
 def compiled_lookups() -> bool:
     """Whether lookup units run in the compiled loop in this process."""
-    return _CompiledLookup is not None and os.environ.get(PATH_ENV, "") != "python"
+    return _CompiledLookup is not None and os.environ.get(PATH_ENV, "") != "python" and _same_client_library()
+
+
+def _driver_error(code: int, message: str) -> Exception:
+    """The driver's exception for a server's or the client library's error, as mysqlclient would raise it (only its
+    class's family and its code are read downstream)."""
+    import MySQLdb  # loaded: this session runs on one of its connections
+
+    return (MySQLdb.OperationalError if code >= CLIENT_ERRORS else MySQLdb.DatabaseError)(code, message)
 
 STATEMENT_PREFIX = "capmark_"  # prepared statements are per connection; the prefix keeps them apart from a user's
 
@@ -83,9 +102,13 @@ class MysqlSession:
     def key_lookups(self, name: str, seed: int) -> KeyLookups | None:
         """The named one-parameter statement as a compiled loop of lookups on this connection, or None where the
         loop was not built (then the unit runs through run())."""
-        if _CompiledLookup is None or not compiled_lookups():
+        if not compiled_lookups():
             return None
-        return KeyLookups(self, _CompiledLookup(self.conn, self._statements[name].encode(), seed))
+        try:
+            compiled = _CompiledLookup(self.conn, self._statements[name].encode(), seed)
+        except RuntimeError as err:  # the server refused to prepare it: RuntimeError(code, message)
+            raise _driver_error(*err.args) from None
+        return KeyLookups(self, compiled)
 
     def _exec(self, sql: bytes) -> None:
         self.round_trips += 1
@@ -117,17 +140,13 @@ class KeyLookups:
         self._compiled = compiled
 
     def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
-            ) -> tuple[int, Exception | None]:
+            ) -> tuple[int, Exception | None, float]:
         """Up to `limit` lookups, keys uniform over 1..key_max, until perf_counter passes `end` before one starts;
         durations and end times (perf_counter seconds) go to the float64 arrays from index `start`. Returns how
-        many completed and the driver's error of the one that failed, if one did."""
-        done, error = self._compiled.run(key_max, end, durations, ends, start, limit)
+        many completed, the driver's error of the one that failed if one did, and when that one started."""
+        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit)
         self._session.round_trips += done
         if error is None:
-            return done, None
+            return done, None, 0.0
         self._session.round_trips += 1
-        import MySQLdb  # the driver is loaded: this session runs on its connection
-
-        code, message = error
-        kind = MySQLdb.OperationalError if code >= 2000 else MySQLdb.DatabaseError  # 2000-2999: the client's own
-        return done, kind(code, message)
+        return done, _driver_error(*error), failed_at
