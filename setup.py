@@ -1,8 +1,8 @@
-"""The one compiled part: the MySQL/MariaDB lookup loop (src/capmark/engines/mysql/_lookups.c).
+"""The compiled parts: the client-side lookup loops of PostgreSQL and MySQL/MariaDB (src/capmark/engines/*/_lookups.c).
 
-Built against the client library mysqlclient links (libmariadb, found by pkg-config or mariadb_config). Optional:
-without a compiler or the library's headers capmark installs without it, and MySQL/MariaDB runs use the Python path
-(a run's environment says which path ran).
+PostgreSQL's needs only a C compiler (it uses the libpq psycopg has loaded); MySQL's is built against the client
+library mysqlclient links (libmariadb, found by pkg-config or mariadb_config). Both are optional: without a compiler
+or the library's headers capmark installs without them, and those lookups run through the Python path.
 """
 
 from __future__ import annotations
@@ -34,5 +34,9 @@ def _client_library() -> tuple[list[str], list[str]]:
 
 
 compile_flags, link_flags = _client_library()
-setup(ext_modules=[Extension("capmark.engines.mysql._lookups", ["src/capmark/engines/mysql/_lookups.c"],
-                             extra_compile_args=[*compile_flags, "-O2"], extra_link_args=link_flags, optional=True)])
+setup(ext_modules=[
+    Extension("capmark.engines.postgres._lookups", ["src/capmark/engines/postgres/_lookups.c"],
+              extra_compile_args=["-O2"], libraries=["dl"], optional=True),
+    Extension("capmark.engines.mysql._lookups", ["src/capmark/engines/mysql/_lookups.c"],
+              extra_compile_args=[*compile_flags, "-O2"], extra_link_args=link_flags, optional=True),
+])

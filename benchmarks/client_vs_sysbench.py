@@ -7,7 +7,7 @@ Two sysbench references, both with prepared statements (binary protocol), one co
 - its own oltp_point_select (one char(120) column of sbtest1, a table of the same number of rows in a database
   capmark_bench that this script creates and drops), the lookup sysbench users know.
 capmark runs its lookups through the compiled loop (binary protocol, timed in C) where it was built, and through its
-Python path (text EXECUTE ... USING; CAPMARK_MYSQL_LOOKUPS=python). Rounds alternate all four at each thread count;
+Python path (text EXECUTE ... USING; CAPMARK_LOOKUPS=python). Rounds alternate all four at each thread count;
 the figures are medians of the rounds, the ratios medians of each round's own ratio.
 
 Throughput and the client's CPU per query are compared: capmark's driver processes (user + system over the window,
@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 
 from _common import median, rounds_parser, run, target
 
-from capmark.engines.mysql.session import PATH_ENV, compiled_lookups
+from capmark.engines.base import LOOKUPS_ENV
+from capmark.engines.mysql.session import compiled_lookups
 from capmark.measure import kpm
 
 BENCH_DATABASE = "capmark_bench"
@@ -74,7 +75,7 @@ def sysbench(args: list[str], threads: int, seconds: float) -> tuple[float, floa
 def capmark(ctx, threads: int, seconds: float, path: str) -> tuple[float, float]:  # noqa: ANN001 - its StepContext
     """(queries per second, client CPU seconds per query) of one capmark step on the path named ("compiled" or
     "python"): the driver's processes read the path from the environment when they start."""
-    os.environ[PATH_ENV] = path
+    os.environ[LOOKUPS_ENV] = path
     step = run(ctx, "srv-query1", threads, seconds, mode="client")
     cpu = (step.driver_cpu.get("user_s", 0.0) + step.driver_cpu.get("sys_s", 0.0)) / step.units
     return kpm.compute(step)[0]["throughput"], cpu

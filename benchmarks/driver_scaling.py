@@ -1,7 +1,8 @@
 """Client-side driver vs pgbench at 1, 2, 4 and 8 jobs: throughput and the client's CPU per query.
 
-Same server, same run, alternating rounds: capmark's client-side srv-query1 (its driver in worker processes, and
-for reference the old way, every job a thread of one process) against pgbench running the same prepared lookup
+Same server, same run, alternating rounds: capmark's client-side srv-query1 (its driver in worker processes, its
+lookups in the compiled loop where it was built and through the Python path (CAPMARK_LOOKUPS=python); with
+--threads also the old way, every job a thread of one process) against pgbench running the same prepared lookup
 as a custom script with -c N -j min(N, cores). The client CPU per query is the CPU of every driver process over
 the measured window (capmark) or of the pgbench process over its run (its own rusage), divided by the queries.
 Figures are medians over the rounds.
@@ -20,7 +21,9 @@ import tempfile
 
 from _common import cores, median, pgbench_path, run, target
 
+from capmark.engines.base import LOOKUPS_ENV
 from capmark.engines.postgres import connect
+from capmark.engines.postgres.session import compiled_lookups
 
 SCRIPT = """\\set k random(1, {items})
 SELECT id, grp, qty, price, name FROM capmark.item WHERE id = :k;
@@ -39,7 +42,9 @@ def pgbench(dsn: str, jobs: int, seconds: float, script: str) -> tuple[float, fl
     return tps, cpu / done
 
 
-def capmark(ctx, jobs: int, seconds: float, procs: int | None) -> tuple[float, float]:
+def capmark(ctx, jobs: int, seconds: float, procs: int | None, path: str) -> tuple[float, float]:
+    """(queries per second, driver CPU seconds per query) of one step, its lookups on the path named."""
+    os.environ[LOOKUPS_ENV] = path
     step = run(ctx, "srv-query1", jobs, seconds, mode="client", driver_procs=procs)
     cpu = step.driver_cpu["user_s"] + step.driver_cpu["sys_s"]
     return step.units / step.elapsed_s, cpu / step.units
@@ -60,7 +65,8 @@ def main() -> None:
     with open(script, "w") as fh:
         fh.write(SCRIPT.format(items=items))
     print(f"cores={cores()} rounds={args.rounds} seconds={args.seconds}")
-    kinds = ["processes", *(["threads"] if args.threads else [])]
+    kinds = [*(["compiled"] if compiled_lookups() else []), "python", *(["threads"] if args.threads else [])]
+    print(f"capmark: {', '.join(kinds)}" + ("" if "compiled" in kinds else " (the compiled loop was not built)"))
     for jobs in (int(j) for j in args.jobs.split(",")):
         got: dict[str, list[tuple[float, float]]] = {k: [] for k in ["pgbench", *kinds]}
         for r in range(args.rounds):
@@ -69,7 +75,8 @@ def main() -> None:
                 if kind == "pgbench":
                     got[kind].append(pgbench(ctx.dsn, jobs, args.seconds, script))
                 else:
-                    got[kind].append(capmark(ctx, jobs, args.seconds, None if kind == "processes" else 0))
+                    got[kind].append(capmark(ctx, jobs, args.seconds, 0 if kind == "threads" else None,
+                                             "python" if kind != "compiled" else "compiled"))
         pg_x = median([x for x, _ in got["pgbench"]])
         pg_cpu = median([c for _, c in got["pgbench"]])
         line = f"{jobs} jobs: pgbench {pg_x:,.0f}/s, {pg_cpu * 1e6:.1f} us CPU/query"

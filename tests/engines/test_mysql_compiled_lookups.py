@@ -17,8 +17,9 @@ import pytest
 from liveruns import run_without_report
 
 from capmark.config import RunSpec
+from capmark.engines.base import LOOKUPS_ENV
 from capmark.engines.mysql.engine import MYSQL
-from capmark.engines.mysql.session import PATH_ENV, KeyLookups, MysqlSession, compiled_lookups
+from capmark.engines.mysql.session import KeyLookups, MysqlSession, compiled_lookups
 
 pytestmark = pytest.mark.db
 
@@ -197,8 +198,8 @@ def global_status(conn: Any) -> dict[str, int]:
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_a_client_side_step_sends_its_lookups_by_the_path_it_names(mysql_dsn, conn, path, monkeypatch, tmp_path):
     """The server counts how the step's lookups arrived: binary executions where the loop is compiled, text
-    EXECUTEs where the Python path runs (CAPMARK_MYSQL_LOOKUPS=python, read in the job processes)."""
-    monkeypatch.setenv(PATH_ENV, path)
+    EXECUTEs where the Python path runs (CAPMARK_LOOKUPS=python, read in the job processes)."""
+    monkeypatch.setenv(LOOKUPS_ENV, path)
     before = global_status(conn)
     run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[2], warmup_s=0, duration_s=2, dsn=mysql_dsn,
                                      mode="client", results_dir=tmp_path))

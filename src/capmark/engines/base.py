@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, runtime_checkable
@@ -136,6 +137,15 @@ class ClientSession(Protocol):
 
     @property
     def in_transaction(self) -> bool: ...
+
+
+# CAPMARK_LOOKUPS=python runs every one-key lookup through the Python path even where an engine's compiled loop was
+# built, to compare the two (benchmarks/)
+LOOKUPS_ENV = "CAPMARK_LOOKUPS"
+
+
+def python_lookups_asked() -> bool:
+    return os.environ.get(LOOKUPS_ENV, "") == "python"
 
 
 class KeyLookups(Protocol):

@@ -12,8 +12,9 @@ where the compiled loop was built (_lookups.c): binary-protocol executions, as s
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from capmark.engines.base import python_lookups_asked
 
 _CompiledLookup: Any
 _lookups: Any
@@ -23,10 +24,6 @@ try:  # the compiled lookup loop: optional, built at install time where libmaria
 except ImportError:  # pragma: no cover - an install without it runs every unit through the Python path
     _CompiledLookup = _lookups = None
 CLIENT_ERRORS = 2000  # error numbers from 2000 are the client library's own (errmsg.h): a lost connection, ...
-
-# CAPMARK_MYSQL_LOOKUPS=python runs every lookup through the Python path, to compare the two (benchmarks/)
-PATH_ENV = "CAPMARK_MYSQL_LOOKUPS"
-
 
 def _same_client_library() -> bool:
     """The loop uses mysqlclient's connection handle with the client library it was built against: the two must be
@@ -38,7 +35,7 @@ def _same_client_library() -> bool:
 
 def compiled_lookups() -> bool:
     """Whether lookup units run in the compiled loop in this process."""
-    return _CompiledLookup is not None and os.environ.get(PATH_ENV, "") != "python" and _same_client_library()
+    return _CompiledLookup is not None and not python_lookups_asked() and _same_client_library()
 
 
 def _driver_error(code: int, message: str) -> Exception:

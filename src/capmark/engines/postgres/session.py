@@ -1,9 +1,24 @@
-"""Client-side execution: one connection, prepared statements, as little Python per call as possible."""
+"""Client-side execution: one connection, prepared statements, as little Python per call as possible.
+
+A unit that is one prepared statement with a key drawn uniformly over a table's rows (the SRV lookups) runs in
+batches in C where the compiled loop was built (_lookups.c), on the same connection and the same libpq.
+"""
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import psycopg
 from psycopg import pq
+
+from capmark.engines.base import python_lookups_asked
+
+_compiled: Any
+try:  # the compiled lookup loop: optional, built at install time where a C compiler is
+    from capmark.engines.postgres import _lookups as _compiled
+except ImportError:  # pragma: no cover - an install without it runs every unit through the Python path
+    _compiled = None
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
@@ -16,6 +31,50 @@ def _error_class(res: pq.abc.PGresult) -> type[psycopg.Error]:
         return psycopg.errors.lookup(code.decode()) if code else psycopg.DatabaseError
     except KeyError:
         return psycopg.DatabaseError
+
+
+def _libpq_paths() -> set[str]:
+    """The files of every libpq mapped into this process."""
+    paths = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and "/libpq" in fields[5] and ".so" in fields[5]:
+                paths.add(fields[5].strip())
+    return paths
+
+
+@functools.cache
+def _bound() -> bool:
+    """Whether the loop is bound to the libpq psycopg runs on: its own copy in psycopg-binary's wheel, else the one
+    libpq of the process, and of psycopg's libpq version (a second, different libpq is never guessed at)."""
+    if _compiled is None:
+        return False
+    paths = _libpq_paths()
+    if pq.__impl__ == "binary":
+        paths = {p for p in paths if "psycopg_binary" in p}
+    if len(paths) != 1:
+        return False
+    try:
+        return bool(_compiled.bind(paths.pop()) == pq.version())
+    except ImportError:
+        return False
+
+
+def compiled_lookups() -> bool:
+    """Whether lookup units run in the compiled loop in this process."""
+    return not python_lookups_asked() and _bound()
+
+
+def _driver_error(sqlstate: str | None, message: str) -> psycopg.Error:
+    """psycopg's exception for an execution's SQLSTATE, as the Python path raises it; none: the connection failed."""
+    if sqlstate is None:
+        return psycopg.OperationalError(message.strip() or "the connection failed")
+    try:
+        kind = psycopg.errors.lookup(sqlstate)
+    except KeyError:
+        kind = psycopg.DatabaseError
+    return kind(message.strip() or "statement failed")
 
 
 class ClientSession:
@@ -48,6 +107,13 @@ class ClientSession:
         self.round_trips += 1
         self._check(self.pgconn.exec_(sql))
 
+    def key_lookups(self, name: str, seed: int) -> KeyLookups | None:
+        """The named one-parameter statement as a compiled loop of executions on this connection, or None where the
+        loop was not built (then the unit runs through run())."""
+        if not compiled_lookups():
+            return None
+        return KeyLookups(self, _compiled.Lookup(self.pgconn, self._names[name], seed))
+
     def begin(self) -> None:
         self._exec(b"begin")
 
@@ -60,3 +126,22 @@ class ClientSession:
     @property
     def in_transaction(self) -> bool:
         return self.pgconn.transaction_status != pq.TransactionStatus.IDLE
+
+
+class KeyLookups:
+    """Batches of timed executions in C on a session's connection; each one (and a failed one) is one round trip."""
+
+    def __init__(self, session: ClientSession, compiled: Any) -> None:
+        self._session = session
+        self._compiled = compiled
+
+    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
+            ) -> tuple[int, Exception | None, float]:
+        """As MySQL's KeyLookups.run: up to `limit` executions until perf_counter passes `end` before one starts;
+        how many completed, psycopg's error of the one that failed if one did, and when that one started."""
+        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit)
+        self._session.round_trips += done
+        if error is None:
+            return done, None, 0.0
+        self._session.round_trips += 1
+        return done, _driver_error(*error), failed_at

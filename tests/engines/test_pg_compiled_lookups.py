@@ -1,0 +1,170 @@
+"""The compiled lookup loop on PostgreSQL (engines/postgres/_lookups.c): each lookup one execution of the session's
+prepared statement that the server counts, keys uniform over the table's rows, each lookup timed on the clock the
+Python path reads, a statement the server cancels handed back as psycopg's error with the loop still usable, a
+closed connection an error and never a crash, and a step whose lookups the server counted one for one."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import psycopg
+import psycopg.sql
+import pytest
+from liveruns import run_without_report
+
+from capmark.config import RunSpec
+from capmark.engines.base import LOOKUPS_ENV
+from capmark.engines.postgres.engine import POSTGRESQL
+from capmark.engines.postgres.session import ClientSession, KeyLookups, compiled_lookups
+
+pytestmark = pytest.mark.db
+
+FAR = float("inf")  # a batch's end that never comes: the batch runs its limit
+PROBE = "select $1::bigint as cm_compiled_probe"  # no constant: the server stores the text as it is
+STATEMENTS = {"plus-one": PROBE, "keep": "insert into cm_keys values ($1)",
+              "delay": "select pg_sleep(0.02) where $1::int > 0", "long": "select pg_sleep(0.5) where $1::int > 0"}
+KEY_MAX = 8
+DRAWS = 8_000
+# each key's count is binomial(DRAWS, 1/KEY_MAX): 4.5 standard deviations leave a false alarm once in 10^5 runs,
+# while a key never drawn (or drawn twice as often, as an off-by-one on the range's end gives) is far outside
+SIGMAS = 4.5
+DELAYS = 30
+DELAY_S = 0.02
+# the same 20 ms sleep timed in C and by perf_counter around the Python path's execution, alternately: the paths
+# differ by microseconds of client work; a wrong clock or unit, or a lookup timed without its result, is not within 2 %
+DELAY_AGREEMENT = 0.02
+
+
+@pytest.fixture
+def conn(embedded_dsn: str) -> Iterator[psycopg.Connection]:
+    connection = psycopg.connect(embedded_dsn, autocommit=True)
+    connection.execute("create temp table cm_keys (v bigint)")
+    yield connection
+    connection.close()
+
+
+def lookups(session: ClientSession, name: str, seed: int = 7) -> KeyLookups:
+    loop = session.key_lookups(name, seed)
+    assert loop is not None, "the compiled lookup loop is not built in this install"
+    return loop
+
+
+def buffers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(n), np.zeros(n)
+
+
+def calls(conn: psycopg.Connection, query: str) -> int:
+    """The server's count of executions of `query` (pg_stat_statements, in whichever schema it was created)."""
+    row = conn.execute("select n.nspname from pg_extension e join pg_namespace n on n.oid = e.extnamespace "
+                       "where e.extname = 'pg_stat_statements'").fetchone()
+    if row is None:
+        pytest.skip("pg_stat_statements is not installed in the embedded server's database")
+    view = psycopg.sql.SQL("select coalesce(sum(calls), 0) from {}.pg_stat_statements where query = %s").format(
+        psycopg.sql.Identifier(row[0]))
+    total = conn.execute(view, (query,)).fetchone()
+    return int(total[0]) if total else 0
+
+
+def test_the_compiled_loop_is_built_and_bound_to_psycopgs_libpq():
+    """A broken setup.py, or a libpq the loop cannot find in this process, would run every lookup through the slower
+    Python path, silently."""
+    assert compiled_lookups(), "capmark.engines.postgres._lookups was not built or not bound; see setup.py"
+
+
+def test_each_lookup_is_one_execution_the_server_counted(conn):
+    session = POSTGRESQL.session(conn, STATEMENTS)
+    loop = lookups(session, "plus-one")
+    durations, ends = buffers(500)
+    before, trips0 = calls(conn, PROBE), session.round_trips
+    assert loop.run(1000, FAR, durations, ends, 0, 500)[:2] == (500, None)
+    assert calls(conn, PROBE) - before == 500 == session.round_trips - trips0
+
+
+def test_keys_are_uniform_over_one_to_key_max(conn):
+    session = POSTGRESQL.session(conn, STATEMENTS)
+    durations, ends = buffers(DRAWS)
+    done, error, _ = lookups(session, "keep").run(KEY_MAX, FAR, durations, ends, 0, DRAWS)
+    assert (done, error) == (DRAWS, None)
+    counts = dict(conn.execute("select v, count(*) from cm_keys group by v order by v").fetchall())
+    assert sorted(counts) == list(range(1, KEY_MAX + 1)), counts
+    expected = DRAWS / KEY_MAX
+    sigma = (DRAWS * (1 / KEY_MAX) * (1 - 1 / KEY_MAX)) ** 0.5
+    assert all(abs(c - expected) < SIGMAS * sigma for c in counts.values()), counts
+
+
+def test_a_known_delay_is_timed_as_the_python_path_times_it(conn):
+    session = POSTGRESQL.session(conn, STATEMENTS)
+    loop = lookups(session, "delay")
+    durations, ends = buffers(DELAYS + 10)
+    python_path, stamps = [], []
+    for i in range(DELAYS):  # alternating, so that both see the host in the same state
+        t0 = time.perf_counter()
+        session.run("delay", 1)
+        python_path.append(time.perf_counter() - t0)
+        before = time.perf_counter()
+        assert loop.run(10, FAR, durations, ends, 10 + i, 1)[:2] == (1, None)  # from index 10
+        stamps.append((before, time.perf_counter()))
+    assert not durations[:10].any()  # nothing written before `start`
+    timed = durations[10:]
+    print(f"20 ms sleep: p50 {statistics.median(timed) * 1e3:.3f} ms compiled, "
+          f"{statistics.median(python_path) * 1e3:.3f} ms by perf_counter on the Python path")
+    assert statistics.median(timed) == pytest.approx(statistics.median(python_path), rel=DELAY_AGREEMENT)
+    assert timed.min() >= DELAY_S
+    for (before, after), duration, end in zip(stamps, timed, ends[10:], strict=True):
+        assert before < end - duration and end <= after  # perf_counter's clock, each lookup inside its call
+
+
+def test_a_statement_the_server_cancels_is_psycopgs_error_and_the_loop_goes_on(conn):
+    session = POSTGRESQL.session(conn, STATEMENTS)
+    loop = lookups(session, "long")
+    durations, ends = buffers(4)
+    conn.execute("set statement_timeout = '50ms'")
+    trips0 = session.round_trips
+    before = time.perf_counter()
+    done, error, failed_at = loop.run(10, FAR, durations, ends, 0, 4)
+    assert done == 0 and isinstance(error, psycopg.errors.QueryCanceled), error
+    assert POSTGRESQL.is_cancel(error) and "statement timeout" in str(error)
+    assert before < failed_at < before + 0.05  # when the failed lookup started, for its second of the series
+    assert session.round_trips - trips0 == 1
+    conn.execute("set statement_timeout = 0")
+    assert loop.run(10, FAR, durations, ends, 0, 1)[:2] == (1, None)
+
+
+def test_a_lookup_on_a_closed_connection_is_an_error_not_a_crash(embedded_dsn):
+    """libpq frees a closed connection's memory: the loop must see that it is closed (a crash, not an exception,
+    so it runs in a process of its own)."""
+    code = (
+        "import gc, sys, numpy, psycopg\n"
+        "from capmark.engines.postgres.engine import POSTGRESQL\n"
+        "conn = psycopg.connect(sys.argv[1], autocommit=True)\n"
+        "loop = POSTGRESQL.session(conn, {'q': 'select $1::int + 1'}).key_lookups('q', 1)\n"
+        "conn.close()\n"
+        "d = numpy.zeros(4)\n"
+        "done, error, _ = loop.run(10, float('inf'), d, d.copy(), 0, 4)\n"
+        "print(done, type(error).__name__)\n"
+        "del conn, loop\n"
+        "gc.collect()\n"
+        "print('freed')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, embedded_dsn], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["0", "OperationalError", "freed"], out
+
+
+def test_a_client_side_step_counts_the_lookups_the_server_ran(embedded_dsn, conn, monkeypatch, tmp_path):
+    """No warm-up: every execution of the lookup is one of the window's, folded once (a job's timings are folded
+    8,192 at a time: a lookup lost or folded twice at a boundary shows here)."""
+    monkeypatch.setenv(LOOKUPS_ENV, "compiled")
+    statement = "select id, grp, qty, price, name from capmark.item where id = $1"
+    before = calls(conn, statement)
+    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[2], warmup_s=0, duration_s=2, dsn=embedded_dsn,
+                                     mode="client", results_dir=tmp_path))
+    step = run.tests[0].steps[0]
+    assert step.status == "ok" and step.units > 16_384, step
+    executed = calls(conn, statement) - before
+    print(f"{step.units:,} lookups in the window; the server executed {executed:,}")
+    assert executed == step.units
