@@ -34,9 +34,10 @@ def _client_library() -> tuple[list[str], list[str]]:
 
 
 compile_flags, link_flags = _client_library()
+SHARED = "src/capmark/engines/lookup_loop.h"  # the loops' shared part: a change rebuilds both
 setup(ext_modules=[
     Extension("capmark.engines.postgres._lookups", ["src/capmark/engines/postgres/_lookups.c"],
-              extra_compile_args=["-O2"], libraries=["dl"], optional=True),
+              extra_compile_args=["-O2"], libraries=["dl"], depends=[SHARED], optional=True),
     Extension("capmark.engines.mysql._lookups", ["src/capmark/engines/mysql/_lookups.c"],
-              extra_compile_args=[*compile_flags, "-O2"], extra_link_args=link_flags, optional=True),
+              extra_compile_args=[*compile_flags, "-O2"], extra_link_args=link_flags, depends=[SHARED], optional=True),
 ])

@@ -36,3 +36,21 @@ def answering() -> str:
     except CapmarkError as err:
         pytest.skip(f"no MySQL/MariaDB server answers: {err}")
     return dsn()
+
+
+def session_status(conn: Any, names: tuple[str, ...]) -> dict[str, int]:
+    """This session's counters `names` as the server keeps them (per session, independently of capmark)."""
+    listed = ", ".join(f"'{n}'" for n in names)
+    conn.query(f"SHOW SESSION STATUS WHERE Variable_name IN ({listed})".encode())
+    return {name: int(value) for name, value in conn.store_result().fetch_row(maxrows=0)}
+
+
+def server_counted(conn: Any, names: tuple[str, ...], work: Any) -> dict[str, int]:
+    """How much of each counter `work` added on this session, less what reading the counters adds (measured here
+    from two readings in a row, not assumed)."""
+    first, second = session_status(conn, names), session_status(conn, names)
+    reading = {k: second[k] - first[k] for k in second}
+    before = session_status(conn, names)
+    work()
+    after = session_status(conn, names)
+    return {k: after[k] - before[k] - reading[k] for k in after}

@@ -5,54 +5,28 @@ lookups the server saw arrive by that protocol."""
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
 import mysqlserver
-import numpy as np
 import pytest
 from liveruns import run_without_report
+from lookuploops import DRAWS, FAR, KEY_MAX, assert_timed_like_the_python_path, assert_uniform, buffers, lookups
 
 from capmark.config import RunSpec
 from capmark.engines.base import LOOKUPS_ENV
 from capmark.engines.mysql.engine import MYSQL
-from capmark.engines.mysql.session import KeyLookups, MysqlSession, compiled_lookups
+from capmark.engines.mysql.session import compiled_lookups
 
 pytestmark = pytest.mark.db
 
-FAR = float("inf")  # a batch's end that never comes: the batch runs its limit
 STATEMENTS = {"plus-one": "SELECT ? + 1", "keep": "INSERT INTO cm_keys VALUES (?)",
               "delay": "SELECT SLEEP(0.02) FROM DUAL WHERE ? > 0", "long": "SELECT SLEEP(0.5) FROM DUAL WHERE ? > 0"}
-KEY_MAX = 8
-DRAWS = 8_000
-# each key's count is binomial(DRAWS, 1/KEY_MAX): 4.5 standard deviations leave a false alarm once in 10^5 runs,
-# while a key never drawn (or drawn twice as often, as an off-by-one on the range's end gives) is far outside
-SIGMAS = 4.5
-DELAYS = 30
-DELAY_S = 0.02
-# a 20 ms sleep timed in C around a binary execution against the same sleep timed by perf_counter around the text
-# protocol's EXECUTE, alternately: the two paths differ by about 80 us (measured with a 5 ms sleep: p50 5.294 against
-# 5.375 ms), 0.4 % of the delay; a wrong clock or unit, or a lookup timed without its result, is not within 2 %
-DELAY_AGREEMENT = 0.02
 
 
-def status(conn: Any) -> dict[str, int]:
-    """This session's statement counters as the server keeps them."""
-    conn.query(b"SHOW SESSION STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_execute', 'Com_execute_sql')")
-    return {name: int(value) for name, value in conn.store_result().fetch_row(maxrows=0)}
-
-
-def server_counted(conn: Any, work: Any) -> dict[str, int]:
-    """What the server counted for `work`, less what reading the counters adds (measured, not assumed)."""
-    first, second = status(conn), status(conn)
-    reading = {k: second[k] - first[k] for k in second}
-    before = status(conn)
-    work()
-    after = status(conn)
-    return {k: after[k] - before[k] - reading[k] for k in after}
+COUNTERS = ("Questions", "Com_stmt_execute", "Com_execute_sql")  # the session's, as the server counts them
 
 
 @pytest.fixture
@@ -63,16 +37,6 @@ def conn(mysql_dsn: str):
     connection.query(b"CREATE TEMPORARY TABLE cm_keys (v BIGINT)")
     yield connection
     connection.close()
-
-
-def lookups(session: MysqlSession, name: str, seed: int = 7) -> KeyLookups:
-    loop = session.key_lookups(name, seed)
-    assert loop is not None, "the compiled lookup loop is not built in this install"
-    return loop
-
-
-def buffers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.zeros(n), np.zeros(n)
 
 
 def test_the_compiled_loop_is_built_where_the_client_librarys_headers_are():
@@ -86,7 +50,7 @@ def test_each_lookup_is_one_binary_execution_the_server_counted(conn):
     loop = lookups(session, "plus-one")
     durations, ends = buffers(500)
     trips0 = session.round_trips
-    counted = server_counted(conn, lambda: loop.run(1000, FAR, durations, ends, 0, 500))
+    counted = mysqlserver.server_counted(conn, COUNTERS, lambda: loop.run(1000, FAR, durations, ends, 0, 500))
     assert session.round_trips - trips0 == counted["Questions"] == 500
     assert counted["Com_stmt_execute"] == 500  # the binary protocol's execution
     assert counted["Com_execute_sql"] == 0  # not the text EXECUTE ... USING of the Python path
@@ -99,33 +63,12 @@ def test_keys_are_uniform_over_one_to_key_max(conn):
     assert (done, error) == (DRAWS, None)
     conn.query(b"SELECT v, COUNT(*) FROM cm_keys GROUP BY v ORDER BY v")
     counts = dict(conn.store_result().fetch_row(maxrows=0))
-    assert sorted(counts) == list(range(1, KEY_MAX + 1)), counts
-    expected = DRAWS / KEY_MAX
-    sigma = (DRAWS * (1 / KEY_MAX) * (1 - 1 / KEY_MAX)) ** 0.5
-    assert all(abs(c - expected) < SIGMAS * sigma for c in counts.values()), counts
+    assert_uniform(counts)
 
 
 def test_a_known_delay_is_timed_as_the_python_path_times_it(conn):
     session = MYSQL.session(conn, STATEMENTS)
-    loop = lookups(session, "delay")
-    durations, ends = buffers(DELAYS + 10)
-    python_path, stamps = [], []
-    for i in range(DELAYS):  # alternating, so that both see the host in the same state
-        t0 = time.perf_counter()
-        session.run("delay", 1)
-        python_path.append(time.perf_counter() - t0)
-        before = time.perf_counter()
-        assert loop.run(10, FAR, durations, ends, 10 + i, 1)[:2] == (1, None)  # from index 10
-        stamps.append((before, time.perf_counter()))
-    assert not durations[:10].any()  # nothing written before `start`
-    timed = durations[10:]
-    print(f"20 ms sleep: p50 {statistics.median(timed) * 1e3:.3f} ms compiled, "
-          f"{statistics.median(python_path) * 1e3:.3f} ms by perf_counter on the Python path")
-    assert statistics.median(timed) == pytest.approx(statistics.median(python_path), rel=DELAY_AGREEMENT)
-    assert timed.min() >= DELAY_S
-    # the end times are perf_counter's clock: each lookup inside its call
-    for (before, after), duration, end in zip(stamps, timed, ends[10:], strict=True):
-        assert before < end - duration and end <= after
+    assert_timed_like_the_python_path(session, "delay")
 
 
 def test_a_batch_stops_at_its_end_before_starting_another_lookup(conn):

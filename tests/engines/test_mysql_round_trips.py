@@ -4,8 +4,6 @@ SET of the parameters followed by EXECUTE ... USING the user variables, which Ma
 
 from __future__ import annotations
 
-from typing import Any
-
 import mysqlserver
 import pytest
 
@@ -21,21 +19,7 @@ UNITS: list[tuple[str, tuple[int | str, ...]]] = [("one-key", (7,)), ("two-keys"
 REPEATS = 5
 
 
-def status(conn: Any) -> dict[str, int]:
-    """The session's statement counters as the server keeps them."""
-    conn.query(b"SHOW SESSION STATUS WHERE Variable_name IN ('Questions', 'Com_execute_sql', 'Com_set_option')")
-    return {name: int(value) for name, value in conn.store_result().fetch_row(maxrows=0)}
-
-
-def server_counted(conn: Any, work: Any) -> dict[str, int]:
-    """How many statements of each kind the server counted for `work`, less what reading the counters adds (measured
-    here from two readings in a row, not assumed)."""
-    first, second = status(conn), status(conn)
-    reading = {k: second[k] - first[k] for k in second}
-    before = status(conn)
-    work()
-    after = status(conn)
-    return {k: after[k] - before[k] - reading[k] for k in after}
+COUNTERS = ("Questions", "Com_execute_sql", "Com_set_option")  # the session's, as the server counts them
 
 
 @pytest.fixture
@@ -57,7 +41,7 @@ def run_units(session: MysqlSession) -> None:
 def test_round_trips_are_the_statements_the_server_counted(conn, literal_using):
     session = MysqlSession(conn, STATEMENTS, literal_using=literal_using)
     trips0 = session.round_trips
-    counted = server_counted(conn, lambda: run_units(session))
+    counted = mysqlserver.server_counted(conn, COUNTERS, lambda: run_units(session))
     assert session.round_trips - trips0 == counted["Questions"]
     assert counted["Com_execute_sql"] == REPEATS * len(UNITS)  # every unit ran its prepared statement once
     with_params = sum(1 for _, params in UNITS if params)
@@ -69,7 +53,7 @@ def test_the_engine_uses_literals_on_mariadb(conn):
     """The path the engine picks for this server; the count above holds for either."""
     session = MYSQL.session(conn, STATEMENTS)
     trips0 = session.round_trips
-    counted = server_counted(conn, lambda: run_units(session))
+    counted = mysqlserver.server_counted(conn, COUNTERS, lambda: run_units(session))
     assert session.round_trips - trips0 == counted["Questions"]
     if is_mariadb(conn.get_server_info()):
         assert counted["Com_set_option"] == 0

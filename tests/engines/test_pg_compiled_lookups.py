@@ -5,39 +5,27 @@ closed connection an error and never a crash, and a step whose lookups the serve
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
-import numpy as np
 import psycopg
 import psycopg.sql
 import pytest
 from liveruns import run_without_report
+from lookuploops import DRAWS, FAR, KEY_MAX, assert_timed_like_the_python_path, assert_uniform, buffers, lookups
 
 from capmark.config import RunSpec
 from capmark.engines.base import LOOKUPS_ENV
 from capmark.engines.postgres.engine import POSTGRESQL
-from capmark.engines.postgres.session import ClientSession, KeyLookups, compiled_lookups
+from capmark.engines.postgres.session import compiled_lookups
 
 pytestmark = pytest.mark.db
 
-FAR = float("inf")  # a batch's end that never comes: the batch runs its limit
 PROBE = "select $1::bigint as cm_compiled_probe"  # no constant: the server stores the text as it is
 STATEMENTS = {"plus-one": PROBE, "keep": "insert into cm_keys values ($1)",
               "delay": "select pg_sleep(0.02) where $1::int > 0", "long": "select pg_sleep(0.5) where $1::int > 0"}
-KEY_MAX = 8
-DRAWS = 8_000
-# each key's count is binomial(DRAWS, 1/KEY_MAX): 4.5 standard deviations leave a false alarm once in 10^5 runs,
-# while a key never drawn (or drawn twice as often, as an off-by-one on the range's end gives) is far outside
-SIGMAS = 4.5
-DELAYS = 30
-DELAY_S = 0.02
-# the same 20 ms sleep timed in C and by perf_counter around the Python path's execution, alternately: the paths
-# differ by microseconds of client work; a wrong clock or unit, or a lookup timed without its result, is not within 2 %
-DELAY_AGREEMENT = 0.02
 
 
 @pytest.fixture
@@ -46,16 +34,6 @@ def conn(embedded_dsn: str) -> Iterator[psycopg.Connection]:
     connection.execute("create temp table cm_keys (v bigint)")
     yield connection
     connection.close()
-
-
-def lookups(session: ClientSession, name: str, seed: int = 7) -> KeyLookups:
-    loop = session.key_lookups(name, seed)
-    assert loop is not None, "the compiled lookup loop is not built in this install"
-    return loop
-
-
-def buffers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.zeros(n), np.zeros(n)
 
 
 def calls(conn: psycopg.Connection, query: str) -> int:
@@ -91,32 +69,12 @@ def test_keys_are_uniform_over_one_to_key_max(conn):
     done, error, _ = lookups(session, "keep").run(KEY_MAX, FAR, durations, ends, 0, DRAWS)
     assert (done, error) == (DRAWS, None)
     counts = dict(conn.execute("select v, count(*) from cm_keys group by v order by v").fetchall())
-    assert sorted(counts) == list(range(1, KEY_MAX + 1)), counts
-    expected = DRAWS / KEY_MAX
-    sigma = (DRAWS * (1 / KEY_MAX) * (1 - 1 / KEY_MAX)) ** 0.5
-    assert all(abs(c - expected) < SIGMAS * sigma for c in counts.values()), counts
+    assert_uniform(counts)
 
 
 def test_a_known_delay_is_timed_as_the_python_path_times_it(conn):
     session = POSTGRESQL.session(conn, STATEMENTS)
-    loop = lookups(session, "delay")
-    durations, ends = buffers(DELAYS + 10)
-    python_path, stamps = [], []
-    for i in range(DELAYS):  # alternating, so that both see the host in the same state
-        t0 = time.perf_counter()
-        session.run("delay", 1)
-        python_path.append(time.perf_counter() - t0)
-        before = time.perf_counter()
-        assert loop.run(10, FAR, durations, ends, 10 + i, 1)[:2] == (1, None)  # from index 10
-        stamps.append((before, time.perf_counter()))
-    assert not durations[:10].any()  # nothing written before `start`
-    timed = durations[10:]
-    print(f"20 ms sleep: p50 {statistics.median(timed) * 1e3:.3f} ms compiled, "
-          f"{statistics.median(python_path) * 1e3:.3f} ms by perf_counter on the Python path")
-    assert statistics.median(timed) == pytest.approx(statistics.median(python_path), rel=DELAY_AGREEMENT)
-    assert timed.min() >= DELAY_S
-    for (before, after), duration, end in zip(stamps, timed, ends[10:], strict=True):
-        assert before < end - duration and end <= after  # perf_counter's clock, each lookup inside its call
+    assert_timed_like_the_python_path(session, "delay")
 
 
 def test_a_statement_the_server_cancels_is_psycopgs_error_and_the_loop_goes_on(conn):

@@ -155,6 +155,28 @@ class KeyLookups(Protocol):
             ) -> tuple[int, Exception | None, float]: ...
 
 
+class CompiledKeyLookups:
+    """An engine's compiled loop (its _lookups.Lookup) on a session's connection: each lookup, and a failed one, is a
+    round trip of the session; a failure comes back as the engine driver's own exception (to_error)."""
+
+    def __init__(self, session: Any, compiled: Any, to_error: Callable[..., Exception]) -> None:
+        self._session = session
+        self._compiled = compiled
+        self._to_error = to_error
+
+    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
+            ) -> tuple[int, Exception | None, float]:
+        """Up to `limit` lookups, keys uniform over 1..key_max, until perf_counter passes `end` before one starts;
+        durations and end times (perf_counter seconds) go to the float64 arrays from index `start`. Returns how
+        many completed, the driver's error of the one that failed if one did, and when that one started."""
+        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit)
+        self._session.round_trips += done
+        if error is None:
+            return done, None, 0.0
+        self._session.round_trips += 1
+        return done, self._to_error(*error), failed_at
+
+
 @runtime_checkable
 class RunsKeyLookups(Protocol):
     """A client session that can run a one-key lookup unit (workloads.client.KeyLookup) many at a time in compiled

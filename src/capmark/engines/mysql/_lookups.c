@@ -8,8 +8,7 @@
    Python folds the timings into its histograms and 1 s series, checks its stop flag between batches and handles
    errors as for any unit. */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../lookup_loop.h"
 #include <mysql.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,20 +24,6 @@ typedef struct {
     long long key;
     uint64_t rng;
 } Lookup;
-
-static double monotonic_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* splitmix64: a fast generator of well-mixed 64-bit values; the key's uniformity is all the lookup needs */
-static uint64_t next_random(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
 
 /* (code, message) of the statement's last error; a message in another encoding than UTF-8 keeps its readable part */
 static PyObject *statement_error(MYSQL_STMT *stmt) {
@@ -123,37 +108,22 @@ static void Lookup_dealloc(Lookup *self) {
    lookup's duration and end time go to durations[start + i] and ends[start + i] (float64 buffers). error is None,
    or (code, message) of the lookup that failed, which is not counted in done; failed_at is when it started. */
 static PyObject *Lookup_run(Lookup *self, PyObject *args) {
-    long long key_max;
-    double end;
-    Py_buffer durations, ends;
-    Py_ssize_t start, limit;
+    Batch b;
     if (self->stmt == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the lookup statement was not prepared");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "Ldw*w*nn", &key_max, &end, &durations, &ends, &start, &limit))
+    if (batch_parse(args, &b) < 0)
         return NULL;
-    Py_ssize_t capacity = durations.len / (Py_ssize_t)sizeof(double);
-    if (ends.len / (Py_ssize_t)sizeof(double) < capacity)
-        capacity = ends.len / (Py_ssize_t)sizeof(double);
-    if (key_max < 1 || start < 0 || limit < 0 || start > capacity || limit > capacity - start) {
-        PyBuffer_Release(&durations);
-        PyBuffer_Release(&ends);
-        PyErr_SetString(PyExc_ValueError, "key_max must be positive and start + limit within the buffers");
-        return NULL;
-    }
-    double *duration_out = (double *)durations.buf + start;
-    double *end_out = (double *)ends.buf + start;
     Py_ssize_t done = 0;
     int failed = 0;
     double failed_at = 0.0;
     Py_BEGIN_ALLOW_THREADS
-    for (; done < limit; done++) {
+    for (; done < b.limit; done++) {
         double t0 = monotonic_s();
-        if (t0 >= end)
+        if (t0 >= b.end)
             break;
-        /* the key as Python's int(random() * n) + 1: 53 random bits scaled to [1, n] */
-        self->key = (long long)((double)(next_random(&self->rng) >> 11) * 0x1.0p-53 * (double)key_max) + 1;
+        self->key = next_key(&self->rng, b.key_max);
         if (mysql_stmt_execute(self->stmt) != 0 || mysql_stmt_store_result(self->stmt) != 0) {
             failed = 1;
             failed_at = t0;
@@ -161,12 +131,11 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         }
         mysql_stmt_free_result(self->stmt);
         double t1 = monotonic_s();
-        duration_out[done] = t1 - t0;
-        end_out[done] = t1;
+        b.duration_out[done] = t1 - t0;
+        b.end_out[done] = t1;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&durations);
-    PyBuffer_Release(&ends);
+    batch_release(&b);
     if (failed) {
         PyObject *err = statement_error(self->stmt);
         /* an error that came after the result's header (a query stopped while producing rows) leaves the statement
@@ -183,6 +152,8 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
 }
 
 static PyObject *client_info(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
     return PyUnicode_FromString(mysql_get_client_info());
 }
 
@@ -217,16 +188,5 @@ static struct PyModuleDef lookups_module = {
 };
 
 PyMODINIT_FUNC PyInit__lookups(void) {
-    if (PyType_Ready(&LookupType) < 0)
-        return NULL;
-    PyObject *module = PyModule_Create(&lookups_module);
-    if (module == NULL)
-        return NULL;
-    Py_INCREF(&LookupType);
-    if (PyModule_AddObject(module, "Lookup", (PyObject *)&LookupType) < 0) {
-        Py_DECREF(&LookupType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return lookup_module(&lookups_module, &LookupType);
 }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capmark.engines.base import python_lookups_asked
+from capmark.engines.base import CompiledKeyLookups, python_lookups_asked
 
 _CompiledLookup: Any
 _lookups: Any
@@ -96,7 +96,7 @@ class MysqlSession:
             self._query(head + b" USING " + b", ".join(b"@capmark_p%d" % i for i in range(len(params))))
         self._discard()
 
-    def key_lookups(self, name: str, seed: int) -> KeyLookups | None:
+    def key_lookups(self, name: str, seed: int) -> CompiledKeyLookups | None:
         """The named one-parameter statement as a compiled loop of lookups on this connection, or None where the
         loop was not built (then the unit runs through run())."""
         if not compiled_lookups():
@@ -105,7 +105,7 @@ class MysqlSession:
             compiled = _CompiledLookup(self.conn, self._statements[name].encode(), seed)
         except RuntimeError as err:  # the server refused to prepare it: RuntimeError(code, message)
             raise _driver_error(*err.args) from None
-        return KeyLookups(self, compiled)
+        return CompiledKeyLookups(self, compiled, _driver_error)
 
     def _exec(self, sql: bytes) -> None:
         self.round_trips += 1
@@ -128,22 +128,3 @@ class MysqlSession:
     def in_transaction(self) -> bool:
         return self._in_transaction
 
-
-class KeyLookups:
-    """Batches of timed lookups in C on a session's connection; each lookup (and a failed one) is one round trip."""
-
-    def __init__(self, session: MysqlSession, compiled: Any) -> None:
-        self._session = session
-        self._compiled = compiled
-
-    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
-            ) -> tuple[int, Exception | None, float]:
-        """Up to `limit` lookups, keys uniform over 1..key_max, until perf_counter passes `end` before one starts;
-        durations and end times (perf_counter seconds) go to the float64 arrays from index `start`. Returns how
-        many completed, the driver's error of the one that failed if one did, and when that one started."""
-        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit)
-        self._session.round_trips += done
-        if error is None:
-            return done, None, 0.0
-        self._session.round_trips += 1
-        return done, _driver_error(*error), failed_at

@@ -10,8 +10,7 @@
    Nothing here includes libpq's headers: the few functions are declared by their documented signatures and looked
    up in the loaded library, so the build needs no libpq development files. */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../lookup_loop.h"
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,22 +50,9 @@ typedef struct {
     uint64_t rng;
 } Lookup;
 
-static double monotonic_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* splitmix64: a fast generator of well-mixed 64-bit values; the key's uniformity is all the lookup needs */
-static uint64_t next_random(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 /* bind(path) -> libpq's version: resolve the functions in the already loaded library at `path` */
 static PyObject *bind(PyObject *module, PyObject *args) {
+    (void)module;
     const char *path;
     if (!PyArg_ParseTuple(args, "s", &path))
         return NULL;
@@ -139,10 +125,7 @@ static PyObject *execution_error(const char *sqlstate, const char *message) {
    duration and end time go to durations[start + i] and ends[start + i] (float64 buffers). error is None, or
    (sqlstate, message) of the execution that failed (not counted in done); failed_at is when it started. */
 static PyObject *Lookup_run(Lookup *self, PyObject *args) {
-    long long key_max;
-    double end;
-    Py_buffer durations, ends;
-    Py_ssize_t start, limit;
+    Batch b;
     if (self->pgconn == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the lookup loop has no connection");
         return NULL;
@@ -157,19 +140,8 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         return NULL;
     if (conn == NULL)
         return Py_BuildValue("(n(Os)d)", (Py_ssize_t)0, Py_None, "the connection is closed", monotonic_s());
-    if (!PyArg_ParseTuple(args, "Ldw*w*nn", &key_max, &end, &durations, &ends, &start, &limit))
+    if (batch_parse(args, &b) < 0)
         return NULL;
-    Py_ssize_t capacity = durations.len / (Py_ssize_t)sizeof(double);
-    if (ends.len / (Py_ssize_t)sizeof(double) < capacity)
-        capacity = ends.len / (Py_ssize_t)sizeof(double);
-    if (key_max < 1 || start < 0 || limit < 0 || start > capacity || limit > capacity - start) {
-        PyBuffer_Release(&durations);
-        PyBuffer_Release(&ends);
-        PyErr_SetString(PyExc_ValueError, "key_max must be positive and start + limit within the buffers");
-        return NULL;
-    }
-    double *duration_out = (double *)durations.buf + start;
-    double *end_out = (double *)ends.buf + start;
     Py_ssize_t done = 0;
     PGresult *failed = NULL;
     int lost = 0;
@@ -177,12 +149,12 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     char key[24];
     const char *values[1] = {key};
     Py_BEGIN_ALLOW_THREADS
-    for (; done < limit; done++) {
+    for (; done < b.limit; done++) {
         double t0 = monotonic_s();
-        if (t0 >= end)
+        if (t0 >= b.end)
             break;
-        /* the key as Python's int(random() * n) + 1, sent as text as the Python path sends it */
-        long long k = (long long)((double)(next_random(&self->rng) >> 11) * 0x1.0p-53 * (double)key_max) + 1;
+        /* sent as text, as the Python path sends it */
+        long long k = next_key(&self->rng, b.key_max);
         snprintf(key, sizeof(key), "%lld", k);
         PGresult *res = libpq.exec_prepared(conn, self->name, 1, values, NULL, NULL, 0);
         int status = res ? libpq.result_status(res) : -1;
@@ -194,12 +166,11 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         }
         libpq.clear(res);
         double t1 = monotonic_s();
-        duration_out[done] = t1 - t0;
-        end_out[done] = t1;
+        b.duration_out[done] = t1 - t0;
+        b.end_out[done] = t1;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&durations);
-    PyBuffer_Release(&ends);
+    batch_release(&b);
     if (failed == NULL && !lost)
         return Py_BuildValue("(nOd)", done, Py_None, 0.0);
     PyObject *err = lost ? execution_error(NULL, libpq.error_message(conn))
@@ -241,16 +212,5 @@ static struct PyModuleDef lookups_module = {
 };
 
 PyMODINIT_FUNC PyInit__lookups(void) {
-    if (PyType_Ready(&LookupType) < 0)
-        return NULL;
-    PyObject *module = PyModule_Create(&lookups_module);
-    if (module == NULL)
-        return NULL;
-    Py_INCREF(&LookupType);
-    if (PyModule_AddObject(module, "Lookup", (PyObject *)&LookupType) < 0) {
-        Py_DECREF(&LookupType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return lookup_module(&lookups_module, &LookupType);
 }

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from capmark.engines.base import python_lookups_asked
+from capmark.engines.base import CompiledKeyLookups, python_lookups_asked
 
 _compiled: Any
 try:  # the compiled lookup loop: optional, built at install time where a C compiler is
@@ -107,12 +107,12 @@ class ClientSession:
         self.round_trips += 1
         self._check(self.pgconn.exec_(sql))
 
-    def key_lookups(self, name: str, seed: int) -> KeyLookups | None:
+    def key_lookups(self, name: str, seed: int) -> CompiledKeyLookups | None:
         """The named one-parameter statement as a compiled loop of executions on this connection, or None where the
         loop was not built (then the unit runs through run())."""
         if not compiled_lookups():
             return None
-        return KeyLookups(self, _compiled.Lookup(self.pgconn, self._names[name], seed))
+        return CompiledKeyLookups(self, _compiled.Lookup(self.pgconn, self._names[name], seed), _driver_error)
 
     def begin(self) -> None:
         self._exec(b"begin")
@@ -127,21 +127,3 @@ class ClientSession:
     def in_transaction(self) -> bool:
         return self.pgconn.transaction_status != pq.TransactionStatus.IDLE
 
-
-class KeyLookups:
-    """Batches of timed executions in C on a session's connection; each one (and a failed one) is one round trip."""
-
-    def __init__(self, session: ClientSession, compiled: Any) -> None:
-        self._session = session
-        self._compiled = compiled
-
-    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
-            ) -> tuple[int, Exception | None, float]:
-        """As MySQL's KeyLookups.run: up to `limit` executions until perf_counter passes `end` before one starts;
-        how many completed, psycopg's error of the one that failed if one did, and when that one started."""
-        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit)
-        self._session.round_trips += done
-        if error is None:
-            return done, None, 0.0
-        self._session.round_trips += 1
-        return done, _driver_error(*error), failed_at

@@ -1,0 +1,82 @@
+/* What the engines' compiled lookup loops share (the _lookups.c of each engine): the clock, the key, the output
+   buffers and the module's one type. Each loop runs a batch of executions of one statement with a key drawn uniformly over
+   1..key_max, timing each on CLOCK_MONOTONIC (the clock of Python's time.perf_counter) and writing its duration and
+   end time into two float64 buffers from index `start`. */
+
+#ifndef CAPMARK_LOOKUP_LOOP_H
+#define CAPMARK_LOOKUP_LOOP_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <time.h>
+
+static inline double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* splitmix64: a fast generator of well-mixed 64-bit values; the key's uniformity is all a lookup needs */
+static inline uint64_t next_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* the next key as Python's int(random() * n) + 1: 53 random bits scaled to [1, key_max] */
+static inline long long next_key(uint64_t *state, long long key_max) {
+    return (long long)((double)(next_random(state) >> 11) * 0x1.0p-53 * (double)key_max) + 1;
+}
+
+/* A batch's arguments, parsed from run(key_max, end, durations, ends, start, limit) */
+typedef struct {
+    long long key_max;
+    double end;
+    Py_buffer durations, ends;
+    Py_ssize_t start, limit;
+    double *duration_out, *end_out; /* the buffers from index start */
+} Batch;
+
+/* Parse and check a batch's arguments; 0 with the buffers held (release them with batch_release), or -1 with an
+   exception set and nothing held. */
+static inline int batch_parse(PyObject *args, Batch *b) {
+    if (!PyArg_ParseTuple(args, "Ldw*w*nn", &b->key_max, &b->end, &b->durations, &b->ends, &b->start, &b->limit))
+        return -1;
+    Py_ssize_t capacity = b->durations.len / (Py_ssize_t)sizeof(double);
+    if (b->ends.len / (Py_ssize_t)sizeof(double) < capacity)
+        capacity = b->ends.len / (Py_ssize_t)sizeof(double);
+    if (b->key_max < 1 || b->start < 0 || b->limit < 0 || b->start > capacity || b->limit > capacity - b->start) {
+        PyBuffer_Release(&b->durations);
+        PyBuffer_Release(&b->ends);
+        PyErr_SetString(PyExc_ValueError, "key_max must be positive and start + limit within the buffers");
+        return -1;
+    }
+    b->duration_out = (double *)b->durations.buf + b->start;
+    b->end_out = (double *)b->ends.buf + b->start;
+    return 0;
+}
+
+static inline void batch_release(Batch *b) {
+    PyBuffer_Release(&b->durations);
+    PyBuffer_Release(&b->ends);
+}
+
+/* The module with its one type, named Lookup */
+static inline PyObject *lookup_module(struct PyModuleDef *definition, PyTypeObject *type) {
+    if (PyType_Ready(type) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(definition);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, "Lookup", (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
+
+#endif
