@@ -149,6 +149,8 @@ def test_a_client_side_step_sends_its_lookups_by_the_path_it_names(mysql_dsn, co
     after = global_status(conn)
     step = run.tests[0].steps[0]
     assert step.status == "ok" and step.units > 1000, step
+    # the run says which path it took (the report's environment, and compare when two runs differ in it)
+    assert run.environment["capmark"]["lookups"] == {"compiled": "compiled loop", "python": "Python"}[path]
     text = after["Com_execute_sql"] - before["Com_execute_sql"]
     binary = after["Com_stmt_execute"] - before["Com_stmt_execute"] - text  # MariaDB counts a text EXECUTE in both
     print(f"{path}: {step.units:,} lookups in the window; the server counted {binary:,} binary and {text:,} text "

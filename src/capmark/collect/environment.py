@@ -12,6 +12,7 @@ import psutil
 
 from capmark import __version__
 from capmark.collect.hosts import HostSource
+from capmark.engines import registry as engines
 from capmark.engines.base import TargetInfo
 
 
@@ -48,9 +49,10 @@ class DatabaseFacts(TypedDict):
     settings: dict[str, str]
 
 
-class CapmarkVersion(TypedDict):
+class CapmarkVersion(TypedDict, total=False):
     version: str
     python: str
+    lookups: str  # how client-side one-key lookups ran (Engine.lookup_path); absent in runs stored before it
 
 
 class Fingerprint(TypedDict):
@@ -84,5 +86,6 @@ def fingerprint(info: TargetInfo, host: HostSource) -> Fingerprint:
             local=info.local,
             settings=info.settings,
         ),
-        capmark=CapmarkVersion(version=__version__, python=sys.version.split()[0]),
+        capmark=CapmarkVersion(version=__version__, python=sys.version.split()[0],
+                               lookups=engines.named(info.engine).lookup_path()),
     )

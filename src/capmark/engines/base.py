@@ -144,6 +144,9 @@ class ClientSession(Protocol):
 LOOKUPS_ENV = "CAPMARK_LOOKUPS"
 
 
+LOOKUP_PATHS = {True: "compiled loop", False: "Python"}  # Engine.lookup_path's words, by whether the loop runs
+
+
 def python_lookups_asked() -> bool:
     return os.environ.get(LOOKUPS_ENV, "") == "python"
 
@@ -256,6 +259,11 @@ class Engine(Protocol):
     def background_work(self, conn: Any) -> list[str]: ...
 
     def session(self, conn: Any, statements: dict[str, str]) -> ClientSession: ...
+
+    def lookup_path(self) -> str:
+        """How this process runs a client-side one-key lookup (workloads.client.KeyLookup): "compiled loop" or
+        "Python" (the loop not built, not usable with this driver, or CAPMARK_LOOKUPS=python)."""
+        ...
 
     def set_session(self, conn: Any, settings: dict[str, str]) -> None: ...
 

@@ -7,11 +7,11 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
+from capmark.engines.base import LOOKUP_PATHS, ActivitySample, DataSize, DbCounters, Delta, Engine, TargetInfo
 from capmark.engines.mysql import activity, catalogue, connection, datamodel, describe, stats, waits
 from capmark.engines.mysql import advice as mysql_advice
 from capmark.engines.mysql import queries as q
-from capmark.engines.mysql.session import MysqlSession
+from capmark.engines.mysql.session import MysqlSession, compiled_lookups
 from capmark.results import WaitClass, WaitKey
 
 # MySQL's error for a statement that the server stopped: KILL QUERY, or max_execution_time (ER_QUERY_INTERRUPTED)
@@ -145,6 +145,9 @@ class MysqlEngine:
             return []
         backlog = int(rows[0][0]) if rows else 0
         return [f"InnoDB purge ({backlog} undo log records to go)"] if backlog > PURGE_BACKLOG else []
+
+    def lookup_path(self) -> str:
+        return LOOKUP_PATHS[compiled_lookups()]
 
     def session(self, conn: Any, statements: dict[str, str]) -> MysqlSession:
         return MysqlSession(conn, statements, literal_using=describe.is_mariadb(conn.get_server_info()))

@@ -8,12 +8,21 @@ from typing import Any
 import psycopg
 
 from capmark.engines import postgres as pg
-from capmark.engines.base import ActivitySample, DataSize, DbCounters, Delta, Engine, LockHolder, TargetInfo
+from capmark.engines.base import (
+    LOOKUP_PATHS,
+    ActivitySample,
+    DataSize,
+    DbCounters,
+    Delta,
+    Engine,
+    LockHolder,
+    TargetInfo,
+)
 from capmark.engines.postgres import activity, datamodel, hostfiles, locks, maintenance, stats, waits
 from capmark.engines.postgres import advice as postgres_advice
 from capmark.engines.postgres import counters as pgcounters
 from capmark.engines.postgres.rows import one_row
-from capmark.engines.postgres.session import ClientSession
+from capmark.engines.postgres.session import ClientSession, compiled_lookups
 from capmark.results import WaitClass, WaitKey
 
 CONTROL_CLIENT_CHECK = "2s"  # how often the server checks that capmark's control connection is still there
@@ -134,6 +143,9 @@ class PostgresEngine:
 
     def background_work(self, conn: Any) -> list[str]:
         return maintenance.busy_capmark_tables(conn)
+
+    def lookup_path(self) -> str:
+        return LOOKUP_PATHS[compiled_lookups()]
 
     def session(self, conn: Any, statements: dict[str, str]) -> ClientSession:
         return ClientSession(conn, statements)
