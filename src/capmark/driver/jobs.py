@@ -211,7 +211,8 @@ class Job(threading.Thread):
             self.lookups = session.key_lookups(unit.statement, self.rng.getrandbits(64)) or False
         if self.lookups:
             assert isinstance(unit, KeyLookup)
-            self._compiled_lookups(self.lookups, getattr(self.size, unit.size_of), unit.kind, deadline, measure)
+            self._compiled_lookups(session, self.lookups, getattr(self.size, unit.size_of), unit.kind, deadline,
+                                   measure)
             return
         rng, params, size = self.rng, self.params, self.size
         clock = time.perf_counter
@@ -252,14 +253,15 @@ class Job(threading.Thread):
     LOOKUP_BATCH = 256
     LOOKUP_FOLD_EVERY = 1 << 13
 
-    def _compiled_lookups(self, lookups: KeyLookups, key_max: int, kind: int, deadline: float, measure: bool) -> None:
+    def _compiled_lookups(self, session: ClientSession, lookups: KeyLookups, key_max: int, kind: int, deadline: float,
+                          measure: bool) -> None:
         """The Python loop's work, with the lookups run and timed in C in batches (KeyLookups)."""
         wall0, perf0 = time.time(), time.perf_counter()
         offset = wall0 - perf0 - self.schedule.measure_start
         end = perf0 + (deadline - wall0)
         durations, ends = np.empty(self.LOOKUP_FOLD_EVERY), np.empty(self.LOOKUP_FOLD_EVERY)
         filled = 0
-        trips0 = self.session.round_trips if self.session is not None else 0
+        trips0 = session.round_trips
         while not self.stop_event.is_set():
             limit = min(self.LOOKUP_BATCH, self.LOOKUP_FOLD_EVERY - filled)
             done, error, failed_at = lookups.run(key_max, end, durations, ends, filled, limit)
@@ -273,11 +275,15 @@ class Job(threading.Thread):
                 break  # the phase ended
         if filled:
             self._fold_timed(kind, durations[:filled], ends[:filled], offset)
-        if measure and self.session is not None:
-            self.tally.round_trips += self.session.round_trips - trips0
+        if measure:
+            self.tally.round_trips += session.round_trips - trips0
 
     def _fold_timed(self, kind: int, durations: np.ndarray, ends: np.ndarray, offset: float) -> None:
         self.tally.histograms[kind].add_durations(durations)
+        self._add_seconds(ends, offset)
+
+    def _add_seconds(self, ends: np.ndarray, offset: float) -> None:
+        """Count units in the 1 s series by the second of the window they ended in (perf_counter + offset)."""
         seconds, counts = np.unique((ends + offset).astype(np.int64), return_counts=True)
         for second, count in zip(seconds.tolist(), counts.tolist(), strict=True):
             self.tally.add_second(second, count, 0)
@@ -288,9 +294,7 @@ class Job(threading.Thread):
             self.tally.histograms[kind].add_durations(np.asarray(values))
             values.clear()
         if ends:
-            seconds, counts = np.unique((np.asarray(ends) + offset).astype(np.int64), return_counts=True)
-            for second, count in zip(seconds.tolist(), counts.tolist(), strict=True):
-                self.tally.add_second(second, count, 0)
+            self._add_seconds(np.asarray(ends), offset)
             ends.clear()
 
     def _unit_stats(self) -> Any:

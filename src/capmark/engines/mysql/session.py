@@ -12,6 +12,7 @@ where the compiled loop was built (_lookups.c): binary-protocol executions, as s
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from capmark.engines.base import CompiledKeyLookups, python_lookups_asked
@@ -25,6 +26,8 @@ except ImportError:  # pragma: no cover - an install without it runs every unit 
     _CompiledLookup = _lookups = None
 CLIENT_ERRORS = 2000  # error numbers from 2000 are the client library's own (errmsg.h): a lost connection, ...
 
+
+@functools.cache
 def _same_client_library() -> bool:
     """The loop uses mysqlclient's connection handle with the client library it was built against: the two must be
     one library (libmariadb's handle given to Oracle's libmysqlclient, or another version, would corrupt memory)."""
@@ -35,7 +38,7 @@ def _same_client_library() -> bool:
 
 def compiled_lookups() -> bool:
     """Whether lookup units run in the compiled loop in this process."""
-    return _CompiledLookup is not None and not python_lookups_asked() and _same_client_library()
+    return not python_lookups_asked() and _same_client_library()
 
 
 def _driver_error(code: int, message: str) -> Exception:
@@ -44,6 +47,7 @@ def _driver_error(code: int, message: str) -> Exception:
     import MySQLdb  # loaded: this session runs on one of its connections
 
     return (MySQLdb.OperationalError if code >= CLIENT_ERRORS else MySQLdb.DatabaseError)(code, message)
+
 
 STATEMENT_PREFIX = "capmark_"  # prepared statements are per connection; the prefix keeps them apart from a user's
 
@@ -127,4 +131,3 @@ class MysqlSession:
     @property
     def in_transaction(self) -> bool:
         return self._in_transaction
-

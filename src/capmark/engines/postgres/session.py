@@ -27,8 +27,12 @@ _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 def _error_class(res: pq.abc.PGresult) -> type[psycopg.Error]:
     """The psycopg exception for the result's SQLSTATE, so that callers can tell a cancel from a failure."""
     code = res.error_field(pq.DiagnosticField.SQLSTATE)
+    return _sqlstate_class(code.decode() if code else "")
+
+
+def _sqlstate_class(sqlstate: str) -> type[psycopg.Error]:
     try:
-        return psycopg.errors.lookup(code.decode()) if code else psycopg.DatabaseError
+        return psycopg.errors.lookup(sqlstate) if sqlstate else psycopg.DatabaseError
     except KeyError:
         return psycopg.DatabaseError
 
@@ -70,11 +74,7 @@ def _driver_error(sqlstate: str | None, message: str) -> psycopg.Error:
     """psycopg's exception for an execution's SQLSTATE, as the Python path raises it; none: the connection failed."""
     if sqlstate is None:
         return psycopg.OperationalError(message.strip() or "the connection failed")
-    try:
-        kind = psycopg.errors.lookup(sqlstate)
-    except KeyError:
-        kind = psycopg.DatabaseError
-    return kind(message.strip() or "statement failed")
+    return _sqlstate_class(sqlstate)(message.strip() or "statement failed")
 
 
 class ClientSession:
@@ -126,4 +126,3 @@ class ClientSession:
     @property
     def in_transaction(self) -> bool:
         return self.pgconn.transaction_status != pq.TransactionStatus.IDLE
-
