@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -948,9 +949,16 @@ def _interrupted() -> int:
     return RunInterrupted.exit_code
 
 
+@functools.cache
+def _command() -> Any:
+    """The command line as click runs it, built from `app` once per process: typer rebuilds it on every call of
+    app() by inspecting every command's signature, 0.1 s each time, and the tests call main() hundreds of times."""
+    return typer.main.get_command(app)
+
+
 def _dispatch() -> int:
     try:
-        code = app(standalone_mode=False)  # returns the exit code of typer.Exit, and 130 for a KeyboardInterrupt
+        code = _command()(standalone_mode=False)  # returns the exit code of typer.Exit, and 130 for a KeyboardInterrupt
     except (CapmarkError, RunFailed, RunInterrupted) as err:
         _say(str(err))
         return err.exit_code

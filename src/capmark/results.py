@@ -18,13 +18,21 @@ def _fields_dict(record: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     return {f.name: _plain(getattr(record, f.name)) for f in fields(record) if f.name not in skip}
 
 
+# Values _plain returns as they are, checked by exact type first: the statistics snapshots hold millions of them, and
+# the generic checks below (is_dataclass above all) cost 0.1 s of each stored step.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     """asdict's conversion without its copies: the result is written out, never changed, so scalars and strings
     are shared with the record."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else _plain(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [v if type(v) in _SCALARS else _plain(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_plain(v) for v in value)
     if is_dataclass(value) and not isinstance(value, type):
@@ -292,9 +300,13 @@ class TestResult:
 
     # open-ended: the stored form, JSON (this class's fields)
     def to_dict(self) -> dict[str, Any]:
-        d = _fields_dict(self, skip=("steps",))
+        d = self.header_dict()
         d["steps"] = [s.to_dict() for s in self.steps]
         return d
+
+    # open-ended: the stored form without the steps, which the store keeps row by row
+    def header_dict(self) -> dict[str, Any]:
+        return _fields_dict(self, skip=("steps",))
 
     @classmethod
     # open-ended: the stored form as parsed JSON, checked field by field by the store before it gets here

@@ -130,7 +130,7 @@ class RunStore:
         self.db.commit()
 
     def save_test(self, run_id: str, test: TestResult) -> None:
-        header = {k: v for k, v in test.to_dict().items() if k != "steps"}
+        header = test.header_dict()
         self.db.execute("insert or replace into test values (?,?,?,?,?)",
                         (run_id, test.ordinal, test.workload, test.status, _dumps(header)))
         self.db.commit()
