@@ -41,14 +41,15 @@ def target(dsn: str | None, host_metrics: str = "auto") -> StepContext:
 
 def run(ctx: StepContext, workload: str, jobs: int, seconds: float, mode: str = "server",
         collectors: bool = True, settings: dict[str, str] | None = None,
-        driver_procs: int | None = None, cluster: bool = False) -> StepResult:
+        driver_procs: int | None = None, cluster: bool = False, rate: float = 0.0) -> StepResult:
     """One capmark step, exactly as `capmark run` measures it (driver_procs 0: the jobs as threads of this
-    process, as the driver ran them before it had worker processes; cluster: on the Ray cluster joined)."""
+    process, as the driver ran them before it had worker processes; cluster: on the Ray cluster joined; rate: an
+    open loop of that many Poisson arrivals a second over the jobs, as --rate)."""
     w = registry.get(workload)
     engine = engines.named(ctx.info.engine)
     w = registry.for_engine(w, engine, w.resolve_params({}))
     plan = StepPlan(1, jobs, 1.0, seconds, mode, collectors, settings or {}, driver_procs=driver_procs,
-                    cluster=cluster)
+                    cluster=cluster, rate=rate)
     return run_step(ctx, w, w.resolve_params({}), datamodel.size_for(1), plan)
 
 

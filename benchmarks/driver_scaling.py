@@ -7,7 +7,11 @@ as a custom script with -c N -j min(N, cores). The client CPU per query is the C
 the measured window (capmark) or of the pgbench process over its run (its own rusage), divided by the queries.
 Figures are medians over the rounds.
 
-    python benchmarks/driver_scaling.py [--rounds 3] [--seconds 5] [--jobs 1,2,4,8] [--threads]
+With --rate R both sides run an open loop of R arrivals a second over the jobs (capmark --rate, pgbench -R): then
+the throughput is the rate on both, and what differs is the client's CPU per query and the latency (pgbench's
+average from its report, capmark's mean, both from each transaction's scheduled start).
+
+    python benchmarks/driver_scaling.py [--rounds 3] [--seconds 5] [--jobs 1,2,4,8] [--threads] [--rate R]
 """
 
 from __future__ import annotations
@@ -30,24 +34,28 @@ SELECT id, grp, qty, price, name FROM capmark.item WHERE id = :k;
 """
 
 
-def pgbench(dsn: str, jobs: int, seconds: float, script: str) -> tuple[float, float]:
-    """Transactions per second and pgbench's own CPU seconds per transaction."""
+def pgbench(dsn: str, jobs: int, seconds: float, script: str, rate: float) -> tuple[float, float, float]:
+    """Transactions per second, pgbench's own CPU seconds per transaction and its average latency (s)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    paced = ["-R", str(rate)] if rate else []
     out = subprocess.run([str(pgbench_path()), dsn, "-M", "prepared", "-c", str(jobs), "-j", str(min(jobs, cores())),
-                          "-T", str(int(seconds)), "-n", "-f", script], capture_output=True, text=True, check=True)
+                          "-T", str(int(seconds)), "-n", *paced, "-f", script], capture_output=True, text=True,
+                         check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     tps = float(re.search(r"tps = ([\d.]+)", out.stdout).group(1))
     done = int(re.search(r"number of transactions actually processed: (\d+)", out.stdout).group(1))
+    latency = float(re.search(r"latency average = ([\d.]+) ms", out.stdout).group(1)) / 1e3
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return tps, cpu / done
+    return tps, cpu / done, latency
 
 
-def capmark(ctx, jobs: int, seconds: float, procs: int | None, path: str) -> tuple[float, float]:
-    """(queries per second, driver CPU seconds per query) of one step, its lookups on the path named."""
+def capmark(ctx, jobs: int, seconds: float, procs: int | None, path: str, rate: float) -> tuple[float, float, float]:
+    """(queries per second, driver CPU seconds per query, mean latency in s) of one step, its lookups on the path
+    named."""
     os.environ[LOOKUPS_ENV] = path
-    step = run(ctx, "srv-query1", jobs, seconds, mode="client", driver_procs=procs)
+    step = run(ctx, "srv-query1", jobs, seconds, mode="client", driver_procs=procs, rate=rate)
     cpu = step.driver_cpu["user_s"] + step.driver_cpu["sys_s"]
-    return step.units / step.elapsed_s, cpu / step.units
+    return step.units / step.elapsed_s, cpu / step.units, step.latency.mean_s
 
 
 def main() -> None:
@@ -57,6 +65,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--jobs", default="1,2,4,8")
     ap.add_argument("--threads", action="store_true", help="also measure the jobs as threads of one process")
+    ap.add_argument("--rate", type=float, default=0.0, help="an open loop of this many arrivals a second over the jobs")
     args = ap.parse_args()
     ctx = target(args.dsn)
     with connect(ctx.dsn) as c:
@@ -64,29 +73,32 @@ def main() -> None:
     script = os.path.join(tempfile.mkdtemp(), "lookup.sql")
     with open(script, "w") as fh:
         fh.write(SCRIPT.format(items=items))
-    print(f"cores={cores()} rounds={args.rounds} seconds={args.seconds}")
+    print(f"cores={cores()} rounds={args.rounds} seconds={args.seconds}"
+          + (f" rate={args.rate:,.0f}/s" if args.rate else ""))
     kinds = [*(["compiled"] if compiled_lookups() else []), "python", *(["threads"] if args.threads else [])]
     print(f"capmark: {', '.join(kinds)}" + ("" if "compiled" in kinds else " (the compiled loop was not built)"))
     for jobs in (int(j) for j in args.jobs.split(",")):
-        got: dict[str, list[tuple[float, float]]] = {k: [] for k in ["pgbench", *kinds]}
+        got: dict[str, list[tuple[float, float, float]]] = {k: [] for k in ["pgbench", *kinds]}
         for r in range(args.rounds):
             order = ["pgbench", *kinds] if r % 2 == 0 else [*kinds, "pgbench"]
             for kind in order:
                 if kind == "pgbench":
-                    got[kind].append(pgbench(ctx.dsn, jobs, args.seconds, script))
+                    got[kind].append(pgbench(ctx.dsn, jobs, args.seconds, script, args.rate))
                 else:
                     got[kind].append(capmark(ctx, jobs, args.seconds, 0 if kind == "threads" else None,
-                                             "python" if kind != "compiled" else "compiled"))
-        pg_x = median([x for x, _ in got["pgbench"]])
-        pg_cpu = median([c for _, c in got["pgbench"]])
-        line = f"{jobs} jobs: pgbench {pg_x:,.0f}/s, {pg_cpu * 1e6:.1f} us CPU/query"
+                                             "python" if kind != "compiled" else "compiled", args.rate))
+        pg_x = median([x for x, _, _ in got["pgbench"]])
+        pg_cpu = median([c for _, c, _ in got["pgbench"]])
+        pg_lat = median([t for _, _, t in got["pgbench"]])
+        line = f"{jobs} jobs: pgbench {pg_x:,.0f}/s, {pg_cpu * 1e6:.1f} us CPU/query, mean {pg_lat * 1e3:.3f} ms"
         for kind in kinds:
-            ratios = [x / p for (x, _), (p, _) in zip(got[kind], got["pgbench"], strict=True)]
-            x = median([x for x, _ in got[kind]])
-            cpu = median([c for _, c in got[kind]])
+            ratios = [x / p for (x, _, _), (p, _, _) in zip(got[kind], got["pgbench"], strict=True)]
+            x = median([x for x, _, _ in got[kind]])
+            cpu = median([c for _, c, _ in got[kind]])
+            lat = median([t for _, _, t in got[kind]])
             line += (f"; capmark ({kind}) {x:,.0f}/s = {median(ratios):.2f}x pgbench "
                      f"(rounds {', '.join(f'{v:.2f}' for v in ratios)}), {cpu * 1e6:.1f} us CPU/query = "
-                     f"{cpu / pg_cpu:.2f}x pgbench's")
+                     f"{cpu / pg_cpu:.2f}x pgbench's, mean {lat * 1e3:.3f} ms")
         print(line, flush=True)
 
 

@@ -65,3 +65,42 @@ def assert_timed_like_the_python_path(session: Any, name: str) -> None:
     assert timed.min() >= DELAY_S
     for (before, after), duration, end in zip(stamps, timed, ends[10:], strict=True):
         assert before < end - duration and end <= after  # perf_counter's clock, each lookup inside its call
+
+
+ARRIVALS = 20
+ARRIVAL_GAP_S = 0.005
+# A lookup that waits for its arrival starts when the kernel wakes the thread: tens of microseconds on an idle host,
+# a few milliseconds when both cores are busy. A loop that ignores the arrivals starts all 20 within a millisecond
+# of the call (its median lateness is then -47 ms), and one that sleeps a relative time from each lookup's end
+# drifts by a lookup per arrival; the median lateness of 2 ms tells them apart on a busy host.
+LATENESS_S = 0.002
+
+
+def assert_paced_by_its_arrivals(session: Any, name: str) -> None:
+    """With arrivals (a paced open loop), each lookup of the statement `name` waits for its own, starts at it, is
+    timed from it, and an arrival after the batch's end ends the batch without a lookup."""
+    loop = lookups(session, name)
+    durations, ends = buffers(ARRIVALS)
+    first = time.perf_counter() + 0.02
+    arrivals = first + ARRIVAL_GAP_S * np.arange(ARRIVALS)
+    starts = arrivals.copy()
+    assert loop.run(10, FAR, durations, ends, 0, ARRIVALS, starts)[:2] == (ARRIVALS, None)
+    lateness = starts - arrivals
+    print(f"paced: lateness median {np.median(lateness) * 1e6:.0f} us, max {lateness.max() * 1e6:.0f} us")
+    assert (lateness >= 0).all() and np.median(lateness) < LATENESS_S, lateness
+    assert np.allclose(durations, ends - arrivals, rtol=0, atol=1e-9)  # from the arrival, not from the start
+    assert (ends > starts).all()
+
+    # the third arrival falls on the batch's end: two lookups, and the third's arrival is left as it was
+    durations, ends = buffers(4)
+    arrivals = time.perf_counter() + 0.01 + ARRIVAL_GAP_S * np.arange(4)
+    starts = arrivals.copy()
+    assert loop.run(10, float(arrivals[2]), durations, ends, 0, 4, starts)[:2] == (2, None)
+    assert starts[2] == arrivals[2] and not durations[2:].any()
+
+    # behind schedule: arrivals in the past start at once, and their latency holds the lag
+    durations, ends = buffers(3)
+    arrivals = time.perf_counter() - 0.05 + ARRIVAL_GAP_S * np.arange(3)
+    starts = arrivals.copy()
+    assert loop.run(10, FAR, durations, ends, 0, 3, starts)[:2] == (3, None)
+    assert (starts - arrivals >= 0.04).all() and (durations >= starts - arrivals).all()

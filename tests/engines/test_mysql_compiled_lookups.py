@@ -13,7 +13,16 @@ from typing import Any
 import mysqlserver
 import pytest
 from liveruns import run_without_report
-from lookuploops import DRAWS, FAR, KEY_MAX, assert_timed_like_the_python_path, assert_uniform, buffers, lookups
+from lookuploops import (
+    DRAWS,
+    FAR,
+    KEY_MAX,
+    assert_paced_by_its_arrivals,
+    assert_timed_like_the_python_path,
+    assert_uniform,
+    buffers,
+    lookups,
+)
 
 from capmark.config import RunSpec
 from capmark.engines.base import LOOKUPS_ENV
@@ -69,6 +78,10 @@ def test_keys_are_uniform_over_one_to_key_max(conn):
 def test_a_known_delay_is_timed_as_the_python_path_times_it(conn):
     session = MYSQL.session(conn, STATEMENTS)
     assert_timed_like_the_python_path(session, "delay")
+
+
+def test_paced_lookups_wait_for_their_arrivals_and_are_timed_from_them(conn):
+    assert_paced_by_its_arrivals(MYSQL.session(conn, STATEMENTS), "plus-one")
 
 
 def test_a_batch_stops_at_its_end_before_starting_another_lookup(conn):

@@ -14,7 +14,16 @@ import psycopg
 import psycopg.sql
 import pytest
 from liveruns import run_without_report
-from lookuploops import DRAWS, FAR, KEY_MAX, assert_timed_like_the_python_path, assert_uniform, buffers, lookups
+from lookuploops import (
+    DRAWS,
+    FAR,
+    KEY_MAX,
+    assert_paced_by_its_arrivals,
+    assert_timed_like_the_python_path,
+    assert_uniform,
+    buffers,
+    lookups,
+)
 
 from capmark.config import RunSpec
 from capmark.engines.base import LOOKUPS_ENV
@@ -75,6 +84,10 @@ def test_keys_are_uniform_over_one_to_key_max(conn):
 def test_a_known_delay_is_timed_as_the_python_path_times_it(conn):
     session = POSTGRESQL.session(conn, STATEMENTS)
     assert_timed_like_the_python_path(session, "delay")
+
+
+def test_paced_lookups_wait_for_their_arrivals_and_are_timed_from_them(conn):
+    assert_paced_by_its_arrivals(POSTGRESQL.session(conn, STATEMENTS), "plus-one")
 
 
 def test_a_statement_the_server_cancels_is_psycopgs_error_and_the_loop_goes_on(conn):

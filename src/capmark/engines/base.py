@@ -154,8 +154,8 @@ def python_lookups_asked() -> bool:
 class KeyLookups(Protocol):
     """An engine's compiled loop of one-key lookups on a session's connection (see RunsKeyLookups)."""
 
-    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
-            ) -> tuple[int, Exception | None, float]: ...
+    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int,
+            arrivals: Any = None) -> tuple[int, Exception | None, float]: ...
 
 
 class CompiledKeyLookups:
@@ -167,12 +167,15 @@ class CompiledKeyLookups:
         self._compiled = compiled
         self._to_error = to_error
 
-    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int
-            ) -> tuple[int, Exception | None, float]:
+    def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int,
+            arrivals: Any = None) -> tuple[int, Exception | None, float]:
         """Up to `limit` lookups, keys uniform over 1..key_max, until perf_counter passes `end` before one starts;
         durations and end times (perf_counter seconds) go to the float64 arrays from index `start`. Returns how
-        many completed, the driver's error of the one that failed if one did, and when that one started."""
-        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit)
+        many completed, the driver's error of the one that failed if one did, and when that one started. With
+        `arrivals` (a float64 array of `limit` perf_counter times, rising), the i-th lookup waits for its arrival,
+        its duration counts from it, and the arrival is replaced by when the lookup started; an arrival at or after
+        `end` ends the batch."""
+        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit, arrivals)
         self._session.round_trips += done
         if error is None:
             return done, None, 0.0

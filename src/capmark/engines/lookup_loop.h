@@ -8,6 +8,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -30,27 +31,51 @@ static inline long long next_key(uint64_t *state, long long key_max) {
     return (long long)((double)(next_random(state) >> 11) * 0x1.0p-53 * (double)key_max) + 1;
 }
 
-/* A batch's arguments, parsed from run(key_max, end, durations, ends, start, limit) */
+/* A batch's arguments, parsed from run(key_max, end, durations, ends, start, limit[, arrivals]) */
 typedef struct {
     long long key_max;
     double end;
-    Py_buffer durations, ends;
+    Py_buffer durations, ends, arrivals;
     Py_ssize_t start, limit;
     double *duration_out, *end_out; /* the buffers from index start */
+    double *arrival_io;             /* paced: the arrivals from index 0, each replaced by when its lookup started */
 } Batch;
+
+static inline Py_ssize_t doubles_in(const Py_buffer *buffer) {
+    return buffer->len / (Py_ssize_t)sizeof(double);
+}
+
+static inline void batch_release(Batch *b) {
+    PyBuffer_Release(&b->durations);
+    PyBuffer_Release(&b->ends);
+    if (b->arrival_io != NULL)
+        PyBuffer_Release(&b->arrivals);
+}
 
 /* Parse and check a batch's arguments; 0 with the buffers held (release them with batch_release), or -1 with an
    exception set and nothing held. */
 static inline int batch_parse(PyObject *args, Batch *b) {
-    if (!PyArg_ParseTuple(args, "Ldw*w*nn", &b->key_max, &b->end, &b->durations, &b->ends, &b->start, &b->limit))
+    PyObject *arrivals = Py_None;
+    b->arrival_io = NULL;
+    if (!PyArg_ParseTuple(args, "Ldw*w*nn|O", &b->key_max, &b->end, &b->durations, &b->ends, &b->start, &b->limit,
+                          &arrivals))
         return -1;
-    Py_ssize_t capacity = b->durations.len / (Py_ssize_t)sizeof(double);
-    if (b->ends.len / (Py_ssize_t)sizeof(double) < capacity)
-        capacity = b->ends.len / (Py_ssize_t)sizeof(double);
-    if (b->key_max < 1 || b->start < 0 || b->limit < 0 || b->start > capacity || b->limit > capacity - b->start) {
-        PyBuffer_Release(&b->durations);
-        PyBuffer_Release(&b->ends);
-        PyErr_SetString(PyExc_ValueError, "key_max must be positive and start + limit within the buffers");
+    if (arrivals != Py_None) {
+        if (PyObject_GetBuffer(arrivals, &b->arrivals, PyBUF_WRITABLE) < 0) {
+            PyBuffer_Release(&b->durations);
+            PyBuffer_Release(&b->ends);
+            return -1;
+        }
+        b->arrival_io = (double *)b->arrivals.buf;
+    }
+    Py_ssize_t capacity = doubles_in(&b->durations);
+    if (doubles_in(&b->ends) < capacity)
+        capacity = doubles_in(&b->ends);
+    if (b->key_max < 1 || b->start < 0 || b->limit < 0 || b->start > capacity || b->limit > capacity - b->start ||
+        (b->arrival_io != NULL && b->limit > doubles_in(&b->arrivals))) {
+        batch_release(b);
+        PyErr_SetString(PyExc_ValueError, "key_max must be positive, start + limit within the buffers and limit "
+                                          "within the arrivals");
         return -1;
     }
     b->duration_out = (double *)b->durations.buf + b->start;
@@ -58,9 +83,33 @@ static inline int batch_parse(PyObject *args, Batch *b) {
     return 0;
 }
 
-static inline void batch_release(Batch *b) {
-    PyBuffer_Release(&b->durations);
-    PyBuffer_Release(&b->ends);
+/* When the batch's i-th lookup starts, and the time its duration counts from. Unpaced: now, for both. Paced: not
+   before its arrival, waited for asleep (an absolute sleep on CLOCK_MONOTONIC, so no drift accumulates); its
+   duration counts from the arrival, so a late start shows in the latency (no coordinated omission), and the start
+   as it happened replaces the arrival in the buffer (the caller's schedule lag). Called without the interpreter's
+   lock. */
+static inline double batch_begin(Batch *b, Py_ssize_t i, double *origin) {
+    double now = monotonic_s();
+    if (b->arrival_io == NULL) {
+        *origin = now;
+        return now;
+    }
+    double due = b->arrival_io[i];
+    if (due >= b->end) { /* the arrival falls after the phase: nothing to wait for */
+        *origin = due;
+        return due;
+    }
+    if (now < due) {
+        struct timespec until;
+        until.tv_sec = (time_t)due;
+        until.tv_nsec = (long)((due - (double)until.tv_sec) * 1e9);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+        }
+        now = monotonic_s();
+    }
+    b->arrival_io[i] = now;
+    *origin = due;
+    return now;
 }
 
 /* The module with its one type, named Lookup */

@@ -103,10 +103,11 @@ static void Lookup_dealloc(Lookup *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* run(key_max, end, durations, ends, start, limit) -> (done, error, failed_at)
+/* run(key_max, end, durations, ends, start, limit[, arrivals]) -> (done, error, failed_at)
    Runs lookups until `limit` are done or the clock passes `end` (perf_counter seconds) before one starts. The i-th
    lookup's duration and end time go to durations[start + i] and ends[start + i] (float64 buffers). error is None,
-   or (code, message) of the lookup that failed, which is not counted in done; failed_at is when it started. */
+   or (code, message) of the lookup that failed, which is not counted in done; failed_at is when it started.
+   With arrivals, each lookup waits for its own and its duration counts from it (lookup_loop.h, batch_begin). */
 static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     Batch b;
     if (self->stmt == NULL) {
@@ -120,7 +121,8 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     double failed_at = 0.0;
     Py_BEGIN_ALLOW_THREADS
     for (; done < b.limit; done++) {
-        double t0 = monotonic_s();
+        double origin;
+        double t0 = batch_begin(&b, done, &origin);
         if (t0 >= b.end)
             break;
         self->key = next_key(&self->rng, b.key_max);
@@ -131,7 +133,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         }
         mysql_stmt_free_result(self->stmt);
         double t1 = monotonic_s();
-        b.duration_out[done] = t1 - t0;
+        b.duration_out[done] = t1 - origin;
         b.end_out[done] = t1;
     }
     Py_END_ALLOW_THREADS
@@ -165,7 +167,8 @@ static PyMethodDef module_methods[] = {
 
 static PyMethodDef Lookup_methods[] = {
     {"run", (PyCFunction)Lookup_run, METH_VARARGS,
-     "run(key_max, end, durations, ends, start, limit) -> (done, error, failed_at): a batch of timed lookups."},
+     "run(key_max, end, durations, ends, start, limit[, arrivals]) -> (done, error, failed_at): a batch of timed "
+     "lookups, paced by the arrivals when given."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -120,10 +120,11 @@ static PyObject *execution_error(const char *sqlstate, const char *message) {
     return Py_BuildValue("(sN)", sqlstate, text);
 }
 
-/* run(key_max, end, durations, ends, start, limit) -> (done, error, failed_at)
+/* run(key_max, end, durations, ends, start, limit[, arrivals]) -> (done, error, failed_at)
    As the MySQL loop: up to `limit` executions until perf_counter passes `end` before one starts; the i-th one's
    duration and end time go to durations[start + i] and ends[start + i] (float64 buffers). error is None, or
-   (sqlstate, message) of the execution that failed (not counted in done); failed_at is when it started. */
+   (sqlstate, message) of the execution that failed (not counted in done); failed_at is when it started.
+   With arrivals, each execution waits for its own and its duration counts from it (lookup_loop.h, batch_begin). */
 static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     Batch b;
     if (self->pgconn == NULL) {
@@ -150,7 +151,8 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
     const char *values[1] = {key};
     Py_BEGIN_ALLOW_THREADS
     for (; done < b.limit; done++) {
-        double t0 = monotonic_s();
+        double origin;
+        double t0 = batch_begin(&b, done, &origin);
         if (t0 >= b.end)
             break;
         /* sent as text, as the Python path sends it */
@@ -166,7 +168,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         }
         libpq.clear(res);
         double t1 = monotonic_s();
-        b.duration_out[done] = t1 - t0;
+        b.duration_out[done] = t1 - origin;
         b.end_out[done] = t1;
     }
     Py_END_ALLOW_THREADS
@@ -185,7 +187,8 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
 
 static PyMethodDef Lookup_methods[] = {
     {"run", (PyCFunction)Lookup_run, METH_VARARGS,
-     "run(key_max, end, durations, ends, start, limit) -> (done, error, failed_at): a batch of timed lookups."},
+     "run(key_max, end, durations, ends, start, limit[, arrivals]) -> (done, error, failed_at): a batch of timed "
+     "lookups, paced by the arrivals when given."},
     {NULL, NULL, 0, NULL},
 };
 
