@@ -275,7 +275,7 @@ class Job(threading.Thread):
             if arrivals is None:
                 done, error, failed_at = lookups.run(key_max, end, durations, ends, filled, limit)
             else:
-                due = arrivals.next(limit, self.stop_event)
+                due = arrivals.next(limit, end, self.stop_event)
                 if due is None:
                     break  # stopped while waiting for the next arrival
                 starts, limit = due.copy(), len(due)
@@ -470,15 +470,16 @@ class PoissonArrivals:
         self.draws = np.random.default_rng(seed)
         self.pending = np.empty(0)
 
-    def next(self, limit: int, stop: threading.Event) -> np.ndarray | None:
+    def next(self, limit: int, end: float, stop: threading.Event) -> np.ndarray | None:
         """The next arrivals (perf_counter seconds), at least one and at most `limit`; None once `stop` is set
-        while waiting for the first."""
+        while waiting for the first. A first arrival at or after the phase's `end` is handed out at once: the
+        loop then ends the phase without waiting for it."""
         if not len(self.pending):
             self.pending = self.last + np.cumsum(self.draws.exponential(self.mean_gap, self.DRAW))
             self.last = float(self.pending[-1])
         due = self.pending[:limit]
         wait = float(due[0]) - self.HORIZON_S - time.perf_counter()
-        if wait > 0 and stop.wait(wait):
+        if due[0] < end and wait > 0 and stop.wait(wait):
             return None
         return due[:max(1, int(np.searchsorted(due, due[0] + self.HORIZON_S)))]
 

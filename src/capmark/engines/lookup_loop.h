@@ -39,6 +39,7 @@ typedef struct {
     Py_ssize_t start, limit;
     double *duration_out, *end_out; /* the buffers from index start */
     double *arrival_io;             /* paced: the arrivals from index 0, each replaced by when its lookup started */
+    int arrivals_held;              /* the arrivals' buffer is held (released by batch_release) */
 } Batch;
 
 static inline Py_ssize_t doubles_in(const Py_buffer *buffer) {
@@ -48,8 +49,9 @@ static inline Py_ssize_t doubles_in(const Py_buffer *buffer) {
 static inline void batch_release(Batch *b) {
     PyBuffer_Release(&b->durations);
     PyBuffer_Release(&b->ends);
-    if (b->arrival_io != NULL)
+    if (b->arrivals_held)
         PyBuffer_Release(&b->arrivals);
+    b->arrivals_held = 0;
 }
 
 /* Parse and check a batch's arguments; 0 with the buffers held (release them with batch_release), or -1 with an
@@ -57,6 +59,7 @@ static inline void batch_release(Batch *b) {
 static inline int batch_parse(PyObject *args, Batch *b) {
     PyObject *arrivals = Py_None;
     b->arrival_io = NULL;
+    b->arrivals_held = 0;
     if (!PyArg_ParseTuple(args, "Ldw*w*nn|O", &b->key_max, &b->end, &b->durations, &b->ends, &b->start, &b->limit,
                           &arrivals))
         return -1;
@@ -66,13 +69,14 @@ static inline int batch_parse(PyObject *args, Batch *b) {
             PyBuffer_Release(&b->ends);
             return -1;
         }
+        b->arrivals_held = 1;
         b->arrival_io = (double *)b->arrivals.buf;
     }
     Py_ssize_t capacity = doubles_in(&b->durations);
     if (doubles_in(&b->ends) < capacity)
         capacity = doubles_in(&b->ends);
     if (b->key_max < 1 || b->start < 0 || b->limit < 0 || b->start > capacity || b->limit > capacity - b->start ||
-        (b->arrival_io != NULL && b->limit > doubles_in(&b->arrivals))) {
+        (b->arrivals_held && b->limit > doubles_in(&b->arrivals))) {
         batch_release(b);
         PyErr_SetString(PyExc_ValueError, "key_max must be positive, start + limit within the buffers and limit "
                                           "within the arrivals");
@@ -83,9 +87,12 @@ static inline int batch_parse(PyObject *args, Batch *b) {
     return 0;
 }
 
-/* When the batch's i-th lookup starts, and the time its duration counts from. Unpaced: now, for both. Paced: not
-   before its arrival, waited for asleep (an absolute sleep on CLOCK_MONOTONIC, so no drift accumulates); its
-   duration counts from the arrival, so a late start shows in the latency (no coordinated omission), and the start
+/* The batch's i-th lookup begins: the time the caller judges against the batch's end (at or past it, the lookup
+   is not run), and in *origin the time its duration counts from (and its failure is dated by). Unpaced: now, for
+   both. Paced: its arrival. An arrival at or after the end ends the batch; a lookup already behind schedule at the
+   end does too (the caller counts it as backlog). Otherwise it waits for its arrival asleep (an absolute sleep on
+   CLOCK_MONOTONIC, so no drift accumulates) and runs, however late the wake-up, as the Python loop does; its
+   duration counts from the arrival, so a late start shows in its latency (no coordinated omission), and the start
    as it happened replaces the arrival in the buffer (the caller's schedule lag). Called without the interpreter's
    lock. */
 static inline double batch_begin(Batch *b, Py_ssize_t i, double *origin) {
@@ -95,10 +102,9 @@ static inline double batch_begin(Batch *b, Py_ssize_t i, double *origin) {
         return now;
     }
     double due = b->arrival_io[i];
-    if (due >= b->end) { /* the arrival falls after the phase: nothing to wait for */
-        *origin = due;
-        return due;
-    }
+    *origin = due;
+    if (due >= b->end || now >= b->end)
+        return due >= b->end ? due : now;
     if (now < due) {
         struct timespec until;
         until.tv_sec = (time_t)due;
@@ -108,8 +114,7 @@ static inline double batch_begin(Batch *b, Py_ssize_t i, double *origin) {
         now = monotonic_s();
     }
     b->arrival_io[i] = now;
-    *origin = due;
-    return now;
+    return due;
 }
 
 /* The module with its one type, named Lookup */

@@ -128,7 +128,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         self->key = next_key(&self->rng, b.key_max);
         if (mysql_stmt_execute(self->stmt) != 0 || mysql_stmt_store_result(self->stmt) != 0) {
             failed = 1;
-            failed_at = t0;
+            failed_at = origin;
             break;
         }
         mysql_stmt_free_result(self->stmt);

@@ -163,7 +163,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
             failed = res;
             lost = res == NULL;
-            failed_at = t0;
+            failed_at = origin;
             break;
         }
         libpq.clear(res);
