@@ -103,8 +103,10 @@ static inline double batch_begin(Batch *b, Py_ssize_t i, double *origin) {
     }
     double due = b->arrival_io[i];
     *origin = due;
-    if (due >= b->end || now >= b->end)
-        return due >= b->end ? due : now;
+    if (due >= b->end)
+        return due;
+    if (now >= b->end)
+        return now;
     if (now < due) {
         struct timespec until;
         until.tv_sec = (time_t)due;
