@@ -21,7 +21,7 @@ from capmark.engines.postgres.stats import total
 from capmark.measure import kpm
 
 pytestmark = pytest.mark.db
-SHORT = {"warmup_s": 1.0, "duration_s": 2.0}
+SHORT = {"warmup_s": 0.5, "duration_s": 2.0}
 # /proc/stat's aggregate line: eight state counters in clock ticks, each delta off by less than one tick
 STAT_RESOLUTION_S = len(CPU_FIELDS) / os.sysconf("SC_CLK_TCK")
 # The OS snapshots bracket the measured window: before it, the sampler's connection is opened; after it, the

@@ -153,7 +153,7 @@ HOT_JOBS = [1, 8]
 
 
 def _hot_row_run(dsn: str, folder: Path) -> Measured:
-    return _run(dsn, folder, ["diag-hot"], HOT_JOBS, mode="client", params=HOT_ROW)
+    return _run(dsn, folder, ["diag-hot"], HOT_JOBS, mode="client", params=HOT_ROW, duration_s=2.0)
 
 
 def _lock_share(out: Measured) -> float:

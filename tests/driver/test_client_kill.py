@@ -36,7 +36,7 @@ class Run:
                TAG: self.tag}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "capmark.cli", "run", "srv-query1", "--mode", "client", "--jobs", jobs,
-             "--warmup", "1s", "--duration", "5s", "--dsn", dsn, "--results-dir", str(results)],
+             "--warmup", "1s", "--duration", "3s", "--dsn", dsn, "--results-dir", str(results)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.out: list[str] = []
         self.err: list[str] = []

@@ -61,8 +61,20 @@ def _job_sessions(dsn: str) -> int:
                             ).fetchone()[0]
 
 
-def test_lookups_spread_over_both_nodes_count_every_unit(embedded_dsn, tmp_path, ray_cluster):
-    run, step = _run(embedded_dsn, tmp_path, "srv-query1", ray_cluster.address)
+@pytest.fixture(scope="module")
+def load_rounds(embedded_dsn, tmp_path_factory, ray_cluster) -> list[tuple[tuple, tuple]]:
+    """ROUNDS alternating pairs of srv-query1 runs, (single host, cluster) each as (run, step): the load comparison
+    judges them all, and the first cluster run is also the one whose spread and counts are checked."""
+    pairs = []
+    for _ in range(ROUNDS):
+        single = _run(embedded_dsn, tmp_path_factory.mktemp("single"), "srv-query1", None)
+        spread = _run(embedded_dsn, tmp_path_factory.mktemp("spread"), "srv-query1", ray_cluster.address)
+        pairs.append((single, spread))
+    return pairs
+
+
+def test_lookups_spread_over_both_nodes_count_every_unit(load_rounds, ray_cluster):
+    run, step = load_rounds[0][1]
     assert step.status == "ok", step.notes
     nodes = step.instruments["cluster"]["nodes"]
     assert len(nodes) == 2 and sorted(j for n in nodes for j in n["jobs"]) == list(range(1, JOBS + 1))
@@ -110,7 +122,7 @@ def test_every_step_of_a_run_has_a_process_per_job_up_to_the_clusters_cpus(embed
     assert layouts == [[1, 1], [1, 1, 1, 1], [1, 1, 1, 1]], layouts
 
 
-def test_the_cluster_offers_the_load_of_the_single_host_driver(embedded_dsn, tmp_path, ray_cluster):
+def test_the_cluster_offers_the_load_of_the_single_host_driver(load_rounds):
     """Five alternating rounds: the two-node cluster's 4 jobs reach at least 0.8 of the single-host worker
     processes' (benchmarks/cluster_scaling.py measured 0.89 to 1.35 in its rounds); jobs serialised on one process
     (Python's global lock) gave 0.55, and all 4 on one actor 0.63 (median of 4 rounds): a clean-clone run's median
@@ -119,9 +131,8 @@ def test_the_cluster_offers_the_load_of_the_single_host_driver(embedded_dsn, tmp
     enough on the shared CI host, where one lucky single-host round (28,546 against 22,213-23,951 queries/s in the
     others) set the bar."""
     single, spread = [], []
-    for _ in range(ROUNDS):
-        for address, into in ((None, single), (ray_cluster.address, spread)):
-            _, step = _run(embedded_dsn, tmp_path, "srv-query1", address)
+    for pair in load_rounds:
+        for (_, step), into in zip(pair, (single, spread), strict=True):
             assert step.status == "ok", step.notes
             into.append(step.units / step.elapsed_s)
     ratios = sorted(c / s for c, s in zip(spread, single, strict=True))

@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from capmark.config import RunSpec
@@ -121,6 +122,11 @@ def _head_said(temp: Path) -> str:
     return "\n".join(lines[-20:])
 
 
+# Each step's warm-up and window: the second step's 3.5 s hold the signal or the head's death, sent a second after
+# its jobs connected, with room for a slow poll
+STEP_S = "3"
+
+
 def _cluster_run_past_its_first_step(embedded_dsn: str, results: Path, address: str, head: Path,
                                      env: dict[str, str]) -> subprocess.Popen:
     """A two-step client-side run on the cluster, once its first step is stored. A join that Ray's client server
@@ -129,7 +135,7 @@ def _cluster_run_past_its_first_step(embedded_dsn: str, results: Path, address: 
     said = []
     for _ in range(JOIN_TRIES):
         run = _capmark("run", "srv-query1", "--mode", "client", "--jobs", "1,2", "--warmup", "0.5", "--duration",
-                       "6", "--dsn", embedded_dsn, "--results-dir", str(results), "--cluster", address, env=env)
+                       STEP_S, "--dsn", embedded_dsn, "--results-dir", str(results), "--cluster", address, env=env)
         deadline = time.time() + 180
         while _stored_steps(results) < 1 and run.poll() is None and time.time() < deadline:
             time.sleep(0.2)
@@ -145,13 +151,26 @@ def _cluster_run_past_its_first_step(embedded_dsn: str, results: Path, address: 
                 f"{_head_said(head)}")
 
 
+def _into_the_second_step(dsn: str, run: subprocess.Popen) -> None:
+    """Once both jobs of the second step have connected, one second more: inside its warm-up and window."""
+    deadline = time.time() + 120
+    while run.poll() is None and time.time() < deadline:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            jobs = conn.execute("select count(*) from pg_stat_activity where application_name like 'capmark job %'"
+                                ).fetchone()[0]
+        if jobs >= 2:
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)
+
+
 def test_a_head_that_dies_mid_run_fails_the_run_in_one_sentence_and_ray_stays_off_the_console(embedded_dsn, tmp_path,
                                                                                              ray_head):
     address, kill_head, head = ray_head
     results, logs = tmp_path / "results", tmp_path / "logs"
     run = _cluster_run_past_its_first_step(embedded_dsn, results, address, head, {
         "CAPMARK_LOG_DIR": str(logs), "RAY_CLIENT_RECONNECT_GRACE_PERIOD": str(RAY_RECONNECT_GRACE_S)})
-    time.sleep(3.0)  # into the second step's measured window
+    _into_the_second_step(embedded_dsn, run)
     kill_head()
     out, err = run.communicate(timeout=180)
     assert run.returncode == 1, (out, err)
@@ -198,7 +217,7 @@ def test_sigterm_on_a_cluster_run_interrupts_it_as_anywhere(embedded_dsn, tmp_pa
     address, _kill_head, head = ray_head
     results = tmp_path / "results"
     run = _cluster_run_past_its_first_step(embedded_dsn, results, address, head, {"CAPMARK_LOG_DIR": str(tmp_path / "logs")})
-    time.sleep(3.0)
+    _into_the_second_step(embedded_dsn, run)
     run.send_signal(signal.SIGTERM)
     out, err = run.communicate(timeout=120)
     assert run.returncode == 130, (out, err)

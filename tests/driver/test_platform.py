@@ -139,8 +139,8 @@ def test_an_iops_limit_holds_direct_reads_of_the_data_disk_at_that_rate(tmp_path
 @needs_cgroups
 def test_a_run_confined_to_one_core_records_its_platform_models_one_core_and_leaves_nothing(embedded_dsn, tmp_path):
     _, data_dir = _server(embedded_dsn)
-    done = subprocess.run([sys.executable, "-m", "capmark", "run", "srv-query1", "--jobs", "1", "--warmup", "1s",
-                           "--duration", "2s", "--data-dir", str(data_dir), "--results-dir", str(tmp_path),
+    done = subprocess.run([sys.executable, "-m", "capmark", "run", "srv-query1", "--jobs", "1", "--warmup", "0s",
+                           "--duration", "1s", "--data-dir", str(data_dir), "--results-dir", str(tmp_path),
                            "--server-cpus", "1", "--server-iops", "5000,2000", "--format", "json"],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "CAPMARK_DSN": ""})
     assert done.returncode in (0, 1), done.stderr

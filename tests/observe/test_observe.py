@@ -51,6 +51,8 @@ class Recorder:
     store: ObservationStore
     stored: list[Interval] = field(default_factory=list)
     on_interval: Callable[[int], None] = lambda n: None
+    enough: Callable[[int], bool] = lambda n: False  # the test has what it checks once n intervals are stored
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def begin(self, observation: Observation) -> None:
         self.store.begin(observation)
@@ -59,6 +61,8 @@ class Recorder:
         self.store.save_interval(interval)
         self.stored.append(interval)
         self.on_interval(len(self.stored))
+        if self.enough(len(self.stored)):
+            self.stop.set()  # as Ctrl-C does: the collector ends at its next wait, keeping every stored interval
 
     def save_event(self, event: ObservationEvent) -> None:
         self.store.save_event(event)
@@ -67,13 +71,29 @@ class Recorder:
         self.store.finish(status, reason)
 
 
-def _observe(dsn: str, results: Path, seconds: float, on_interval: Callable[[int], None]) -> Observation:
-    recorder = Recorder(ObservationStore(results), on_interval=on_interval)
+def _observe(dsn: str, results: Path, seconds: float, on_interval: Callable[[int], None],
+             enough: Callable[[int], bool] = lambda n: False) -> Observation:
+    """Observed at 1 s intervals for `seconds` at most, or until `enough` says the test has what it checks."""
+    recorder = Recorder(ObservationStore(results), on_interval=on_interval, enough=enough)
     try:
-        observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=seconds, results_dir=results), recorder)
+        observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=seconds, results_dir=results), recorder,
+                stop=recorder.stop)
     finally:
         recorder.store.close()
     return load_observation(recorder.store.folder)
+
+
+def _two_intervals_after(done: threading.Event) -> Callable[[int], bool]:
+    """Enough once two intervals were stored after the load ended: the one it ended in, and a quiet one after it
+    (which must not charge the load again)."""
+    seen: list[int] = []
+
+    def enough(n: int) -> bool:
+        if done.is_set():
+            seen.append(n)
+        return len(seen) >= 2
+
+    return enough
 
 
 def _catalog_counts(conn: psycopg.Connection) -> tuple[int, int, int, int]:
@@ -119,7 +139,7 @@ def test_statements_calls_and_cpu_are_charged_exactly_and_nothing_is_created(emb
             loader.start()
 
     cpu_before = _cpu_s(backend)
-    obs = _observe(embedded_dsn, tmp_path, 6.0, start_after_first)
+    obs = _observe(embedded_dsn, tmp_path, 6.0, start_after_first, _two_intervals_after(done))
     cpu_used = _cpu_s(backend) - cpu_before
     loader.join()
     assert done.is_set()
@@ -174,7 +194,7 @@ def test_connections_that_start_and_end_between_samples_are_charged_their_cpu(em
             loader.start()
 
     with psycopg.connect(embedded_dsn, autocommit=True) as admin, autovacuum.paused(admin):
-        obs = _observe(embedded_dsn, tmp_path, 9.0, start_after_first)
+        obs = _observe(embedded_dsn, tmp_path, 9.0, start_after_first, _two_intervals_after(done))
         loader.join()
     assert done.is_set(), "the connections did not all end inside the observation"
     truth = sum(used)
@@ -198,7 +218,7 @@ def test_a_statistics_reset_breaks_exactly_its_interval(embedded_dsn: str, tmp_p
         elif n == 4:
             admin.execute("select pg_stat_reset()")
 
-    obs = _observe(embedded_dsn, tmp_path, 7.0, reset)
+    obs = _observe(embedded_dsn, tmp_path, 7.0, reset, lambda n: n == 6)
     admin.close()
     statuses = [i.status.value for i in obs.intervals]
     assert statuses[:6] == ["ok", "ok", "broken", "ok", "broken", "ok"], [(i.status, i.reason) for i in obs.intervals]
@@ -320,7 +340,7 @@ def test_a_lost_connection_breaks_its_interval_and_the_collector_reconnects(embe
             admin.execute("select pg_terminate_backend(pid) from pg_stat_activity where application_name = %s",
                           ("capmark observe",))
 
-    obs = _observe(embedded_dsn, tmp_path, 6.0, terminate)
+    obs = _observe(embedded_dsn, tmp_path, 6.0, terminate, lambda n: n == 5)
     admin.close()
     statuses = [i.status.value for i in obs.intervals]
     assert statuses[:2] == ["ok", "ok"] and statuses[2] == "broken", statuses
@@ -344,7 +364,7 @@ def test_a_server_restart_breaks_exactly_its_interval_and_the_collector_goes_on(
             embedded.start(data_dir)
 
     try:
-        obs = _observe(dsn, tmp_path, 8.0, restart)
+        obs = _observe(dsn, tmp_path, 8.0, restart, lambda n: n == 5)
     finally:
         embedded.stop(data_dir)
         shutil.rmtree(base, ignore_errors=True)

@@ -131,7 +131,7 @@ def no_host_metrics(measured, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def measured_without_host_metrics(embedded_dsn, tmp_path_factory) -> Path:
     """A real run with --host-metrics none: the server runs here, but capmark is told not to look."""
-    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[1, 2], warmup_s=0.5, duration_s=2.0, dsn=embedded_dsn,
+    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[1, 2], warmup_s=0.0, duration_s=1.0, dsn=embedded_dsn,
                                      results_dir=tmp_path_factory.mktemp("real-none"), host_metrics="none"))
     assert run.environment["database_host"]["source"] == "none"
     assert all(s.os == {} and s.process_cpu == {} for s in run.tests[0].steps)
