@@ -3,7 +3,10 @@ what it says on bad input (shared by the bad-input, store-damage and compare tes
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import subprocess
 import sys
 
 import pytest
@@ -22,6 +25,25 @@ def invoke(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.M
         code = exit_.code if isinstance(exit_.code, int) else 1
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def completed(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """capmark.cli.main run in this process with args (and env's variables set for the call), as `python -m
+    capmark.cli` runs it in another: its exit code, stdout and stderr. For commands that read stored runs, where a
+    new interpreter only adds its imports (about a second a call); what a real process adds (its start, its
+    signals, its exit) the subprocess tests check."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["capmark", *args])
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                cli.main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    return subprocess.CompletedProcess(["capmark", *args], code, out.getvalue(), err.getvalue())
 
 
 def assert_one_sentence(code: int, out: str, err: str, *words: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import psycopg
 import pytest
+from commandline import completed
 from storedrows import stored
 
 pytestmark = pytest.mark.db
@@ -72,8 +73,7 @@ def descendants(proc: subprocess.Popen) -> list[psutil.Process]:
 
 
 def report_json(results: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "capmark", "report", "--results-dir", str(results), "--format",
-                          "json"], capture_output=True, text=True, env=_env(), timeout=120)
+    out = completed("report", "--results-dir", str(results), "--format", "json")  # reading it needs no process
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
+from commandline import completed
 from liveruns import run_without_report
 from psycopg.conninfo import make_conninfo
 from scipy.stats import poisson
@@ -107,10 +106,8 @@ def test_updates_write_wal_and_lookups_do_not(server_run):
 def test_report_rerenders_without_a_database(server_run, tmp_path):
     folder = Path(server_run.folder)
     (folder / "report.html").unlink()
-    env = {**os.environ, "CAPMARK_DSN": "postgresql://nobody@127.0.0.1:1/none",
-           "CAPMARK_DATA_DIR": str(tmp_path / "no-server")}
-    out = subprocess.run([sys.executable, "-m", "capmark.cli", "report", str(folder), "--format", "json"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    env = {"CAPMARK_DSN": "postgresql://nobody@127.0.0.1:1/none", "CAPMARK_DATA_DIR": str(tmp_path / "no-server")}
+    out = completed("report", str(folder), "--format", "json", env=env)
     assert out.returncode == 0, out.stderr
     html = (folder / "report.html").read_text()
     assert "srv-query1" in html and "<svg" in html

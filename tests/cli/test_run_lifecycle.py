@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from commandline import completed
 from psycopg.conninfo import make_conninfo
 from storedrows import stored
 
@@ -41,9 +42,8 @@ def start(*args: str, dsn: str, results: Path) -> subprocess.Popen:
 
 
 def capmark(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "1000"}
-    return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+    """A command that reads the stored run, in this process (commandline.completed): the runs are the processes."""
+    return completed(*args, env={"COLUMNS": "1000"})
 
 
 def wait_for(condition: Callable[[], Any], what: str, proc: subprocess.Popen | None = None,

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from commandline import completed
 from liveruns import run_without_report
 from storedruns import unpack
 
@@ -236,13 +235,11 @@ def test_soak_samples_memory_and_a_short_clean_soak_has_no_leak(embedded_dsn, fo
 
 def test_diagnose_command_and_report_section(signatures_run):
     folder = signatures_run.run.folder
-    out = subprocess.run([sys.executable, "-m", "capmark.cli", "diagnose", f"{folder}:wal-lat1", "--format", "json"],
-                         capture_output=True, text=True, timeout=120)
+    out = completed("diagnose", f"{folder}:wal-lat1", "--format", "json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["schema"] == "capmark.diagnose/1" and doc["tests"][0]["workload"] == "wal-lat1"
-    written = subprocess.run([sys.executable, "-m", "capmark.cli", "report", str(folder)], capture_output=True,
-                             text=True, timeout=300)
+    written = completed("report", str(folder))
     assert written.returncode == 0, written.stderr
     html = (Path(folder) / "report.html").read_text()
     assert html.index("<h2>Diagnosis") < html.index("<h2>Run summary")

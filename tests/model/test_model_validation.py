@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commandline import completed
 
 from capmark.model.cases import solve
 
@@ -48,8 +47,7 @@ def test_published_case(case):
 
 
 def test_solve_command_reads_the_whole_file():
-    out = subprocess.run([sys.executable, "-m", "capmark.cli", "solve", str(CASES_FILE)], capture_output=True,
-                         text=True, timeout=120)
+    out = completed("solve", str(CASES_FILE))
     assert out.returncode == 0, out.stderr
     results = json.loads(out.stdout)
     assert [r["id"] for r in results] == [c["id"] for c in CASES]
@@ -67,7 +65,6 @@ def test_solve_command_reads_the_whole_file():
 def test_bad_models_get_one_sentence(tmp_path, case, words):
     path = tmp_path / "case.json"
     path.write_text(json.dumps(case))
-    out = subprocess.run([sys.executable, "-m", "capmark.cli", "solve", str(path)], capture_output=True, text=True,
-                         timeout=120)
+    out = completed("solve", str(path))  # in this process: an exception the command let out fails the test
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert words in " ".join(out.stderr.split())

@@ -7,10 +7,10 @@ import copy
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commandline import completed
 
 from capmark import api
 from capmark.measure import record
@@ -57,7 +57,7 @@ def run(cpu_and_commit_run, tmp_path_factory):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, timeout=300)
+    return completed(*args)
 
 
 def test_calibration_reproduces_its_own_step_and_predicts_the_others(run):

@@ -8,10 +8,10 @@ import json
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commandline import completed
 
 from capmark import api
 from capmark.errors import CapmarkError
@@ -51,7 +51,7 @@ def _edit_steps(folder: Path, test_ordinal: int | None, status: str | None) -> N
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, timeout=300)
+    return completed(*args)
 
 
 @pytest.fixture

@@ -17,12 +17,12 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from commandline import completed
 from liveruns import run_without_report
 from storedruns import unpack
 from typer.testing import CliRunner
@@ -155,7 +155,7 @@ def old_remote(measured, tmp_path_factory) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, timeout=300)
+    return completed(*args)
 
 
 def _calibrate_json(folder: Path, *options: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from commandline import assert_one_sentence, invoke
+from commandline import assert_one_sentence, completed, invoke
 
 from capmark import store
 from capmark.store import DB_NAME, SCHEMA
@@ -34,13 +34,18 @@ def _without_write_override() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
+NO_DATABASE = {"CAPMARK_DSN": "postgresql://nobody@127.0.0.1:1/none",  # reading a run must need no database
+               "COLUMNS": "1000"}  # one message, one line
+
+
 def capmark(*args: str, read_only: bool = False, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "CAPMARK_DSN": "postgresql://nobody@127.0.0.1:1/none",  # reading a run must need no database
-           "COLUMNS": "1000"}  # one message, one line
+    """A reading command; in a process of its own where file permissions must bind it as a user (read_only, as
+    root), else in this one (commandline.completed)."""
+    if not (read_only and os.geteuid() == 0):
+        return completed(*args, env=NO_DATABASE)
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), **NO_DATABASE}
     return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, preexec_fn=_without_write_override if read_only and os.geteuid() == 0
-                          else None)
+                          timeout=timeout, preexec_fn=_without_write_override)
 
 
 @pytest.fixture(scope="module")

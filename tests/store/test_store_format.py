@@ -6,11 +6,11 @@ import gzip
 import json
 import sqlite3
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from commandline import completed
 
 from capmark import api
 from capmark.errors import CapmarkError
@@ -39,7 +39,7 @@ def _unpack(where: Path, version: int | None = None) -> Path:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "capmark.cli", *args], capture_output=True, text=True, timeout=300)
+    return completed(*args)
 
 
 def test_a_run_of_format_1_still_opens_with_its_figures(tmp_path):
