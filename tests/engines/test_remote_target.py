@@ -114,10 +114,11 @@ def remote_ctx() -> Iterator[tuple[StepContext, Tee]]:
 
 def _measure(ctx: StepContext, tee: Tee, workload: str, jobs: int
              ) -> tuple[StepResult, StepResult, list[dict[str, Any]]]:
-    """One real step through the SQL source, the same step as this machine's /proc saw it, and the readings."""
+    """One real step through the SQL source, the same step as this machine's /proc saw it, and the readings (no
+    warm-up: the two sources read the same instants, whatever the step does in its first second)."""
     tee.shadow_readings.clear()
     w = registry.WORKLOADS[workload]
-    step = run_step(ctx, w, w.resolve_params({}), SIZE, StepPlan(1, jobs, 0.5, 3.0, "server"))
+    step = run_step(ctx, w, w.resolve_params({}), SIZE, StepPlan(1, jobs, 0.0, 3.0, "server"))
     before, after = tee.shadow_readings[0], tee.shadow_readings[-1]
     local = StepResult(**{**step.__dict__})
     local.os = stepmod._os_summary(*(stepmod._OsReading(r["stat"], r["disks"], r["mem"], r["pressure"], r.get("procs"))
