@@ -184,7 +184,9 @@ def test_a_lock_taken_in_the_window_ends_the_step_within_a_bound_and_stores_it_i
     with the diagnosis 'clean'."""
     heard = Heard()
     holder = Holder(model_db, when_jobs_connect=True)
-    duration_s = 1.0
+    # 2 s: the job's first 1 s slice, begun before the holder asks for its lock, holds the holder off until it ends;
+    # only a second slice in the window waits on it (a 1 s window completed whole in one clean-clone run)
+    duration_s = 2.0
     started = time.monotonic()
     try:
         run = runner.run(_spec(model_db, tmp_path, 0.0, duration_s, [1]), heard)
