@@ -137,7 +137,7 @@ TEST_OVERRUN_MARGIN_S, TEST_LOCK_OVERRUN_LIMIT_S = 1.0, 6.0
 @pytest.fixture
 def short_overruns(monkeypatch: pytest.MonkeyPatch) -> float:
     """The overrun bounds shortened for the test (the lock-waiting behaviour is the same); the limit in force."""
-    assert step_module.LOCK_OVERRUN_LIMIT_S > OVERRUN_TOLERANCE_S  # the shipped values, as the test's keep
+    assert step_module.LOCK_OVERRUN_LIMIT_S > OVERRUN_TOLERANCE_S  # the shipped bound, as the test's own does
     assert TEST_LOCK_OVERRUN_LIMIT_S > OVERRUN_TOLERANCE_S
     monkeypatch.setattr(step_module, "OVERRUN_MARGIN_S", TEST_OVERRUN_MARGIN_S)
     monkeypatch.setattr(step_module, "LOCK_OVERRUN_LIMIT_S", TEST_LOCK_OVERRUN_LIMIT_S)

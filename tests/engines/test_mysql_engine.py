@@ -216,7 +216,7 @@ def test_cached_lookups_hit_the_buffer_pool_and_read_a_few_pages_each(measured: 
         assert PAGES_PER_LOOKUP[0] <= pages <= PAGES_PER_LOOKUP[1], (jobs, pages)
 
 
-def test_the_quick_suite_is_decomposed_modelled_and_diagnosed(measured: Path, tmp_path: Path) -> None:
+def test_the_quick_suite_is_decomposed_modelled_and_diagnosed(measured: Path) -> None:
     answers = {}
     for command in ("demands", "calibrate", "diagnose"):
         out = completed(command, str(measured), "--format", "json", env={"CAPMARK_DSN": ""})  # reads the stored run
