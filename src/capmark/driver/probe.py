@@ -23,16 +23,22 @@ from typing import Any
 
 from capmark.engines.base import Engine
 
-# CPU-bound, no table, no IO: the server's executor alone, about 0.1 s each on the 2-vCPU development machine
-# (PostgreSQL's 0.14 s, MariaDB's 0.09 s; MariaDB's benchmark() of 2,000,000 digests took 1.7 s, so a level's window
-# held one statement and a loaded host's probe ended with no rate at all)
+# CPU-bound, no table, no IO: the server's executor alone, 10-20 ms each on the 2-vCPU development machine, so a
+# level's short window holds many whole statements per session. PostgreSQL's set-returning function stands in the
+# select list, where its rows stream through the aggregate: in FROM it is gathered into a tuplestore first, which at
+# 500,000 rows outgrew work_mem and wrote and read 855 temporary blocks per statement, so the probe measured the
+# device as well as the cores. MariaDB's benchmark() of 2,000,000 digests took 1.7 s, longer than a window.
 PROBE_STATEMENTS = {
-    "postgresql": "select count(*) from generate_series(1, 500000)",
-    "mysql": "select benchmark(100000, md5('capmark'))",
+    "postgresql": "select count(*) from (select generate_series(1, 300000)) as numbers",
+    "mysql": "select benchmark(20000, md5('capmark'))",
 }
-PROBE_LEVEL_S = 2.0  # each level's window: over ten statements per session
-PROBE_ROUNDS = 3  # alternating order (up, down, up) with medians: the host's drift between levels cancels
-PROBE_FORMAT = 2  # 2: MariaDB's statement shortened, so its earlier one-statement windows are measured again
+# The host's speed moves from one second to the next (one core's CPU per statement went from 32 to 44 ms between
+# two 2 s levels on this VM), so levels alternate in many short rounds and each ratio's two rates are a fraction of
+# a second apart. Confined to one core, 24 rounds of 0.25 s read 1.01-1.04 cores at 2 sessions in five probes, where
+# 3 rounds of 2 s read 0.79-1.14.
+PROBE_LEVEL_S = 0.25
+PROBE_ROUNDS = 24  # alternating order (up, down, up, ...) with medians
+PROBE_FORMAT = 3  # 3: PostgreSQL's statement no longer spills to temporary files, so earlier probes are measured again
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capmark" / "platforms"
 
 
@@ -86,36 +92,32 @@ def session_rate(ends: list[float], opened: float, closed: float) -> float:
     return (len(inside) - 1) / (inside[-1] - inside[0])
 
 
-def _level(engine: Engine, dsn: str, sessions: int, statement: str) -> float:
-    """Statements per second of `sessions` sessions each running `statement` back to back, over a window that opens
-    once every session has finished its first statement (connections warm, all sessions busy)."""
-    conns = [engine.connect(dsn, application_name="capmark probe") for _ in range(sessions)]
-    ends: list[list[float]] = [[] for _ in range(sessions)]
-    first_done = threading.Barrier(sessions)
+def _level(engine: Engine, sessions: list[Any], statement: str) -> float:
+    """Statements per second of the sessions each running `statement` back to back, over a window that opens
+    once every session has finished its first statement (all sessions busy)."""
+    ends: list[list[float]] = [[] for _ in sessions]
+    first_done = threading.Barrier(len(sessions))
     window: list[float] = []
 
     def loop(i: int) -> None:
-        engine.execute(conns[i], statement)
+        engine.execute(sessions[i], statement)
         if first_done.wait() == 0:
             window.append(time.monotonic())
         while True:
-            engine.execute(conns[i], statement)
+            engine.execute(sessions[i], statement)
             now = time.monotonic()
             ends[i].append(now)
             if window and now >= window[0] + PROBE_LEVEL_S:
                 return
 
-    try:
-        threads = [threading.Thread(target=loop, args=(i,), name=f"capmark-probe-{i}", daemon=True) for i in range(sessions)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        opened = window[0]
-        return sum(session_rate(e, opened, opened + PROBE_LEVEL_S) for e in ends)
-    finally:
-        for conn in conns:
-            conn.close()
+    threads = [threading.Thread(target=loop, args=(i,), name=f"capmark-probe-{i}", daemon=True)
+               for i in range(len(sessions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    opened = window[0]
+    return sum(session_rate(e, opened, opened + PROBE_LEVEL_S) for e in ends)
 
 
 def effective_cores(rates: list[dict[int, float]], levels: list[int]) -> dict[int, float] | None:
@@ -147,8 +149,16 @@ def measure(engine: Engine, dsn: str, cores: int) -> PlatformScaling | None:
     levels = probe_levels(cores)
     rates: list[dict[int, float]] = []
     statement = PROBE_STATEMENTS[engine.name]
-    for r in range(PROBE_ROUNDS):
-        rates.append({k: _level(engine, dsn, k, statement) for k in (levels if r % 2 == 0 else reversed(levels))})
+    sessions: list[Any] = []  # opened once: a level of k sessions takes the first k, so no level waits for connections
+    try:
+        for _ in range(max(levels)):
+            sessions.append(engine.connect(dsn, application_name="capmark probe"))
+        for r in range(PROBE_ROUNDS):
+            rates.append({k: _level(engine, sessions[:k], statement)
+                          for k in (levels if r % 2 == 0 else reversed(levels))})
+    finally:
+        for session in sessions:
+            session.close()
     effective = effective_cores(rates, levels)
     if effective is None:
         return None
