@@ -62,8 +62,9 @@ def test_facts_match_proc(exporter: tuple[str, int], local: hosts.ProcHost) -> N
     assert host.facts.memory_bytes == local.facts.memory_bytes
     assert host.facts.kernel == local.facts.kernel
     assert host.facts.cpu_model == local.facts.cpu_model
-    assert host.facts.boot_id is None
     assert host.driver_on_host  # the same kernel and host name as this test
+    # the same running kernel as this machine's: the same boot id, so the host's CPU probe is cached once for both
+    assert host.facts.boot_id == local.facts.boot_id is not None
     assert any("CPU by process" in s for s in host.facts.cannot_see)
     assert host.instance() is None and host.process_cpu_s(os.getpid()) is None and host.host_processes() is None
     assert host.own_pids() == [] and host.transactions() == 0

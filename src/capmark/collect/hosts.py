@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from capmark.collect import procfs
-from capmark.collect.hostsource import HostSource, NoHost
+from capmark.collect.hostsource import HostSource, NoHost, local_boot_id
 from capmark.collect.node_exporter import node_exporter_source
 from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
 from capmark.config import check_host_metrics
@@ -243,14 +243,6 @@ class ProcHost:
         self.reader.close()
 
 
-def _local_boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def _facts(source: str, reader: ProcReader, kernel: str | None) -> procfs.HostFacts:
     texts = reader.read(["/proc/stat", "/proc/cpuinfo", "/proc/meminfo", "/proc/sys/kernel/random/boot_id",
                          "/proc/sys/kernel/osrelease"])
@@ -284,7 +276,7 @@ def sql_source(dsn: str, connect: Callable[..., Any] | None = None) -> ProcHost:
     own = procfs.parse_pid_stat(texts[f"/proc/{backend}/stat"] or "")
     facts = _facts("sql", reader, None)
     host = ProcHost("sql", reader, own.ppid if own else None, facts,
-                    driver_on_host=facts.boot_id is not None and facts.boot_id == _local_boot_id(),
+                    driver_on_host=facts.boot_id is not None and facts.boot_id == local_boot_id(),
                     session_pids=[backend])
     if reader.list_pids() is None:
         facts.cannot_see.append(reader.list_reason)

@@ -13,6 +13,17 @@ from capmark.collect import procfs
 from capmark.collect.os import HostProcesses, ProcessSample
 from capmark.engines.base import TargetInfo
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def local_boot_id() -> str | None:
+    """This machine's running kernel: a host source that reads the same one is this machine."""
+    try:
+        with open(BOOT_ID) as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
 
 class HostSource(Protocol):
     """One way to read the database host's counters. Methods return None where the source cannot see."""

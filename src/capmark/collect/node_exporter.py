@@ -23,7 +23,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from capmark.collect import procfs
-from capmark.collect.hostsource import HostWideOnly
+from capmark.collect.hostsource import HostWideOnly, local_boot_id
 from capmark.config import (
     MASK,
     NODE_EXPORTER_EXAMPLE,
@@ -410,7 +410,10 @@ def host_facts(scrape: Scrape, stat: procfs.ProcStat) -> procfs.HostFacts:
     memory = scrape.value("node_memory_MemTotal_bytes")
     facts = procfs.HostFacts(NAME, cores=len(stat.per_cpu), cpu_model=scrape.label("node_cpu_info", "model_name"),
                              memory_bytes=round(memory) if memory is not None else None,
-                             kernel=scrape.label("node_uname_info", "release"), boot_id=None,
+                             kernel=scrape.label("node_uname_info", "release"),
+                             # node_exporter has no boot id; an exporter on this machine's running kernel shares this
+                             # machine's, so that the host's CPU probe, cached by it, is not measured again
+                             boot_id=local_boot_id() if driver_on_host(scrape) else None,
                              cannot_see=[NO_PROCESS_CPU])
     if not stalls_from(scrape):
         facts.cannot_see.append(NO_PRESSURE)
