@@ -81,8 +81,8 @@ def test_quiesce_checkpoints_the_dirty_buffers_and_waits_a_full_idle_window(embe
             time.sleep(0.1)
         assert _requested_checkpoints(admin) > requested
         if devices and not result.limit_hit:
-            # the window may begin before the checkpoint, but what the checkpoint wrote (25 MB) keeps the device
-            # busy: only a whole window after its writes ends the wait
+            # what the checkpoint wrote (25 MB) keeps the device busy: only a whole window after its writes ends
+            # the wait
             checkpoint_s = _checkpoint_busy_s(admin) - busy_before
             assert result.seconds >= IDLE_WINDOW_S + checkpoint_s, (result.seconds, checkpoint_s)
         if result.limit_hit:
