@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from capmark.collect import procfs
-from capmark.collect.hostsource import HostSource, NoHost, local_boot_id
+from capmark.collect.hostsource import BOOT_ID, HostSource, NoHost, local_boot_id
 from capmark.collect.node_exporter import node_exporter_source
 from capmark.collect.os import KERNEL_THREADS_PARENT, HostProcesses, ProcessSample, role_of
 from capmark.config import check_host_metrics
@@ -244,14 +244,13 @@ class ProcHost:
 
 
 def _facts(source: str, reader: ProcReader, kernel: str | None) -> procfs.HostFacts:
-    texts = reader.read(["/proc/stat", "/proc/cpuinfo", "/proc/meminfo", "/proc/sys/kernel/random/boot_id",
-                         "/proc/sys/kernel/osrelease"])
+    texts = reader.read(["/proc/stat", "/proc/cpuinfo", "/proc/meminfo", BOOT_ID, "/proc/sys/kernel/osrelease"])
     stat = procfs.parse_stat(texts["/proc/stat"] or "")
     mem = procfs.parse_meminfo(texts["/proc/meminfo"] or "")
     return procfs.HostFacts(
         source=source, cores=len(stat.per_cpu) or None, cpu_model=procfs.parse_cpu_model(texts["/proc/cpuinfo"] or ""),
         memory_bytes=mem.get("MemTotal"), kernel=(texts["/proc/sys/kernel/osrelease"] or "").strip() or kernel,
-        boot_id=(texts["/proc/sys/kernel/random/boot_id"] or "").strip() or None)
+        boot_id=(texts[BOOT_ID] or "").strip() or None)
 
 
 def local_source(postmaster_pid: int, threaded_role: str | None = None) -> ProcHost:

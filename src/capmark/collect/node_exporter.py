@@ -400,20 +400,21 @@ def node_exporter_source(url: str, data_directory: str | None, token: str | None
                            "(or its cpu collector is off); give the address of the node_exporter on the database "
                            f"host, e.g. {EXAMPLE_URL}.")
     enabled = frozenset(page.by_label("node_scrape_collector_success", "collector")) or None
-    host = NodeExporterHost(where.url, host_facts(page, stat), driver_on_host(page), enabled, data_directory,
+    on_this_host = driver_on_host(page)
+    host = NodeExporterHost(where.url, host_facts(page, stat, on_this_host), on_this_host, enabled, data_directory,
                             cost=probe.cost, shown=where.shown, authorization=where.authorization)
     host.stalls.pressure(time.monotonic(), stalls_from(page))  # the first reading's base
     return host
 
 
-def host_facts(scrape: Scrape, stat: procfs.ProcStat) -> procfs.HostFacts:
+def host_facts(scrape: Scrape, stat: procfs.ProcStat, on_this_host: bool) -> procfs.HostFacts:
     memory = scrape.value("node_memory_MemTotal_bytes")
     facts = procfs.HostFacts(NAME, cores=len(stat.per_cpu), cpu_model=scrape.label("node_cpu_info", "model_name"),
                              memory_bytes=round(memory) if memory is not None else None,
                              kernel=scrape.label("node_uname_info", "release"),
                              # node_exporter has no boot id; an exporter on this machine's running kernel shares this
                              # machine's, so that the host's CPU probe, cached by it, is not measured again
-                             boot_id=local_boot_id() if driver_on_host(scrape) else None,
+                             boot_id=local_boot_id() if on_this_host else None,
                              cannot_see=[NO_PROCESS_CPU])
     if not stalls_from(scrape):
         facts.cannot_see.append(NO_PRESSURE)

@@ -31,6 +31,7 @@ from typing import Any, NotRequired, TypedDict
 
 import platformdirs
 
+from capmark.collect.hostsource import local_boot_id
 from capmark.driver.jobs import Schedule
 from capmark.driver.procs import JobsInProcess, WorkerResult, WorkerSpec, first_line, split_jobs, take_environ
 from capmark.errors import CapmarkError
@@ -42,7 +43,6 @@ STOP_TIMEOUT_S = 10.0
 REACH_TIMEOUT_S = 3.0  # a cluster's head answers a TCP connect within this, or the address is wrong
 ARRIVE_POLL_S = 0.001  # how often an actor looks whether its jobs have all reached the barrier
 ACTOR_CONCURRENCY = 4  # an actor answers "stop" while it waits for its jobs at a phase boundary
-BOOT_ID = "/proc/sys/kernel/random/boot_id"  # the same running kernel: the same host
 
 INSTALL_HINT = "install it with pip install 'capmark[cluster]' on this host and on every node of the cluster"
 LOG_DIR_ENV = "CAPMARK_LOG_DIR"  # where Ray's log file goes (default: capmark's log folder, platformdirs)
@@ -345,13 +345,8 @@ class NodeFacts:
 def _node_facts() -> NodeFacts:
     import ray
 
-    try:
-        with open(BOOT_ID) as f:
-            boot_id: str | None = f.read().strip()
-    except OSError:
-        boot_id = None
     return NodeFacts(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address(), socket.gethostname(),
-                     os.cpu_count() or 1, boot_id)
+                     os.cpu_count() or 1, local_boot_id())
 
 
 @dataclass(frozen=True)
