@@ -47,24 +47,32 @@ def _capmark(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.
 RAY_RECONNECT_GRACE_S = 5
 HEAD_STARTS = 3  # a head whose client server never starts a session is started anew
 JOIN_TRIES = 3  # a run whose join the head refused throughout capmark's own wait is started anew
-# A head that has just started may fail a new client's first sessions ("Initialization failure from server": its
-# client server's session process exits at once), as capmark's join knows (driver/cluster.py); the probe tries the
-# same head again for this long, and says what Ray said when it gives up
-PROBE_S = 60
-PROBE = f"""
-import sys, time, ray
-deadline = time.monotonic() + {PROBE_S}
-while True:
-    try:
-        ray.init(sys.argv[1], log_to_driver=False)
-        break
-    except Exception as err:
-        ray.shutdown()
-        if time.monotonic() > deadline:
-            sys.exit(str(err)[-400:])
-        time.sleep(1)
+# A head that has just started may fail a new client's first session: its client server's session process exits at
+# once ("Initialization failure from server", as capmark's join knows: driver/cluster.py), or, as often on this
+# machine, Ray's proxy then waits 30 s for that dead session's channel before the client hears of it. One client at
+# a time is given a few seconds (a join takes 3-5 s here) and a new one tries after it, each given longer.
+PROBE_ATTEMPTS_S = (10, 20, 40)
+PROBE = """
+import sys, ray
+ray.init(sys.argv[1], log_to_driver=False)
 ray.shutdown()
 """
+
+
+def _accepts_a_client(address: str) -> str | None:
+    """None once a client has joined the head at address; else what the last attempt said."""
+    said = "(nothing)"
+    for attempt_s in PROBE_ATTEMPTS_S:
+        try:
+            probe = subprocess.run([sys.executable, "-c", PROBE, address], capture_output=True, text=True,
+                                   timeout=attempt_s)
+        except subprocess.TimeoutExpired:
+            said = f"no session in {attempt_s} s"
+            continue
+        if probe.returncode == 0:
+            return None
+        said = (probe.stderr.strip().splitlines() or ["(nothing)"])[-1][-400:]
+    return said
 
 
 def _start_head() -> tuple[str, int, Path]:
@@ -92,14 +100,13 @@ def ray_head():
     said = []
     for _ in range(HEAD_STARTS):
         address, group, temp = _start_head()
-        probe = subprocess.run([sys.executable, "-c", PROBE, address], capture_output=True, text=True,
-                               timeout=PROBE_S + 120)
-        if probe.returncode == 0:
+        refusal = _accepts_a_client(address)
+        if refusal is None:
             break
-        said.append(probe.stderr.strip().splitlines()[-1:] or ["(nothing)"])
+        said.append(refusal)
         _kill(group)
     else:
-        pytest.fail(f"no Ray head started here accepted a client in {HEAD_STARTS} tries of {PROBE_S} s; Ray said: "
+        pytest.fail(f"no Ray head started here accepted a client in {HEAD_STARTS} starts; Ray said: "
                     f"{said}")
     yield address, lambda: _kill(group), temp
     _kill(group)
