@@ -28,6 +28,7 @@ The host's own CPU scaling (capmark's probe, measured once per host and recorded
 confined run's model know that this host's second core is not a whole core.
 
     python benchmarks/whatif_vs_real.py [--lever cores|quota|disk|load] [--jobs 1,2,4] [--duration 10s] [--workloads ...]
+    python benchmarks/whatif_vs_real.py --lever cores|quota|disk --rounds 3   # alternating rounds, median errors
     python benchmarks/whatif_vs_real.py [--lever cores|quota|disk] --runs SMALLER_DIR LARGER_DIR   # score stored runs
 """
 
@@ -159,6 +160,49 @@ def predict(source: RunResult, test: TestResult, platform: Platform,
     return out
 
 
+def errors(source: RunResult, target: RunResult, platform: Platform) -> dict[tuple[str, int | str], tuple[float, float]]:
+    """Per (workload, job count or "max"): the prediction's throughput and response-time errors (predicted /
+    measured - 1; response NaN for "max"), for every test the source could be calibrated on."""
+    out: dict[tuple[str, int | str], tuple[float, float]] = {}
+    for test in source.tests:
+        other = next((t for t in target.tests if t.workload == test.workload), None)
+        if other is None:
+            continue
+        measured = _measured(other)
+        try:
+            predicted = predict(source, test, platform, sorted(measured))
+        except CapmarkError:
+            continue
+        for j in sorted(measured):
+            (mx, mr), (px, pr, _) = measured[j], predicted[j]
+            out[(test.workload, j)] = (px / mx - 1, pr / mr - 1 if mr else float("nan"))
+        peak_m, peak_p = max(x for x, _ in measured.values()), max(x for x, _, _ in predicted.values())
+        out[(test.workload, "max")] = (peak_p / peak_m - 1, float("nan"))
+    return out
+
+
+def rounds_table(pairs: list[tuple[RunResult, RunResult]], up: Platform, down: Platform,
+                 names: tuple[str, ...]) -> list[str]:
+    """Alternating rounds: each round's smaller and larger run predict each other; the median error over the
+    rounds per workload, direction and job count, with the rounds' own spread (min..max) beside it."""
+    lines = ["| workload | prediction | jobs | throughput error, median | rounds | response error, median | goal |",
+             "|---|---|---|---|---|---|---|"]
+    for label, direction in ((f"{names[0]} -> {names[1]}", lambda s, b: errors(s, b, up)),
+                             (f"{names[1]} -> {names[0]}", lambda s, b: errors(b, s, down))):
+        per_round = [direction(small, large) for small, large in pairs]
+        keys = [k for k in per_round[0] if all(k in r for r in per_round)]
+        for workload, jobs in keys:
+            ex = [r[(workload, jobs)][0] for r in per_round]
+            er = [r[(workload, jobs)][1] for r in per_round]
+            mex = statistics.median(ex)
+            mer = statistics.median(er) if jobs != "max" else float("nan")
+            ok = abs(mex) <= GOAL_THROUGHPUT and (jobs == "max" or abs(mer) <= GOAL_RESPONSE)
+            resp = "" if jobs == "max" else f"{mer:+.1%}"
+            lines.append(f"| {workload} | {label} | {jobs} | {mex:+.1%} | {min(ex):+.1%}..{max(ex):+.1%} | {resp} | "
+                         f"{'met' if ok else 'missed'} |")
+    return lines
+
+
 def compare(source: RunResult, target: RunResult, platform: Platform, label: str) -> list[str]:
     lines = []
     for test in source.tests:
@@ -192,6 +236,7 @@ def main() -> None:
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--results", type=Path, default=Path("results-whatif-vs-real"))
     ap.add_argument("--runs", nargs=2, type=Path, metavar=("SMALLER", "LARGER"))
+    ap.add_argument("--rounds", type=int, default=1, help="alternating rounds of both platforms (median errors)")
     args = ap.parse_args()
     host_cores = os.cpu_count() or 1
     args.workloads = args.workloads or ",".join(DISK_WORKLOADS if args.lever == "disk" else WORKLOADS)
@@ -214,6 +259,18 @@ def main() -> None:
         names = tuple(f"quota {q:g}" for q in QUOTAS)
         up = lambda model: dbmodel.Config(model.cores, cpu_speed=QUOTAS[1] / QUOTAS[0])  # noqa: E731
         down = lambda model: dbmodel.Config(model.cores, cpu_speed=QUOTAS[0] / QUOTAS[1])  # noqa: E731
+    if args.rounds > 1 and not args.runs:
+        workloads, jobs = args.workloads.split(","), [int(j) for j in args.jobs.split(",")]
+        duration = parse_duration(args.duration, "duration")
+        pairs = []
+        for k in range(args.rounds):
+            pairs.append((measure(workloads, jobs, duration, limits[0], args.results),
+                          measure(workloads, jobs, duration, limits[1], args.results)))
+            print(f"round {k + 1}: {names[0]} {pairs[-1][0].folder}, {names[1]} {pairs[-1][1].folder}", flush=True)
+        scaling = pairs[0][1].environment.get("platform_scaling") or pairs[0][0].environment.get("platform_scaling")
+        print(f"{args.rounds} alternating rounds; host probe: {scaling}")
+        print("\n".join(rounds_table(pairs, up, down, names)))
+        return
     if args.runs:
         smaller, larger = load_run(args.runs[0]), load_run(args.runs[1])
     else:
