@@ -37,7 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from capmark import api
@@ -160,24 +160,35 @@ def predict(source: RunResult, test: TestResult, platform: Platform,
     return out
 
 
-def errors(source: RunResult, target: RunResult, platform: Platform) -> dict[tuple[str, int | str], tuple[float, float]]:
-    """Per (workload, job count or "max"): the prediction's throughput and response-time errors (predicted /
-    measured - 1; response NaN for "max"), for every test the source could be calibrated on."""
-    out: dict[tuple[str, int | str], tuple[float, float]] = {}
+Predictions = Iterator[tuple[str, dict[int, tuple[float, float]], dict[int, tuple[float, float, bool]] | CapmarkError]]
+
+
+def _predictions(source: RunResult, target: RunResult, platform: Platform) -> Predictions:
+    """For each test of the source that the target ran too: its workload, the target's measured figures per job
+    count, and the source's model's predictions of them (or why it could not be calibrated)."""
     for test in source.tests:
         other = next((t for t in target.tests if t.workload == test.workload), None)
         if other is None:
             continue
         measured = _measured(other)
         try:
-            predicted = predict(source, test, platform, sorted(measured))
-        except CapmarkError:
+            yield test.workload, measured, predict(source, test, platform, sorted(measured))
+        except CapmarkError as err:
+            yield test.workload, measured, err
+
+
+def errors(source: RunResult, target: RunResult, platform: Platform) -> dict[tuple[str, int | str], tuple[float, float]]:
+    """Per (workload, job count or "max"): the prediction's throughput and response-time errors (predicted /
+    measured - 1; response NaN for "max"), for every test the source could be calibrated on."""
+    out: dict[tuple[str, int | str], tuple[float, float]] = {}
+    for workload, measured, predicted in _predictions(source, target, platform):
+        if isinstance(predicted, CapmarkError):
             continue
         for j in sorted(measured):
             (mx, mr), (px, pr, _) = measured[j], predicted[j]
-            out[(test.workload, j)] = (px / mx - 1, pr / mr - 1 if mr else float("nan"))
+            out[(workload, j)] = (px / mx - 1, pr / mr - 1 if mr else float("nan"))
         peak_m, peak_p = max(x for x, _ in measured.values()), max(x for x, _, _ in predicted.values())
-        out[(test.workload, "max")] = (peak_p / peak_m - 1, float("nan"))
+        out[(workload, "max")] = (peak_p / peak_m - 1, float("nan"))
     return out
 
 
@@ -205,25 +216,19 @@ def rounds_table(pairs: list[tuple[RunResult, RunResult]], up: Platform, down: P
 
 def compare(source: RunResult, target: RunResult, platform: Platform, label: str) -> list[str]:
     lines = []
-    for test in source.tests:
-        other = next((t for t in target.tests if t.workload == test.workload), None)
-        if other is None:
-            continue
-        measured = _measured(other)
-        try:
-            predicted = predict(source, test, platform, sorted(measured))
-        except CapmarkError as err:
-            lines.append(f"| {test.workload} | {label} | not calibrated: {err} |")
+    for workload, measured, predicted in _predictions(source, target, platform):
+        if isinstance(predicted, CapmarkError):
+            lines.append(f"| {workload} | {label} | not calibrated: {predicted} |")
             continue
         for j in sorted(measured):
             mx, mr = measured[j]
             px, pr, _ = predicted[j]
             ex, er = px / mx - 1, pr / mr - 1 if mr else float("nan")
             ok = abs(ex) <= GOAL_THROUGHPUT and abs(er) <= GOAL_RESPONSE
-            lines.append(f"| {test.workload} | {label} | {j} | {mx:,.0f} | {px:,.0f} | {ex:+.1%} | {mr * 1e3:.3f} | "
+            lines.append(f"| {workload} | {label} | {j} | {mx:,.0f} | {px:,.0f} | {ex:+.1%} | {mr * 1e3:.3f} | "
                          f"{pr * 1e3:.3f} | {er:+.1%} | {'met' if ok else 'missed'} |")
         peak_m, peak_p = max(x for x, _ in measured.values()), max(x for x, _, _ in predicted.values())
-        lines.append(f"| {test.workload} | {label} | max | {peak_m:,.0f} | {peak_p:,.0f} | {peak_p / peak_m - 1:+.1%} "
+        lines.append(f"| {workload} | {label} | max | {peak_m:,.0f} | {peak_p:,.0f} | {peak_p / peak_m - 1:+.1%} "
                      f"| | | | {'met' if abs(peak_p / peak_m - 1) <= GOAL_THROUGHPUT else 'missed'} |")
     return lines
 
