@@ -47,11 +47,14 @@ def _capmark(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.
 RAY_RECONNECT_GRACE_S = 5
 HEAD_STARTS = 3  # a head whose client server never starts a session is started anew
 JOIN_TRIES = 3  # a run whose join the head refused throughout capmark's own wait is started anew
-# A head that has just started may fail a new client's first session: its client server's session process exits at
-# once ("Initialization failure from server", as capmark's join knows: driver/cluster.py), or, as often on this
-# machine, Ray's proxy then waits 30 s for that dead session's channel before the client hears of it. One client at
-# a time is given a few seconds (a join takes 3-5 s here) and a new one tries after it, each given longer.
-PROBE_ATTEMPTS_S = (10, 20, 40)
+# A head that has just started may fail a new client's first sessions: its client server's session process exits at
+# once ("Initialization failure from server", as capmark's join knows: driver/cluster.py), or Ray's proxy then waits
+# 30 s for that dead session's channel before the client hears of it (half the fault tests' setups in one clean-clone
+# run). A client is tried again after a failure, for PROBE_S in all; one that has heard nothing after
+# FIRST_ATTEMPT_S (a join takes 3-5 s here) is given up for a new one, each new one given twice as long.
+PROBE_S = 60
+FIRST_ATTEMPT_S = 10.0
+RETRY_PAUSE_S = 1.0
 PROBE = """
 import sys, ray
 ray.init(sys.argv[1], log_to_driver=False)
@@ -61,17 +64,19 @@ ray.shutdown()
 
 def _accepts_a_client(address: str) -> str | None:
     """None once a client has joined the head at address; else what the last attempt said."""
-    said = "(nothing)"
-    for attempt_s in PROBE_ATTEMPTS_S:
+    deadline = time.monotonic() + PROBE_S
+    attempt_s, said = FIRST_ATTEMPT_S, "(nothing)"
+    while (left := deadline - time.monotonic()) > 0:
         try:
             probe = subprocess.run([sys.executable, "-c", PROBE, address], capture_output=True, text=True,
-                                   timeout=attempt_s)
+                                   timeout=min(attempt_s, left))
         except subprocess.TimeoutExpired:
-            said = f"no session in {attempt_s} s"
+            said, attempt_s = f"no session in {min(attempt_s, left):.0f} s", attempt_s * 2
             continue
         if probe.returncode == 0:
             return None
         said = (probe.stderr.strip().splitlines() or ["(nothing)"])[-1][-400:]
+        time.sleep(RETRY_PAUSE_S)
     return said
 
 
@@ -106,7 +111,7 @@ def ray_head():
         said.append(refusal)
         _kill(group)
     else:
-        pytest.fail(f"no Ray head started here accepted a client in {HEAD_STARTS} starts; Ray said: "
+        pytest.fail(f"no Ray head started here accepted a client in {HEAD_STARTS} starts of {PROBE_S} s each; Ray said: "
                     f"{said}")
     yield address, lambda: _kill(group), temp
     _kill(group)
