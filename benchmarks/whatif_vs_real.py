@@ -264,13 +264,18 @@ def main() -> None:
         names = tuple(f"quota {q:g}" for q in QUOTAS)
         up = lambda model: dbmodel.Config(model.cores, cpu_speed=QUOTAS[1] / QUOTAS[0])  # noqa: E731
         down = lambda model: dbmodel.Config(model.cores, cpu_speed=QUOTAS[0] / QUOTAS[1])  # noqa: E731
+    workloads, jobs = args.workloads.split(","), [int(j) for j in args.jobs.split(",")]
+    duration = parse_duration(args.duration, "duration")
+
+    def measure_both() -> tuple[RunResult, RunResult]:
+        """One run on each platform, the smaller first."""
+        return (measure(workloads, jobs, duration, limits[0], args.results),
+                measure(workloads, jobs, duration, limits[1], args.results))
+
     if args.rounds > 1 and not args.runs:
-        workloads, jobs = args.workloads.split(","), [int(j) for j in args.jobs.split(",")]
-        duration = parse_duration(args.duration, "duration")
         pairs = []
         for k in range(args.rounds):
-            pairs.append((measure(workloads, jobs, duration, limits[0], args.results),
-                          measure(workloads, jobs, duration, limits[1], args.results)))
+            pairs.append(measure_both())
             print(f"round {k + 1}: {names[0]} {pairs[-1][0].folder}, {names[1]} {pairs[-1][1].folder}", flush=True)
         scaling = pairs[0][1].environment.get("platform_scaling") or pairs[0][0].environment.get("platform_scaling")
         print(f"{args.rounds} alternating rounds; host probe: {scaling}")
@@ -279,10 +284,7 @@ def main() -> None:
     if args.runs:
         smaller, larger = load_run(args.runs[0]), load_run(args.runs[1])
     else:
-        workloads, jobs = args.workloads.split(","), [int(j) for j in args.jobs.split(",")]
-        duration = parse_duration(args.duration, "duration")
-        smaller = measure(workloads, jobs, duration, limits[0], args.results)
-        larger = measure(workloads, jobs, duration, limits[1], args.results)
+        smaller, larger = measure_both()
     scaling = larger.environment.get("platform_scaling") or smaller.environment.get("platform_scaling")
     print(f"Run on {names[0]} {smaller.folder}, on {names[1]} {larger.folder}; host probe: {scaling}")
     print("| workload | prediction | jobs | measured [units/s] | predicted | error | measured RT [ms] | "
