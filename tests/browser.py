@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import packages
 import websocket  # websocket-client: the DevTools Protocol speaks over a websocket
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -25,11 +26,16 @@ VIEWPORT = (1280, 900)  # a laptop screen: what a person sees first when the rep
 
 
 def find_browser() -> str | None:
+    """The browser's path, once the suite's background install (when one runs) has ended: a program dpkg has
+    unpacked but not yet configured is not one to start."""
+    packages.wait()
     return next((path for name in BROWSERS if (path := shutil.which(name))), None)
 
 
 def install_browser() -> str:
     """Debian's chromium, installed with apt-get where the tests run as root; '' with the reason otherwise."""
+    if find_browser():
+        return find_browser() or ""
     if os.geteuid() != 0:
         return ""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}

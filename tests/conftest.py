@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
 import mysqlserver
+import packages
 import psycopg
 import pytest
 
@@ -30,8 +32,54 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 REBUILD_THE_SHARED_MODEL = ("tests/engines/test_mysql_datamodel.py",)
 
 
+# Fixtures that reach a live server: a test that uses one (directly or through another fixture), or is marked db
+# (it may ask for one by name), measures.
+LIVE_FIXTURES = frozenset({"embedded_dsn", "target_dsn", "mysql_dsn", "dbwr_run"})
+# Folders whose tests read stored runs and measure nothing; they run first, while the packages some later tests need
+# install in the background (tests/packages.py). Only their modules none of whose tests uses a live fixture, and not
+# these: the report's workers are bounded in time (gone within 0.5 s of an interrupt), and a busy host could
+# stretch that.
+STORED_RUN_FOLDERS = ("tests/model/", "tests/capacity/", "tests/plan/", "tests/report/", "tests/analysis/")
+TIMED_MODULES = ("tests/report/test_report_workers.py",)
+# Modules that need an installed package (tests/packages.py): last among the stored-run tests, so the install has
+# had the others' time to finish.
+NEEDS_A_PACKAGE = ("tests/report/test_observation_html.py", "tests/report/test_report_browser.py")
+
+
+_STORED_RUN_MODULES: set[str] = set()  # filled once the tests are collected
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def _reads_stored_runs(item: pytest.Item) -> bool:
+    return _module(item) in _STORED_RUN_MODULES
+
+
+def _order(item: pytest.Item) -> int:
+    if _module(item) in REBUILD_THE_SHARED_MODEL:
+        return 3
+    if not _reads_stored_runs(item):
+        return 2
+    return 1 if _module(item) in NEEDS_A_PACKAGE else 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.nodeid.split("::")[0] in REBUILD_THE_SHARED_MODEL)  # stable: the rest keep order
+    """Whole modules move (a module split in two would set its module fixtures up twice)."""
+    candidates = {_module(i) for i in items if _module(i).startswith(STORED_RUN_FOLDERS)} - set(TIMED_MODULES)
+    live = {_module(i) for i in items if LIVE_FIXTURES & set(i.fixturenames) or i.get_closest_marker("db")}
+    _STORED_RUN_MODULES.update(candidates - live)
+    items.sort(key=_order)  # stable: within each group the tests keep their order
+    if items and ("browser" in sys.modules or "node_exporter_process" in sys.modules):  # a collected test needs one
+        packages.start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """No test that measures or starts a server runs while the background install uses the host."""
+    if not _reads_stored_runs(item):
+        packages.wait()
 
 
 def _answers(dsn: str) -> bool:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import packages
+
 EXPORTER = "/usr/bin/prometheus-node-exporter"
 HTPASSWD = "/usr/bin/htpasswd"
 PACKAGES = {EXPORTER: "prometheus-node-exporter", HTPASSWD: "apache2-utils"}
@@ -30,6 +32,7 @@ def free_port() -> int:
 
 def install(*paths: str) -> str | None:
     """None once the programs at these paths are installed, else why not."""
+    packages.wait()  # the suite's background install, when one runs
     missing = [PACKAGES[p] for p in paths if not os.path.exists(p)]
     if not missing:
         return None
