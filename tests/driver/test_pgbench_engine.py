@@ -9,6 +9,7 @@ cannot run refused in one sentence."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import psycopg
@@ -207,6 +208,35 @@ def test_rate_latency_counts_from_the_intended_start(tables, tmp_path):
     assert latency["p50_s"] > 20 * SERVICE_S, latency
     service = latency["mean_s"] - lag["mean_s"]
     assert SERVICE_S - LOG_ROUNDING_S <= service <= SERVICE_S + ROUND_TRIP_ALLOWANCE_S, (service, latency, lag)
+
+
+# How long before its planned end (its -T: warm-up, window and PAUSE_ALLOWANCE_S) pgbench must have ended when it is
+# told to end with the window: the allowance less the two pauses of a busy host, with room to spare.
+ENDS_BEFORE_ITS_TIME_S = 0.5
+
+
+def test_pgbench_ends_with_the_window_not_at_its_planned_end(tables, tmp_path, monkeypatch):
+    """pgbench's -T leaves room for the pause before the window; once the window is over it is told to end, so that
+    a step does not wait out the rest of that room (2-3 s a step before), and its logs still hold every transaction
+    of the window."""
+    ends = []
+    finish = pgbench_engine.PgbenchGroup.finish
+
+    def timed(group):  # the real finish, and when it returned against pgbench's planned end
+        outcome = finish(group)
+        ends.append((time.time(), group.started + group.seconds, group.proc.returncode))
+        return outcome
+
+    monkeypatch.setattr(pgbench_engine.PgbenchGroup, "finish", timed)
+    s = _scripts(tmp_path, light=LIGHT)
+    step = _run(tables, tmp_path / "results", [str(s["light"])], jobs=1).tests[0].steps[0]
+    assert step.status == "ok", step.notes
+    ((ended, planned, code),) = ends
+    assert code == 0, code  # it ended as at its -T (killed by the signal, it would say so)
+    assert ended <= planned - ENDS_BEFORE_ITS_TIME_S, f"ended {planned - ended:.2f} s before its planned end"
+    # every transaction of the window is in the logs: the server ran the statement once for each (and in the pauses)
+    units, calls = step.histograms["light"].total, _calls(step, "light_marker")
+    assert units > 200 and units <= calls <= units * (1 + PAUSES_S / DURATION_S), (units, calls)
 
 
 def test_an_error_pgbench_does_not_retry_fails_the_step_by_name(tables, tmp_path):

@@ -37,7 +37,8 @@ from capmark.workloads.scripts import pgbench_recipe
 
 # The step's pause between the warm-up and the window (statistics flush, opening snapshot, host counters, the
 # sampler's connection) must fit in the time pgbench is given beyond them; the runner takes well under a second
-# on an idle machine, so three leave room for a busy one. What is left of it is waited for when the step ends.
+# on an idle machine, so three leave room for a busy one. What is left of it when the window ends is not waited for:
+# pgbench is then told to end (PgbenchGroup.finish).
 PAUSE_ALLOWANCE_S = 3.0
 CONNECT_TIMEOUT_S = 30.0  # pgbench connects its clients before it starts the clock
 END_GRACE_S = 30.0  # past its -T, pgbench only finishes the transactions in flight and writes its report
@@ -165,7 +166,14 @@ class PgbenchGroup:
             self.cpu.append(_proc_cpu(self.proc.pid))
 
     def finish(self) -> Outcome:
+        """Called once the window is over and its closing snapshot taken: pgbench is told to end now, as at the end
+        of its -T, rather than waited for through what is left of the pause's allowance (2-3 s a step)."""
         assert self.proc is not None
+        if self.proc.poll() is None:
+            # pgbench ends its -T on its own SIGALRM: its clients finish the transactions in flight, and it writes
+            # its logs and its report as at its planned end
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGALRM)
         try:
             _, stderr = self.proc.communicate(timeout=max(0.0, self.started + self.seconds - time.time()) + END_GRACE_S)
         except subprocess.TimeoutExpired:
