@@ -248,6 +248,14 @@ def test_an_error_pgbench_does_not_retry_fails_the_step_by_name(tables, tmp_path
     assert "duplicate key" in test.reason and "--client-engine python" in test.reason, test.reason
 
 
+def test_a_statement_that_cannot_be_prepared_fails_the_step_with_the_servers_reason(tables, tmp_path):
+    """pgbench -M prepared says only that the prepared statement P_0 does not exist; the reason is the server's."""
+    s = _scripts(tmp_path, misspelt="SELECT no_such_column FROM capmark.test_pgbench_hot;\n")
+    test = _run(tables, tmp_path / "results", [str(s["misspelt"])], jobs=1).tests[0]
+    assert test.status == "failed" and not test.steps
+    assert 'column "no_such_column" does not exist' in test.reason and "P_0" not in test.reason, test.reason
+
+
 def test_pgbenchs_own_tpcb_like_runs_on_the_pgbench_engine(embedded_dsn, tmp_path):
     """The catalogue's pgbench-tpcb client-side, run by pgbench: one history row per transaction, as the server
     counts its INSERTs (and what pgbench ran in the pauses)."""

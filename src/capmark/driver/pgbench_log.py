@@ -31,6 +31,10 @@ SKIPPED = "skipped"
 
 # pgbench ends a client on any other error: "client 3 script 0 aborted in command 1 query 0: ERROR:  ..."
 ABORT_LINE = re.compile(r"client (\d+) script (\d+) aborted in command (\d+) query \d+: (.*)")
+# Under -M prepared a statement that fails to prepare (a misspelt column) is reported twice: the server's error on a
+# line of its own, then the client's abort, which names only the prepared statement the failure left missing.
+SERVER_ERROR_LINE = re.compile(r"^pgbench: error: (ERROR:\s.*)$")
+NOT_PREPARED = re.compile(r'prepared statement "P_\d+" does not exist')
 
 
 class LogError(Exception):
@@ -174,10 +178,18 @@ class Abort:
 
 
 def aborts(stderr: str) -> list[Abort]:
-    """The clients pgbench ended, from its error output (the message's first line)."""
+    """The clients pgbench ended, from its error output (the message's first line). A client that ended because its
+    statement could not be prepared gets the server's reason for that, not pgbench's "prepared statement P_0 does
+    not exist"."""
     out = []
+    server_error = ""
     for line in stderr.splitlines():
         m = ABORT_LINE.search(line)
         if m:
-            out.append(Abort(int(m[1]), int(m[2]), int(m[3]), " ".join(m[4].split())))
+            message = " ".join(m[4].split())
+            if server_error and NOT_PREPARED.search(message):
+                message = f"{server_error} (the statement could not be prepared)"
+            out.append(Abort(int(m[1]), int(m[2]), int(m[3]), message))
+        elif e := SERVER_ERROR_LINE.match(line):
+            server_error = " ".join(e[1].split())
     return out
