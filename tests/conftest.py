@@ -68,7 +68,7 @@ def _order(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Whole modules move (a module split in two would set its module fixtures up twice)."""
     candidates = {_module(i) for i in items if _module(i).startswith(STORED_RUN_FOLDERS)} - set(TIMED_MODULES)
-    live = {_module(i) for i in items if LIVE_FIXTURES & set(i.fixturenames) or i.get_closest_marker("db")}
+    live = {_module(i) for i in items if LIVE_FIXTURES & set(getattr(i, "fixturenames", ())) or i.get_closest_marker("db")}
     _STORED_RUN_MODULES.update(candidates - live)
     items.sort(key=_order)  # stable: within each group the tests keep their order
     if items and ("browser" in sys.modules or "node_exporter_process" in sys.modules):  # a collected test needs one
