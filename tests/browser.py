@@ -20,6 +20,7 @@ import packages
 import websocket  # websocket-client: the DevTools Protocol speaks over a websocket
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+PACKAGES = {"chromium": "chromium"}  # Debian's package of the first, by the program it provides
 START_TIMEOUT_S = 30  # a cold start of Chromium on a busy two-core machine takes a few seconds
 LOAD_TIMEOUT_S = 60  # the report inlines dozens of SVG charts (a few MB); parsing and layout take seconds
 VIEWPORT = (1280, 900)  # a laptop screen: what a person sees first when the report opens
@@ -34,12 +35,12 @@ def find_browser() -> str | None:
 
 def install_browser() -> str:
     """Debian's chromium, installed with apt-get where the tests run as root; '' with the reason otherwise."""
-    if find_browser():
-        return find_browser() or ""
+    if path := find_browser():
+        return path
     if os.geteuid() != 0:
         return ""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *PACKAGES.values()]):
         if subprocess.run(cmd, env=env, capture_output=True, timeout=900).returncode != 0:
             return ""
     return find_browser() or ""

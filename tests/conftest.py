@@ -71,8 +71,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     live = {_module(i) for i in items if LIVE_FIXTURES & set(getattr(i, "fixturenames", ())) or i.get_closest_marker("db")}
     _STORED_RUN_MODULES.update(candidates - live)
     items.sort(key=_order)  # stable: within each group the tests keep their order
-    if items and ("browser" in sys.modules or "node_exporter_process" in sys.modules):  # a collected test needs one
-        packages.start()
+    # the packages of the helpers a collected test imported, each by the program it provides
+    helpers = [sys.modules[name] for name in ("browser", "node_exporter_process") if name in sys.modules]
+    if items and helpers:
+        packages.start({program: package for helper in helpers for program, package in helper.PACKAGES.items()})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -14,32 +14,25 @@ import os
 import shutil
 import subprocess
 
-# The program each package provides, by where Debian puts it (or its name on the PATH)
-PROGRAMS = {"chromium": "chromium", "prometheus-node-exporter": "/usr/bin/prometheus-node-exporter",
-            "apache2-utils": "/usr/bin/htpasswd"}
 INSTALL_TIMEOUT_S = 900  # apt-get update and a 100 MB download on a slow mirror
 
 _install: subprocess.Popen[bytes] | None = None
 
 
-def missing() -> list[str]:
-    """The packages whose program is not there."""
-    return [package for package, program in PROGRAMS.items()
-            if not (os.path.exists(program) if program.startswith("/") else shutil.which(program))]
+def _there(program: str) -> bool:
+    return os.path.exists(program) if program.startswith("/") else shutil.which(program) is not None
 
 
-def start() -> bool:
-    """Start installing the missing packages (as root only); whether an install is under way."""
+def start(packages: dict[str, str]) -> None:
+    """Start installing, as root, the packages (by the program each provides: a path, or a name on the PATH) whose
+    program is missing; once per suite."""
     global _install
-    if _install is not None:
-        return _install.poll() is None
-    packages = missing()
-    if not packages or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return False
-    command = f"apt-get update -qq && apt-get install -y -qq {' '.join(packages)}"
+    missing = sorted({package for program, package in packages.items() if not _there(program)})
+    if _install is not None or not missing or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return
+    command = f"apt-get update -qq && apt-get install -y -qq {' '.join(missing)}"
     _install = subprocess.Popen(["sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    return True
 
 
 def wait() -> None:
