@@ -1,17 +1,19 @@
 """Client-side driver vs pgbench at 1, 2, 4 and 8 jobs: throughput and the client's CPU per query.
 
 Same server, same run, alternating rounds: capmark's client-side srv-query1 (its driver in worker processes, its
-lookups in the compiled loop where it was built and through the Python path (CAPMARK_LOOKUPS=python); with
---threads also the old way, every job a thread of one process) against pgbench running the same prepared lookup
-as a custom script with -c N -j min(N, cores). The client CPU per query is the CPU of every driver process over
-the measured window (capmark) or of the pgbench process over its run (its own rusage), divided by the queries.
+lookups in the compiled loop where it was built, each process's jobs run together from one thread; with --apart
+also the compiled loop with each job in a thread of its own (CAPMARK_LOOKUPS=apart); through the Python path
+(CAPMARK_LOOKUPS=python); with --threads also the old way, every job a thread of one process) against pgbench
+running the same prepared lookup as a custom script with -c N -j min(N, cores). The client CPU per query is the CPU
+of every driver process over the measured window (capmark) or of the pgbench process over its run (its own rusage),
+divided by the queries.
 Figures are medians over the rounds.
 
 With --rate R both sides run an open loop of R arrivals a second over the jobs (capmark --rate, pgbench -R): then
 the throughput is the rate on both, and what differs is the client's CPU per query and the latency (pgbench's
 average from its report, capmark's mean, both from each transaction's scheduled start).
 
-    python benchmarks/driver_scaling.py [--rounds 3] [--seconds 5] [--jobs 1,2,4,8] [--threads] [--rate R]
+    python benchmarks/driver_scaling.py [--rounds 3] [--seconds 5] [--jobs 1,2,4,8] [--apart] [--threads] [--rate R]
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--jobs", default="1,2,4,8")
+    ap.add_argument("--apart", action="store_true",
+                    help="also measure the compiled loop with each job in a thread of its own")
+    ap.add_argument("--no-python", action="store_true", help="leave out the Python path")
     ap.add_argument("--threads", action="store_true", help="also measure the jobs as threads of one process")
     ap.add_argument("--rate", type=float, default=0.0, help="an open loop of this many arrivals a second over the jobs")
     args = ap.parse_args()
@@ -75,7 +80,8 @@ def main() -> None:
         fh.write(SCRIPT.format(items=items))
     print(f"cores={cores()} rounds={args.rounds} seconds={args.seconds}"
           + (f" rate={args.rate:,.0f}/s" if args.rate else ""))
-    kinds = [*(["compiled"] if compiled_lookups() else []), "python", *(["threads"] if args.threads else [])]
+    compiled = ["compiled", *(["apart"] if args.apart else [])] if compiled_lookups() else []
+    kinds = [*compiled, *([] if args.no_python else ["python"]), *(["threads"] if args.threads else [])]
     print(f"capmark: {', '.join(kinds)}" + ("" if "compiled" in kinds else " (the compiled loop was not built)"))
     for jobs in (int(j) for j in args.jobs.split(",")):
         got: dict[str, list[tuple[float, float, float]]] = {k: [] for k in ["pgbench", *kinds]}
@@ -86,7 +92,7 @@ def main() -> None:
                     got[kind].append(pgbench(ctx.dsn, jobs, args.seconds, script, args.rate))
                 else:
                     got[kind].append(capmark(ctx, jobs, args.seconds, 0 if kind == "threads" else None,
-                                             "python" if kind != "compiled" else "compiled", args.rate))
+                                             "python" if kind == "threads" else kind, args.rate))
         pg_x = median([x for x, _, _ in got["pgbench"]])
         pg_cpu = median([c for _, c, _ in got["pgbench"]])
         pg_lat = median([t for _, _, t in got["pgbench"]])

@@ -1,20 +1,27 @@
 """The compiled lookup loop on PostgreSQL (engines/postgres/_lookups.c): each lookup one execution of the session's
 prepared statement that the server counts, keys uniform over the table's rows, each lookup timed on the clock the
 Python path reads, a statement the server cancels handed back as psycopg's error with the loop still usable, a
-closed connection an error and never a crash, and a step whose lookups the server counted one for one."""
+closed connection an error and never a crash, and a step whose lookups the server counted one for one. Several
+loops run together from one thread (run_together, a crew of jobs) keep each of those per connection, overlap their
+executions, and fail one by one."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import psycopg
 import psycopg.sql
 import pytest
 from liveruns import run_without_report
 from lookuploops import (
+    DELAY_AGREEMENT,
+    DELAY_S,
     DRAWS,
     FAR,
     KEY_MAX,
@@ -26,7 +33,7 @@ from lookuploops import (
 )
 
 from capmark.config import RunSpec
-from capmark.engines.base import LOOKUPS_ENV
+from capmark.engines.base import LOOKUPS_ENV, run_together
 from capmark.engines.postgres.engine import POSTGRESQL
 from capmark.engines.postgres.session import compiled_lookups
 
@@ -37,12 +44,29 @@ STATEMENTS = {"plus-one": PROBE, "keep": "insert into cm_keys values ($1)",
               "delay": "select pg_sleep(0.02) where $1::int > 0", "long": "select pg_sleep(0.5) where $1::int > 0"}
 
 
+def keyed_connection(dsn: str) -> psycopg.Connection:
+    connection = psycopg.connect(dsn, autocommit=True)
+    connection.execute("create temp table cm_keys (v bigint)")  # each connection's own
+    return connection
+
+
 @pytest.fixture
 def conn(embedded_dsn: str) -> Iterator[psycopg.Connection]:
-    connection = psycopg.connect(embedded_dsn, autocommit=True)
-    connection.execute("create temp table cm_keys (v bigint)")
+    connection = keyed_connection(embedded_dsn)
     yield connection
     connection.close()
+
+
+CREW = 3
+
+
+@pytest.fixture
+def crew(embedded_dsn: str) -> Iterator[list[psycopg.Connection]]:
+    """Connections whose loops run together, each with its own table of the keys it drew."""
+    connections = [keyed_connection(embedded_dsn) for _ in range(CREW)]
+    yield connections
+    for connection in connections:
+        connection.close()
 
 
 def calls(conn: psycopg.Connection, query: str) -> int:
@@ -126,16 +150,114 @@ def test_a_lookup_on_a_closed_connection_is_an_error_not_a_crash(embedded_dsn):
     assert out.returncode == 0 and out.stdout.split() == ["0", "OperationalError", "freed"], out
 
 
-def test_a_client_side_step_counts_the_lookups_the_server_ran(embedded_dsn, conn, monkeypatch, tmp_path):
+@pytest.mark.parametrize(("jobs", "procs", "together"), [(2, 2, False), (4, 1, True)],
+                         ids=["a job a process", "a crew of four"])
+def test_a_client_side_step_counts_the_lookups_the_server_ran(embedded_dsn, conn, monkeypatch, tmp_path, jobs, procs,
+                                                              together):
     """No warm-up: every execution of the lookup is one of the window's, folded once (a job's timings are folded
-    8,192 at a time: a lookup lost or folded twice at a boundary shows here)."""
+    8,192 at a time: a lookup lost or folded twice at a boundary shows here), whether each job runs its own loop or
+    a process's jobs run theirs together (a crew, which the step records)."""
     monkeypatch.setenv(LOOKUPS_ENV, "compiled")
     statement = "select id, grp, qty, price, name from capmark.item where id = $1"
     before = calls(conn, statement)
-    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[2], warmup_s=0, duration_s=2, dsn=embedded_dsn,
-                                     mode="client", results_dir=tmp_path))
+    run = run_without_report(RunSpec(workloads=["srv-query1"], jobs=[jobs], warmup_s=0, duration_s=2,
+                                     dsn=embedded_dsn, mode="client", driver_procs=procs, results_dir=tmp_path))
     step = run.tests[0].steps[0]
     assert step.status == "ok" and step.units > 16_384, step
     executed = calls(conn, statement) - before
     print(f"{step.units:,} lookups in the window; the server executed {executed:,}")
     assert executed == step.units
+    workers = [p for p in step.driver_cpu["processes"] if p["jobs"]]
+    assert len(workers) == procs and all(p.get("together", False) is together for p in workers), workers
+
+
+def test_loops_run_together_each_on_its_own_connection_to_its_own_limit(crew):
+    """Each loop's executions go to its own connection and its own buffers, from where it was asked, as many as its
+    own limit: a loop that sent on the wrong connection, wrote another's buffer or stopped all at the first limit
+    fails here."""
+    sessions = [POSTGRESQL.session(c, STATEMENTS) for c in crew]
+    loops = [lookups(s, "keep", seed=i) for i, s in enumerate(sessions)]
+    limits = [DRAWS, DRAWS // 2, DRAWS // 4]
+    starts = [0, 5, 100]
+    arrays = [buffers(start + limit + 10) for start, limit in zip(starts, limits, strict=True)]
+    trips0 = [s.round_trips for s in sessions]
+    outcomes = run_together([(loop, durations, ends, start, limit) for loop, (durations, ends), start, limit
+                             in zip(loops, arrays, starts, limits, strict=True)], KEY_MAX, FAR)
+    assert [outcome[:2] for outcome in outcomes] == [(limit, None) for limit in limits]
+    for c, s, trips, limit, start, (durations, ends) in zip(crew, sessions, trips0, limits, starts, arrays,
+                                                             strict=True):
+        assert c.execute("select count(*) from cm_keys").fetchone() == (limit,)
+        assert s.round_trips - trips == limit
+        assert not durations[:start].any() and not durations[start + limit:].any()  # only where it was asked
+        assert (durations[start:start + limit] > 0).all() and (np.diff(ends[start:start + limit]) > 0).all()
+    assert_uniform(dict(crew[0].execute("select v, count(*) from cm_keys group by v").fetchall()))
+
+
+def test_loops_run_together_overlap_their_executions(crew):
+    """One thread with an execution in flight on each connection: CREW sleeps of 20 ms take one sleep's time, not
+    CREW of them, and each is timed as the Python path times one on its own (alternating, within 2 %)."""
+    sessions = [POSTGRESQL.session(c, STATEMENTS) for c in crew]
+    loops = [lookups(s, "delay", seed=i) for i, s in enumerate(sessions)]
+    arrays = [buffers(DELAYS_TOGETHER) for _ in loops]
+    python_path, walls = [], []
+    for i in range(DELAYS_TOGETHER):
+        t0 = time.perf_counter()
+        sessions[0].run("delay", 1)
+        python_path.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        outcomes = run_together([(loop, d, e, i, 1) for loop, (d, e) in zip(loops, arrays, strict=True)], 10, FAR)
+        walls.append(time.perf_counter() - t0)
+        assert [o[:2] for o in outcomes] == [(1, None)] * CREW
+    timed = np.concatenate([d for d, _ in arrays])
+    print(f"{CREW} sleeps together: wall p50 {statistics.median(walls) * 1e3:.2f} ms, each p50 "
+          f"{statistics.median(timed) * 1e3:.3f} ms; alone on the Python path {statistics.median(python_path) * 1e3:.3f}")
+    assert timed.min() >= DELAY_S
+    assert statistics.median(timed) == pytest.approx(statistics.median(python_path), rel=DELAY_AGREEMENT)
+    assert statistics.median(walls) < OVERLAPPED * DELAY_S
+
+
+DELAYS_TOGETHER = 20
+# three 20 ms sleeps sent together end within a millisecond of each other (22 ms measured on an idle host); one
+# after another they take 60 ms: half a sleep of room on top of one sleep separates them on a busy host too
+OVERLAPPED = 1.5
+
+
+def test_a_failure_on_one_connection_leaves_the_others_running(crew):
+    """The server cancels one connection's statement: that loop hands back psycopg's error and when the failed
+    execution started; the others run to their limits, and the failed one's loop runs again afterwards."""
+    sessions = [POSTGRESQL.session(c, STATEMENTS) for c in crew]
+    crew[0].execute("set statement_timeout = '50ms'")
+    loops = [lookups(sessions[0], "long")] + [lookups(s, "plus-one", seed=i) for i, s in enumerate(sessions[1:])]
+    arrays = [buffers(300) for _ in loops]
+    before = time.perf_counter()
+    outcomes = run_together([(loop, d, e, 0, 300) for loop, (d, e) in zip(loops, arrays, strict=True)], 10, FAR)
+    done, error, failed_at = outcomes[0]
+    assert done == 0 and isinstance(error, psycopg.errors.QueryCanceled), error
+    assert before < failed_at < before + 0.05
+    assert [o[:2] for o in outcomes[1:]] == [(300, None)] * (CREW - 1)
+    crew[0].execute("set statement_timeout = 0")
+    outcomes = run_together([(loops[0], *buffers(1), 0, 1), (loops[1], *buffers(5), 0, 5)], 10, FAR)
+    assert [o[:2] for o in outcomes] == [(1, None), (5, None)]
+
+
+def test_a_connection_lost_while_running_together_fails_only_its_loop(crew, embedded_dsn):
+    """The server ends one connection's backend in the middle of the batches: its loop says the connection failed,
+    after the executions that completed; the others run to their limits."""
+    sessions = [POSTGRESQL.session(c, STATEMENTS) for c in crew]
+    loops = [lookups(s, "delay", seed=i) for i, s in enumerate(sessions)]
+    arrays = [buffers(25) for _ in loops]
+    victim = crew[0].info.backend_pid
+
+    def terminate() -> None:
+        time.sleep(0.15)
+        with psycopg.connect(embedded_dsn, autocommit=True) as killer:
+            killer.execute("select pg_terminate_backend(%s)", (victim,))
+
+    killer = threading.Thread(target=terminate)
+    killer.start()
+    outcomes = run_together([(loop, d, e, 0, 25) for loop, (d, e) in zip(loops, arrays, strict=True)], 10, FAR)
+    killer.join()
+    done, error, _ = outcomes[0]
+    assert 0 < done < 25 and isinstance(error, psycopg.OperationalError), outcomes[0]
+    assert POSTGRESQL.is_broken(crew[0])
+    assert [o[:2] for o in outcomes[1:]] == [(25, None)] * (CREW - 1)

@@ -37,6 +37,7 @@ class ProcessCpu(TypedDict):
     sys_s: float
     run_delay_s: float | None  # time its threads waited for a CPU while runnable (None: not measured)
     node: NotRequired[str]  # on a Ray cluster: the Ray node it ran on
+    together: NotRequired[bool]  # its jobs' lookups ran from one thread, over all their connections (driver/crew.py)
 
 
 @dataclass
@@ -184,8 +185,8 @@ class ProcessGroup:
             raise StepFailed(str(err)) from None
         by_job = sorted(((j, t) for r in results for j, t in zip(r.jobs, r.tallies, strict=True)))
         return Outcome([t for _j, t in by_job], [f for r in results for f in r.failures],
-                       [ProcessCpu(pid=r.pid, jobs=r.jobs, user_s=r.user_s, sys_s=r.sys_s, run_delay_s=r.run_delay_s)
-                        for r in results],
+                       [ProcessCpu(pid=r.pid, jobs=r.jobs, user_s=r.user_s, sys_s=r.sys_s, run_delay_s=r.run_delay_s,
+                                   together=r.together) for r in results],
                        [n for r in results for n in r.net_before], [n for r in results for n in r.net_after])
 
     def cut_short(self) -> None:
@@ -227,7 +228,7 @@ class ClusterGroup:
         by_job = sorted(((j, t) for _p, r in placed for j, t in zip(r.jobs, r.tallies, strict=True)))
         return Outcome([t for _j, t in by_job], [f for _p, r in placed for f in r.failures],
                        [ProcessCpu(pid=r.pid, jobs=r.jobs, user_s=r.user_s, sys_s=r.sys_s, run_delay_s=r.run_delay_s,
-                                   node=p.node.node_id if p.node else "") for p, r in placed],
+                                   node=p.node.node_id if p.node else "", together=r.together) for p, r in placed],
                        [n for _p, r in placed for n in r.net_before], [n for _p, r in placed for n in r.net_after],
                        cluster=self.jobs.layout())
 

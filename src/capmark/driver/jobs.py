@@ -17,9 +17,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from capmark.driver.crew import LookupCrew
 from capmark.driver.sampling import SliceSampling
 from capmark.engines import registry
-from capmark.engines.base import ClientSession, KeyLookups, RunsKeyLookups, TargetInfo
+from capmark.engines.base import ClientSession, KeyLookups, LookupBatch, RunsKeyLookups, TargetInfo, lookups_apart_asked
 from capmark.engines.postgres.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.histogram import LatencyHistogram, bucket_bounds
@@ -111,6 +112,7 @@ class Job(threading.Thread):
         self.engine = registry.named(info.engine)
         self.session = self.engine.session(conn, workload.client_statements) if mode == "client" else None
         self.lookups: KeyLookups | Literal[False] | None = None  # the engine's compiled lookup loop, once asked for
+        self.crew: LookupCrew | None = None  # the jobs of its process it runs its lookups with (crew_up)
         # keying and think times: each job is one user at a terminal, whose next transaction (type, and when it
         # is due) carries over from the warm-up into the window
         self.users = workload.user_model(params, mode)
@@ -139,6 +141,8 @@ class Job(threading.Thread):
         except Exception as err:  # a job must never take the step down silently
             self.failure = f"job {self.index} failed {phase_after(self.boundaries)}: {error_text(err, self.engine)}"
             self.barrier.abort()
+            if self.crew is not None:
+                self.crew.abort()
 
     def _next_phase(self) -> None:
         self.barrier.wait()
@@ -212,6 +216,15 @@ class Job(threading.Thread):
             self.lookups = session.key_lookups(unit.statement, self.rng.getrandbits(64)) or False
         return self.lookups or None
 
+    def lookups_together(self) -> KeyLookups | None:
+        """The compiled loop this job's whole phase would run (an unpaced one-key lookup), where it can run beside
+        other jobs' from one thread (a crew); None otherwise."""
+        if self.mode != "client" or self.users is not None or self.pacing.active or self.session is None:
+            return None
+        unit = self.workload.client_unit
+        lookups = self._compiled_loop(self.session, unit) if unit is not None else None
+        return lookups if lookups is not None and lookups.runs_together else None
+
     def _client_units(self, deadline: float, measure: bool) -> None:
         session, unit = self._client_side()
         lookups = self._compiled_loop(session, unit)
@@ -260,39 +273,31 @@ class Job(threading.Thread):
 
     def _compiled_lookups(self, session: ClientSession, lookups: KeyLookups, unit: KeyLookup, deadline: float,
                           measure: bool, rate: float = 0.0) -> None:
-        """The Python loop's work, with the lookups run and timed in C in batches (KeyLookups); with a rate, the open
-        loop's: each lookup waits in C for its Poisson arrival, and its latency counts from the arrival."""
+        """The Python loop's work, with the lookups run and timed in C in batches (KeyLookups); in a crew, with the
+        other jobs' of the process from one thread; with a rate, the open loop's: each lookup waits in C for its
+        Poisson arrival, and its latency counts from the arrival."""
         wall0, perf0 = time.time(), time.perf_counter()
-        offset = wall0 - perf0 - self.schedule.measure_start
         end = perf0 + (deadline - wall0)
+        part = LookupPart(self, session, lookups, unit.kind, measure, wall0 - perf0 - self.schedule.measure_start)
+        if self.crew is not None and not rate:
+            self.crew.take_part(part, end)
+            return
         key_max = getattr(self.size, unit.size_of)
         arrivals = PoissonArrivals(rate, perf0, self.rng.getrandbits(64)) if rate else None
-        durations, ends = np.empty(self.LOOKUP_FOLD_EVERY), np.empty(self.LOOKUP_FOLD_EVERY)
-        filled = 0
-        trips0 = session.round_trips
-        while not self.stop_event.is_set():
-            limit = min(self.LOOKUP_BATCH, self.LOOKUP_FOLD_EVERY - filled)
+        going = True
+        while going and not self.stop_event.is_set():
             if arrivals is None:
-                done, error, failed_at = lookups.run(key_max, end, durations, ends, filled, limit)
+                done, error, failed_at = lookups.run(key_max, end, *part.next_batch()[1:])
             else:
-                due = arrivals.next(limit, end, self.stop_event)
+                due = arrivals.next(part.room(), end, self.stop_event)
                 if due is None:
                     break  # stopped while waiting for the next arrival
-                starts, limit = due.copy(), len(due)
-                done, error, failed_at = lookups.run(key_max, end, durations, ends, filled, limit, starts)
+                starts = due.copy()
+                _, durations, ends, start, _ = part.next_batch(len(due))
+                done, error, failed_at = lookups.run(key_max, end, durations, ends, start, len(due), starts)
                 self._paced_batch_ran(arrivals, due, starts, done, error is not None, end, measure)
-            filled += done if measure else 0
-            if filled == self.LOOKUP_FOLD_EVERY or (filled and (error is not None or done < limit)):
-                self._fold_timed(unit.kind, durations[:filled], ends[:filled], offset)
-                filled = 0
-            if error is not None:
-                self._unit_failed(error, measure, int(failed_at + offset))
-            elif done < limit:
-                break  # the phase ended
-        if filled:
-            self._fold_timed(unit.kind, durations[:filled], ends[:filled], offset)
-        if measure:
-            self.tally.round_trips += session.round_trips - trips0
+            going = part.ran(done, error, failed_at)
+        part.finish()
 
     def _paced_batch_ran(self, arrivals: PoissonArrivals, due: np.ndarray, starts: np.ndarray, done: int,
                          failed: bool, end: float, measure: bool) -> None:
@@ -451,6 +456,65 @@ class Job(threading.Thread):
         if measure:
             self.tally.round_trips += session.round_trips - trips0
             self._keep_unit_stats(stats0)
+
+
+def crew_up(jobs: list[Job]) -> None:
+    """Make the jobs of one process a crew (driver/crew.py) where each would run nothing but unpaced one-key lookups
+    in a compiled loop that can run beside the others'; all of them or none, as a crew waits for every member."""
+    if len(jobs) < 2 or lookups_apart_asked():
+        return
+    if any(job.lookups_together() is None for job in jobs):
+        return
+    unit = jobs[0].workload.client_unit
+    assert isinstance(unit, KeyLookup)
+    crew = LookupCrew(len(jobs), getattr(jobs[0].size, unit.size_of), jobs[0].stop_event)
+    for job in jobs:
+        job.crew = crew
+
+
+class LookupPart:
+    """One job's lookups in one phase through the compiled loop (a crew's member): the timings of its batches,
+    kept in two float64 arrays and folded into the job's tally LOOKUP_FOLD_EVERY at a time."""
+
+    def __init__(self, job: Job, session: ClientSession, lookups: KeyLookups, kind: int, measure: bool,
+                 offset: float) -> None:
+        self.job, self.session, self.lookups, self.kind, self.measure = job, session, lookups, kind, measure
+        self.offset = offset  # perf_counter -> second of the window
+        self.durations, self.ends = np.empty(Job.LOOKUP_FOLD_EVERY), np.empty(Job.LOOKUP_FOLD_EVERY)
+        self.filled = 0
+        self.limit = 0
+        self.round_trips0 = session.round_trips
+
+    def room(self) -> int:
+        """How many lookups the next batch may run: a batch, or what the arrays still hold."""
+        return min(Job.LOOKUP_BATCH, Job.LOOKUP_FOLD_EVERY - self.filled)
+
+    def next_batch(self, limit: int | None = None) -> LookupBatch:
+        self.limit = self.room() if limit is None else limit
+        return self.lookups, self.durations, self.ends, self.filled, self.limit
+
+    def ran(self, done: int, error: Exception | None, failed_at: float) -> bool:
+        """The batch ran `done` lookups (and then one failed, or not): fold them when the arrays are full or the
+        batch stopped short, and count a failure as any unit's (which raises what ends the job). False once the
+        phase is over."""
+        self.filled += done if self.measure else 0
+        if self.filled == Job.LOOKUP_FOLD_EVERY or (self.filled and (error is not None or done < self.limit)):
+            self._fold()
+        if error is not None:
+            self.job._unit_failed(error, self.measure, int(failed_at + self.offset))
+            return True
+        return done == self.limit
+
+    def finish(self) -> None:
+        """The phase is over: the last timings folded, and the window's round trips counted."""
+        if self.filled:
+            self._fold()
+        if self.measure:
+            self.job.tally.round_trips += self.session.round_trips - self.round_trips0
+
+    def _fold(self) -> None:
+        self.job._fold_timed(self.kind, self.durations[:self.filled], self.ends[:self.filled], self.offset)
+        self.filled = 0
 
 
 class PoissonArrivals:

@@ -28,7 +28,7 @@ from typing import Any
 
 from capmark.collect import netinfo
 from capmark.collect import os as oscollect
-from capmark.driver.jobs import Job, Pacing, Tally, error_text, phase_after
+from capmark.driver.jobs import Job, Pacing, Tally, crew_up, error_text, phase_after
 from capmark.engines.base import TargetInfo
 from capmark.workloads.base import DataSize, ParamValue
 
@@ -126,6 +126,7 @@ class WorkerResult:
     run_delay_s: float | None = None  # time its threads waited for a CPU while runnable, over the window
     net_before: list[netinfo.NetReading] = field(default_factory=list)  # its connections' counters, before
     net_after: list[netinfo.NetReading] = field(default_factory=list)  # and after the window
+    together: bool = False  # its jobs ran their lookups from one thread (driver/crew.py)
 
 
 class _SharedTime:
@@ -232,6 +233,7 @@ class JobsInProcess:
         except BaseException:
             self.close()
             raise
+        crew_up(self.jobs)
         self.clock = WindowCpu(self.conns)
         self.jobs[0].on_window = self.clock.mark
 
@@ -250,7 +252,8 @@ class JobsInProcess:
         self.close()
         user_s, sys_s, delay_s = self.clock.window()
         return WorkerResult(self.spec.jobs, [j.tally for j in self.jobs], [j.failure for j in self.jobs if j.failure],
-                            os.getpid(), user_s, sys_s, delay_s, *self.clock.network())
+                            os.getpid(), user_s, sys_s, delay_s, *self.clock.network(),
+                            together=self.jobs[0].crew is not None)
 
     def close(self) -> None:
         for conn in self.conns:

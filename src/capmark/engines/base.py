@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
@@ -140,7 +140,8 @@ class ClientSession(Protocol):
 
 
 # CAPMARK_LOOKUPS=python runs every one-key lookup through the Python path even where an engine's compiled loop was
-# built, to compare the two (benchmarks/)
+# built, and CAPMARK_LOOKUPS=apart each job's compiled loop in its own thread even where a process's jobs could run
+# theirs together (driver/crew.py), to compare the paths (benchmarks/)
 LOOKUPS_ENV = "CAPMARK_LOOKUPS"
 
 
@@ -151,21 +152,41 @@ def python_lookups_asked() -> bool:
     return os.environ.get(LOOKUPS_ENV, "") == "python"
 
 
+def lookups_apart_asked() -> bool:
+    return os.environ.get(LOOKUPS_ENV, "") == "apart"
+
+
 class KeyLookups(Protocol):
     """An engine's compiled loop of one-key lookups on a session's connection (see RunsKeyLookups)."""
 
     def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int,
             arrivals: Any = None) -> tuple[int, Exception | None, float]: ...
 
+    @property
+    def runs_together(self) -> bool:
+        """Whether run_together can run this loop's batches beside others of its kind, from one thread."""
+        ...
+
+
+# One loop's part in run_together: (the loop, its durations, its end times, from which index, at most how many)
+LookupBatch = tuple[KeyLookups, Any, Any, int, int]
+
 
 class CompiledKeyLookups:
     """An engine's compiled loop (its _lookups.Lookup) on a session's connection: each lookup, and a failed one, is a
-    round trip of the session; a failure comes back as the engine driver's own exception (to_error)."""
+    round trip of the session; a failure comes back as the engine driver's own exception (to_error). Where the
+    engine's module can drive several connections from one thread (together: its run_together), run_together does."""
 
-    def __init__(self, session: Any, compiled: Any, to_error: Callable[..., Exception]) -> None:
+    def __init__(self, session: Any, compiled: Any, to_error: Callable[..., Exception],
+                 together: Callable[..., list[tuple[int, Any, float]]] | None = None) -> None:
         self._session = session
         self._compiled = compiled
         self._to_error = to_error
+        self._together = together
+
+    @property
+    def runs_together(self) -> bool:
+        return self._together is not None
 
     def run(self, key_max: int, end: float, durations: Any, ends: Any, start: int, limit: int,
             arrivals: Any = None) -> tuple[int, Exception | None, float]:
@@ -175,12 +196,32 @@ class CompiledKeyLookups:
         `arrivals` (a float64 array of `limit` perf_counter times, rising), the i-th lookup waits for its arrival,
         its duration counts from it, and the arrival is replaced by when the lookup started; an arrival at or after
         `end` ends the batch."""
-        done, error, failed_at = self._compiled.run(key_max, end, durations, ends, start, limit, arrivals)
+        return self._outcome(*self._compiled.run(key_max, end, durations, ends, start, limit, arrivals))
+
+    def _outcome(self, done: int, error: Any, failed_at: float) -> tuple[int, Exception | None, float]:
         self._session.round_trips += done
         if error is None:
             return done, None, 0.0
         self._session.round_trips += 1
         return done, self._to_error(*error), failed_at
+
+
+def run_together(batches: Sequence[LookupBatch], key_max: int, end: float) -> list[tuple[int, Exception | None, float]]:
+    """Unpaced batches of several loops of one engine at once, from the calling thread: each loop's as its run()
+    would give it (same keys, same end), but one thread waits on all their connections instead of one thread on
+    each, as pgbench's threads drive their clients. Every loop must be able to (runs_together), all of one engine."""
+    loops = [loop for loop, *_ in batches]
+    if not all(isinstance(loop, CompiledKeyLookups) for loop in loops):
+        raise ValueError("run_together needs compiled loops")
+    compiled = [loop for loop in loops if isinstance(loop, CompiledKeyLookups)]
+    together = {loop._together for loop in compiled}
+    if len(together) != 1 or None in together:
+        raise ValueError("run_together needs loops of one engine that can run together")
+    (run,) = together
+    assert run is not None
+    outcomes = run([(loop._compiled, *rest) for loop, (_, *rest) in zip(compiled, batches, strict=True)], key_max,
+                   end)
+    return [loop._outcome(*outcome) for loop, outcome in zip(compiled, outcomes, strict=True)]
 
 
 @runtime_checkable

@@ -112,7 +112,8 @@ class ClientSession:
         loop was not built (then the unit runs through run())."""
         if not compiled_lookups():
             return None
-        return CompiledKeyLookups(self, _compiled.Lookup(self.pgconn, self._names[name], seed), _driver_error)
+        return CompiledKeyLookups(self, _compiled.Lookup(self.pgconn, self._names[name], seed), _driver_error,
+                                  together=_compiled.run_together)
 
     def begin(self) -> None:
         self._exec(b"begin")
