@@ -18,6 +18,7 @@ from liveruns import run_without_report
 
 from capmark.config import RunSpec
 from capmark.driver.procs import split_jobs, why_ended
+from capmark.engines.base import LOOKUPS_ENV
 
 pytestmark = pytest.mark.db
 
@@ -25,6 +26,9 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 CORES = os.cpu_count() or 1
 JOBS = 2 * CORES  # more jobs than processes: some processes run several jobs as threads
 WAIT_S = 120
+# a failed job ends its step within the runner's countdown tick (0.25 s), the other jobs' next check of the stop flag
+# and the report's writing (0.5 s measured); the window had 19.5 s left, which the step used to wait out
+PROMPT_FAILURE_S = 8
 
 
 def test_jobs_are_dealt_evenly_over_the_processes():
@@ -56,8 +60,9 @@ def test_processes_count_every_unit_the_server_ran(embedded_dsn, tmp_path):
     assert step.wait_samples > 10 and sum(step.waits.values()) >= step.wait_samples * JOBS * 0.9
 
 
-def _capmark_run(*args: str, dsn: str, results: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "1000"}
+def _capmark_run(*args: str, dsn: str, results: Path, lookups: str = "") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "1000",
+           **({LOOKUPS_ENV: lookups} if lookups else {})}
     return subprocess.Popen([sys.executable, "-m", "capmark.cli", "run", *args, "--dsn", dsn, "--results-dir",
                              str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -121,15 +126,40 @@ def test_a_dead_workers_reason_says_how_it_ended_and_what_its_jobs_were_doing():
     assert why_ended([1], 1, "while connecting") == "the process running job 1 crashed while connecting (exit status 1)"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_an_interrupt_ends_every_worker_and_session(signum, embedded_dsn, tmp_path):
-    proc = _capmark_run("srv-query1", "--mode", "client", "--jobs", "2", "--warmup", "1", "--duration", "20",
-                        dsn=embedded_dsn, results=tmp_path)
-    _until(lambda: len(_job_sessions(embedded_dsn)) == 2 and _workers(proc), "the jobs at work", proc)
+@pytest.mark.parametrize(("signum", "jobs", "lookups"), [(signal.SIGINT, 2, ""), (signal.SIGTERM, 4, "together")],
+                         ids=["SIGINT, a job a process", "SIGTERM, two jobs a process together"])
+def test_an_interrupt_ends_every_worker_and_session(signum, jobs, lookups, embedded_dsn, tmp_path):
+    """Whether each job waits on its own connection or one of a process's jobs drives them all (a crew)."""
+    proc = _capmark_run("srv-query1", "--mode", "client", "--jobs", str(jobs), "--driver-procs", "2", "--warmup", "1",
+                        "--duration", "20", dsn=embedded_dsn, results=tmp_path, lookups=lookups)
+    _until(lambda: len(_job_sessions(embedded_dsn)) == jobs and _workers(proc), "the jobs at work", proc)
     descendants = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    _nothing_left(embedded_dsn, descendants)
+
+
+@pytest.mark.parametrize("lookups", ["together", "apart"])
+def test_a_job_whose_session_ends_fails_the_step_at_once_by_its_own_number(lookups, embedded_dsn, tmp_path):
+    """Two jobs a process, running their lookups together or each on its own: the server ends job 3's session; the
+    step fails with job 3 named (not the crew's leader), the run ends with exit 1 at once, not at the end of its
+    20 s window (as it did before), and no process or session is left."""
+    proc = _capmark_run("srv-query1", "--mode", "client", "--jobs", "4", "--driver-procs", "2", "--warmup", "0",
+                        "--duration", "20", dsn=embedded_dsn, results=tmp_path, lookups=lookups)
+    sessions = _until(lambda: len(s := _job_sessions(embedded_dsn)) == 4 and _workers(proc) and s,
+                      "the jobs at work", proc)
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    (victim,) = [pid for pid, name in sessions if name == "capmark job 3"]
+    time.sleep(0.5)  # into the window
+    ended = time.monotonic()
+    with psycopg.connect(embedded_dsn, autocommit=True) as conn:
+        conn.execute("select pg_terminate_backend(%s)", (victim,))
+    _, err = proc.communicate(timeout=120)
+    text = " ".join(err.split())
+    assert proc.returncode == 1 and "job 3 failed while measuring" in text, err
+    assert time.monotonic() - ended < PROMPT_FAILURE_S, "the step waited for the window's end instead of failing"
     assert "Traceback" not in err
     _nothing_left(embedded_dsn, descendants)
 

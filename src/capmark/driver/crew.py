@@ -1,19 +1,50 @@
 """A crew: the jobs of one process whose units are one-key lookups, driven by one thread over all their connections.
 
-With a thread a connection, each job sleeps and wakes for every lookup: 2.8 context switches a query at 8 jobs
-against pgbench's 1.4, whose threads each multiplex their clients' connections and often find an answer already
+With a thread a connection, each job sleeps and wakes for every lookup: 2.9 context switches a query at 8 jobs
+against pgbench's 1.5, whose threads each multiplex their clients' connections and often find an answer already
 there. In a crew the jobs still pass every phase of the step themselves (the step's barrier, their statistics
 flushed on their own connections, their own tallies), but in each phase the last of them to arrive runs the batches
 of them all at once (engines.base.run_together) while the others wait; each job then carries on with what its own
 batches did, its failure its own.
+
+A crew pays only where the client has cores of its own. Where it shares the database server's, a crew thread that
+waits for a CPU behind the server's processes stalls all its connections at once, where a job's own thread stalls
+one: at 8 jobs on 2 shared cores crews ran 0.83x pgbench's lookups against 1.02x for a thread a job. On a core of
+its own the client's CPU per lookup was 0.98x pgbench's in crews against 1.12x, at the same throughput
+(docs/benchmarks.md). So jobs run in crews where the client does not share the server's cores (shares_cores).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Protocol
 
-from capmark.engines.base import LookupBatch, run_together
+from capmark.engines.base import LookupBatch, TargetInfo, lookups_together_asked, run_together
+
+SERVER_PROGRAMS = ("postgres", "mysqld", "mariadbd")  # /proc/<pid>/comm of a server's main process
+
+
+def shares_cores(info: TargetInfo) -> bool:
+    """Whether this process may run on a core the database server may run on: the server is on this host (and its
+    main process is there under its pid) and their CPU affinities, which cpusets narrow, overlap."""
+    pid = info.postmaster_pid
+    if not info.local or pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            if comm.read().strip() not in SERVER_PROGRAMS:
+                return False  # not the server: this process is on another host (a cluster's node)
+        return bool(os.sched_getaffinity(pid) & os.sched_getaffinity(0))
+    except OSError:  # no such process here, or not ours to read: the server runs elsewhere
+        return False
+
+
+def crews_wanted(info: TargetInfo) -> bool:
+    """Whether a process's jobs run their lookups together: as CAPMARK_LOOKUPS says, else where the client has
+    cores of its own."""
+    asked = lookups_together_asked()
+    return asked if asked is not None else not shares_cores(info)
 
 
 class CrewMember(Protocol):

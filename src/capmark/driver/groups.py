@@ -68,6 +68,10 @@ class JobGroup(Protocol):
 
     def cut_short(self) -> None: ...
 
+    def failed(self) -> bool:
+        """Whether a job has already failed, so that the runner ends the phase now instead of at its planned end."""
+        ...
+
 
 @dataclass
 class StepJobs:
@@ -118,6 +122,9 @@ class ThreadJobs:
         except threading.BrokenBarrierError:
             failures = [j.failure for j in self.jobs if j.failure]
             raise StepFailed("; ".join(failures) or "a job stopped responding") from None
+
+    def failed(self) -> bool:
+        return self.barrier.broken  # a failing job breaks it
 
     def mark_window(self) -> None:
         """Called by the runner in the pauses before and after the window: the job sockets are quiet."""
@@ -192,6 +199,9 @@ class ProcessGroup:
     def cut_short(self) -> None:
         self.pool.stop_event.set()  # the jobs in every process see it; their backends are cancelled by pid
 
+    def failed(self) -> bool:
+        return self.pool.failed()
+
     def stop(self) -> None:
         self.pool.stop()
 
@@ -235,6 +245,9 @@ class ClusterGroup:
     def cut_short(self) -> None:
         """The actors cannot be told to end a phase early: the overrun watch's cancel ends their statements, which
         fails the step instead of letting it wait forever."""
+
+    def failed(self) -> bool:
+        return False  # the actors' barrier is met through Ray calls: a failure shows when the phase ends
 
     def stop(self) -> None:
         self.jobs.stop()

@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from capmark.driver.crew import LookupCrew
+from capmark.driver.crew import LookupCrew, crews_wanted
 from capmark.driver.sampling import SliceSampling
 from capmark.engines import registry
-from capmark.engines.base import ClientSession, KeyLookups, LookupBatch, RunsKeyLookups, TargetInfo, lookups_apart_asked
+from capmark.engines.base import ClientSession, KeyLookups, LookupBatch, RunsKeyLookups, TargetInfo
 from capmark.engines.postgres.rows import one_row
 from capmark.errors import CapmarkError
 from capmark.histogram import LatencyHistogram, bucket_bounds
@@ -460,8 +460,9 @@ class Job(threading.Thread):
 
 def crew_up(jobs: list[Job]) -> None:
     """Make the jobs of one process a crew (driver/crew.py) where each would run nothing but unpaced one-key lookups
-    in a compiled loop that can run beside the others'; all of them or none, as a crew waits for every member."""
-    if len(jobs) < 2 or lookups_apart_asked():
+    in a compiled loop that can run beside the others' and the client has cores of its own (crews_wanted); all of
+    them or none, as a crew waits for every member."""
+    if len(jobs) < 2 or not crews_wanted(jobs[0].info):
         return
     if any(job.lookups_together() is None for job in jobs):
         return

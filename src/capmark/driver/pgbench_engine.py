@@ -150,6 +150,9 @@ class PgbenchGroup:
                                      text=True, start_new_session=True)
         return self._sessions()
 
+    def failed(self) -> bool:
+        return False  # pgbench runs its clients to the end of its -T; a failure shows when the phase ends
+
     def wait(self) -> None:
         """The phase boundaries: pgbench runs on through them; it must still be running, and still be at the end of
         the window when the window is planned."""

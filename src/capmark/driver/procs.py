@@ -434,6 +434,10 @@ class ProcessJobs:
             raise WorkerFailed(self._why_broken())
         self.boundaries += 1
 
+    def failed(self) -> bool:
+        """A job has failed (it broke the barrier) or a process has died."""
+        return bool(self.barrier.broken) or any(not proc.is_alive() for proc in self.procs)
+
     def _why_broken(self) -> str:
         """The jobs' own failures when their processes could send them, and how each process that could not
         send its jobs' results ended."""

@@ -178,7 +178,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         watch = OverrunWatch(ctx, engine, group, pids, plan, progress, say or (lambda message: None))
         group.schedule.warmup_end = time.time() + plan.warmup_s
         group.wait()
-        _countdown("warm-up", group.schedule.warmup_end, progress, stopping)
+        _countdown("warm-up", group.schedule.warmup_end, progress, stopping, group.failed)
         with watch.phase("warm-up", group.schedule.warmup_end):
             group.wait()  # warm-up over, statistics flushed
 
@@ -204,7 +204,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         group.schedule.measure_end = group.schedule.measure_start + plan.duration_s
         sampler.start()
         group.wait()  # go
-        _countdown("measure", group.schedule.measure_end, progress, stopping)
+        _countdown("measure", group.schedule.measure_end, progress, stopping, group.failed)
         with watch.phase("window", group.schedule.measure_end):
             group.wait()  # jobs done and flushed
         elapsed = time.time() - group.schedule.measure_start
@@ -462,9 +462,11 @@ class OverrunWatch:
         return self.plan.warmup_s if name == "warm-up" else self.plan.duration_s
 
 
-def _countdown(phase: str, until: float, progress: Progress, stop: threading.Event) -> None:
-    """Tell the front end how long the phase has left, until it ends (or the step is being stopped)."""
-    while not stop.is_set():
+def _countdown(phase: str, until: float, progress: Progress, stop: threading.Event,
+               failed: Callable[[], bool] = lambda: False) -> None:
+    """Tell the front end how long the phase has left, until it ends, the step is being stopped, or a job has failed
+    (the step then fails now, with the job's reason, instead of at the phase's planned end)."""
+    while not stop.is_set() and not failed():
         left = until - time.time()
         progress(phase, max(0.0, left))
         if left <= 0:

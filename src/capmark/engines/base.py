@@ -140,8 +140,9 @@ class ClientSession(Protocol):
 
 
 # CAPMARK_LOOKUPS=python runs every one-key lookup through the Python path even where an engine's compiled loop was
-# built, and CAPMARK_LOOKUPS=apart each job's compiled loop in its own thread even where a process's jobs could run
-# theirs together (driver/crew.py), to compare the paths (benchmarks/)
+# built; =apart runs each job's compiled loop in its own thread, and =together a process's jobs' loops from one of
+# its threads, wherever the client runs (by default that depends on it: driver/crew.py); to compare the paths
+# (benchmarks/)
 LOOKUPS_ENV = "CAPMARK_LOOKUPS"
 
 
@@ -152,8 +153,10 @@ def python_lookups_asked() -> bool:
     return os.environ.get(LOOKUPS_ENV, "") == "python"
 
 
-def lookups_apart_asked() -> bool:
-    return os.environ.get(LOOKUPS_ENV, "") == "apart"
+def lookups_together_asked() -> bool | None:
+    """True or False where CAPMARK_LOOKUPS says whether a process's jobs run their loops together; None: it does
+    not say."""
+    return {"apart": False, "together": True}.get(os.environ.get(LOOKUPS_ENV, ""))
 
 
 class KeyLookups(Protocol):

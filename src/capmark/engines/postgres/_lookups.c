@@ -22,7 +22,7 @@ typedef struct pg_conn PGconn;
 typedef struct pg_result PGresult;
 
 enum { PGRES_COMMAND_OK = 1, PGRES_TUPLES_OK = 2 }; /* libpq's ExecStatusType values */
-enum { PG_DIAG_SQLSTATE = 'C' };
+enum { PG_DIAG_SQLSTATE = 'C', PG_DIAG_MESSAGE_PRIMARY = 'M' };
 
 typedef PGresult *(*exec_prepared_fn)(PGconn *, const char *, int, const char *const *, const int *, const int *,
                                       int);
@@ -126,6 +126,12 @@ static void Lookup_dealloc(Lookup *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* A failed result's message as psycopg words it: the primary message, without libpq's "ERROR:  " */
+static const char *result_message(const PGresult *res) {
+    const char *primary = libpq.result_error_field(res, PG_DIAG_MESSAGE_PRIMARY);
+    return primary != NULL && *primary ? primary : libpq.result_error_message(res);
+}
+
 /* (sqlstate or None, message) of a failed execution; a message in another encoding keeps its readable part */
 static PyObject *execution_error(const char *sqlstate, const char *message) {
     PyObject *text = PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace");
@@ -199,7 +205,7 @@ static PyObject *Lookup_run(Lookup *self, PyObject *args) {
         return Py_BuildValue("(nOd)", done, Py_None, 0.0);
     PyObject *err = lost ? execution_error(NULL, libpq.error_message(conn))
                          : execution_error(libpq.result_error_field(failed, PG_DIAG_SQLSTATE),
-                                           libpq.result_error_message(failed));
+                                           result_message(failed));
     if (failed != NULL)
         libpq.clear(failed);
     if (err == NULL)
@@ -414,7 +420,7 @@ static PyObject *run_together(PyObject *module, PyObject *args) {
             entry = Py_BuildValue("(nOd)", m->done, Py_None, 0.0);
         else {
             PyObject *err = m->failed != NULL ? execution_error(libpq.result_error_field(m->failed, PG_DIAG_SQLSTATE),
-                                                                libpq.result_error_message(m->failed))
+                                                                result_message(m->failed))
                                               : execution_error(NULL, libpq.error_message(m->conn));
             entry = err == NULL ? NULL : Py_BuildValue("(nNd)", m->done, err, m->origin);
         }

@@ -90,7 +90,9 @@ class ClientSession:
 
     def _check(self, res: pq.abc.PGresult) -> pq.abc.PGresult:
         if res.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
-            message = res.error_message.decode(errors="replace").strip()
+            # the primary message, as psycopg words its errors (without libpq's "ERROR:  ")
+            primary = res.error_field(pq.DiagnosticField.MESSAGE_PRIMARY)
+            message = (primary or res.error_message).decode(errors="replace").strip()
             raise _error_class(res)(message or "statement failed")
         return res
 
