@@ -7,11 +7,12 @@ flushed on their own connections, their own tallies), but in each phase the last
 of them all at once (engines.base.run_together) while the others wait; each job then carries on with what its own
 batches did, its failure its own.
 
-A crew pays only where the client has cores of its own. Where it shares the database server's, a crew thread that
-waits for a CPU behind the server's processes stalls all its connections at once, where a job's own thread stalls
-one: at 8 jobs on 2 shared cores crews ran 0.83x pgbench's lookups against 1.02x for a thread a job. On a core of
-its own the client's CPU per lookup was 0.98x pgbench's in crews against 1.12x, at the same throughput
-(docs/benchmarks.md). So jobs run in crews where the client does not share the server's cores (shares_cores).
+A crew pays only where the client has cores of its own. There, at the same throughput as a thread a job, the
+client's CPU per lookup was 0.93-1.02x pgbench's against 1.07-1.12x. Where the client shares the database server's
+cores, a crew thread that waits for a CPU behind the server's processes stalls all its connections at once, where
+a job's own thread stalls one: at 8 jobs on 2 shared cores, four sets of rounds gave crews 0.78-0.98x pgbench's
+lookups against 0.89-1.05x for a thread a job (docs/benchmarks.md). So jobs run in crews where the client does
+not share the server's cores (shares_cores).
 """
 
 from __future__ import annotations
