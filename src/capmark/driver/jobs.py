@@ -141,6 +141,7 @@ class Job(threading.Thread):
         except Exception as err:  # a job must never take the step down silently
             self.failure = f"job {self.index} failed {phase_after(self.boundaries)}: {error_text(err, self.engine)}"
             self.barrier.abort()
+        finally:  # however it ends (a broken barrier too), its crewmates must not wait for it in a phase
             if self.crew is not None:
                 self.crew.abort()
 

@@ -226,6 +226,7 @@ class JobsInProcess:
             doing = "could not prepare their statements"
             self.jobs = [Job(index, conn, workload, spec.params, spec.size, spec.mode, spec.info, barrier, schedule,
                              stop_event, spec.pacing) for index, conn in zip(spec.jobs, self.conns, strict=True)]
+            crew_up(self.jobs)
         except Exception as err:
             self.close()
             text = error_text(err, self.engine).rstrip(".")
@@ -233,7 +234,6 @@ class JobsInProcess:
         except BaseException:
             self.close()
             raise
-        crew_up(self.jobs)
         self.clock = WindowCpu(self.conns)
         self.jobs[0].on_window = self.clock.mark
 

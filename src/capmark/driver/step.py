@@ -179,6 +179,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         group.schedule.warmup_end = time.time() + plan.warmup_s
         group.wait()
         _countdown("warm-up", group.schedule.warmup_end, progress, stopping, group.failed)
+        watch.end_if_failed()
         with watch.phase("warm-up", group.schedule.warmup_end):
             group.wait()  # warm-up over, statistics flushed
 
@@ -205,6 +206,7 @@ def run_step(ctx: StepContext, workload: Workload, params: dict[str, ParamValue]
         sampler.start()
         group.wait()  # go
         _countdown("measure", group.schedule.measure_end, progress, stopping, group.failed)
+        watch.end_if_failed()
         with watch.phase("window", group.schedule.measure_end):
             group.wait()  # jobs done and flushed
         elapsed = time.time() - group.schedule.measure_start
@@ -394,6 +396,18 @@ class OverrunWatch:
         self.ctx, self.engine, self.group, self.pids, self.plan = ctx, engine, group, pids, plan
         self.progress, self.say = progress, say
         self.record: Overrun | None = None
+
+    def end_if_failed(self) -> None:
+        """A job has failed before the phase's end: the others stop now, their statements cancelled (with the stop
+        flag set first, so that they take the cancel quietly), and the step fails with the failed job's reason
+        instead of waiting for the others' to end on their own."""
+        if not self.group.failed():
+            return
+        self.group.cut_short()
+        cancel = getattr(self.engine, "cancel_backends", None)
+        with contextlib.suppress(Exception):
+            if cancel is not None:
+                cancel(self.ctx.control, self.pids)
 
     @contextlib.contextmanager
     def phase(self, name: str, until: float) -> Iterator[None]:

@@ -377,7 +377,7 @@ static PyObject *run_together(PyObject *module, PyObject *args) {
             return NULL;
         }
     }
-    Py_DECREF(items);
+    /* items holds the members' Lookups (borrowed by members[i].lookup) until the batches are over */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++)
         if (members[i].conn != NULL)
@@ -430,6 +430,7 @@ static PyObject *run_together(PyObject *module, PyObject *args) {
             PyList_SET_ITEM(outcome, i, entry);
     }
     members_release(members, n);
+    Py_DECREF(items);
     return outcome;
 }
 
