@@ -67,7 +67,6 @@ class LookupCrew:
     thread when the phase is over for all, raising what ended that job's part."""
 
     def __init__(self, size: int, key_max: int, stop: threading.Event) -> None:
-        self.size = size
         self.key_max = key_max
         self.stop = stop
         self._parts: list[tuple[CrewMember, float]] = []

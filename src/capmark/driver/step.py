@@ -401,8 +401,12 @@ class OverrunWatch:
         """A job has failed before the phase's end: the others stop now, their statements cancelled (with the stop
         flag set first, so that they take the cancel quietly), and the step fails with the failed job's reason
         instead of waiting for the others' to end on their own."""
-        if not self.group.failed():
-            return
+        if self.group.failed():
+            self._cut_short()
+
+    def _cut_short(self) -> None:
+        """The jobs told to end the phase, then their statements cancelled: with the stop flag already set, they
+        take the cancel as the phase's end."""
         self.group.cut_short()
         cancel = getattr(self.engine, "cancel_backends", None)
         with contextlib.suppress(Exception):
@@ -437,11 +441,7 @@ class OverrunWatch:
             if not cancelled and over >= limit:
                 cancelled = True
                 found["cancelled"] = True
-                self.group.cut_short()
-                cancel = getattr(self.engine, "cancel_backends", None)
-                with contextlib.suppress(Exception):
-                    if cancel is not None:
-                        cancel(self.ctx.control, self.pids)
+                self._cut_short()
                 self.say(f"Step {self.plan.ordinal} ({self.plan.jobs} job{'s' if self.plan.jobs != 1 else ''}): "
                          f"{found['sentence']}; capmark cancelled the jobs' statements.")
             found["cancelled"] = cancelled or found["cancelled"]
@@ -476,8 +476,8 @@ class OverrunWatch:
         return self.plan.warmup_s if name == "warm-up" else self.plan.duration_s
 
 
-def _countdown(phase: str, until: float, progress: Progress, stop: threading.Event,
-               failed: Callable[[], bool] = lambda: False) -> None:
+def _countdown(phase: str, until: float, progress: Progress, stop: threading.Event, failed: Callable[[], bool]
+               ) -> None:
     """Tell the front end how long the phase has left, until it ends, the step is being stopped, or a job has failed
     (the step then fails now, with the job's reason, instead of at the phase's planned end)."""
     while not stop.is_set() and not failed():

@@ -213,10 +213,9 @@ def run_together(batches: Sequence[LookupBatch], key_max: int, end: float) -> li
     """Unpaced batches of several loops of one engine at once, from the calling thread: each loop's as its run()
     would give it (same keys, same end), but one thread waits on all their connections instead of one thread on
     each, as pgbench's threads drive their clients. Every loop must be able to (runs_together), all of one engine."""
-    loops = [loop for loop, *_ in batches]
-    if not all(isinstance(loop, CompiledKeyLookups) for loop in loops):
+    compiled = [loop for loop, *_ in batches if isinstance(loop, CompiledKeyLookups)]
+    if len(compiled) != len(batches):
         raise ValueError("run_together needs compiled loops")
-    compiled = [loop for loop in loops if isinstance(loop, CompiledKeyLookups)]
     together = {loop._together for loop in compiled}
     if len(together) != 1 or None in together:
         raise ValueError("run_together needs loops of one engine that can run together")
