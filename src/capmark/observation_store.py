@@ -34,6 +34,7 @@ from capmark.observations import (
     Observation,
     ObservationEvent,
     ObservationSettings,
+    RoundTrips,
     SessionKey,
     SessionUse,
     StatementDelta,
@@ -158,6 +159,7 @@ def interval_of(d: dict[str, Any]) -> Interval:  # open-ended: a stored interval
         host=HostDelta(cpu_s=host["cpu_s"], devices=[DeviceDelta(**_only(DeviceDelta, x)) for x in host["devices"]],
                        memory=host["memory"], run_queue=host["run_queue"], pressure=host["pressure"])
         if host else None,
+        round_trips=RoundTrips(**_only(RoundTrips, d["round_trips"])) if d.get("round_trips") else None,
         database=d.get("database", {}))
 
 

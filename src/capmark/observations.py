@@ -143,6 +143,20 @@ class HostDelta:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RoundTrips:
+    """The collector's own round trips to the server over one interval: an empty statement, which the server answers
+    without planning or executing anything, timed from the collector. What an application's statement spends outside the
+    server's statistics (the network or loopback, waking the backend and the client) is in it; what the statement
+    does at the server is not."""
+
+    probes: int
+    mean_s: float
+    p50_s: float
+    p90_s: float
+    max_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Interval:
     """One interval's deltas. A broken interval keeps its reason and may lack any of the deltas."""
 
@@ -160,6 +174,7 @@ class Interval:
     # SQL), which pg_stat_database counts with the applications'; None: not counted (stored by an older capmark).
     collector_transactions: int | None = None
     host: HostDelta | None = None
+    round_trips: RoundTrips | None = None  # None: not probed (stored by an older capmark, or no probe succeeded)
     # The engine's own views as they are (pg_stat_database per database, pg_stat_io, pg_stat_wal, checkpointer,
     # bgwriter), kept as deltas for re-analysis.
     # open-ended: their columns differ by version

@@ -40,6 +40,7 @@ from capmark.observations import (
 )
 from capmark.observe import deltas
 from capmark.observe.host import HostReading, ProcessSampler, devices_of, host_delta, read_host
+from capmark.observe.round_trips import PROBES_PER_SAMPLE, RoundTripLog
 from capmark.observe.sessions import SessionTracker
 from capmark.observe.spec import ObserveSpec
 
@@ -125,15 +126,17 @@ class Collector:
     observation: Observation
     stop: threading.Event = field(default_factory=threading.Event)
     tracker: SessionTracker = field(default_factory=SessionTracker)
+    round_trips: RoundTripLog = field(default_factory=RoundTripLog)
     intervals: int = 0
     broken: int = 0
     busiest: str = ""
     notice: str = ""
     end: float | None = None  # monotonic time --for ends at
     # The transactions the collector's own session committed: the server counts them with the applications' in
-    # pg_stat_database, and the analysis takes them out. Each sample, each publish and each reading is one; the first
-    # use of the prepared sampling statement commits one more, in the first reading, before any interval, and psycopg
-    # prepares nothing else by itself on these sessions (_connect), which would commit one more uncounted.
+    # pg_stat_database, and the analysis takes them out. Each sample, each round-trip probe, each publish and each
+    # reading is one; the first use of the prepared sampling statement commits one more, in the first reading, before
+    # any interval, and psycopg prepares nothing else by itself on these sessions (_connect), which would commit one
+    # more uncounted.
     own_transactions: int = 0
 
     def __post_init__(self) -> None:
@@ -151,6 +154,11 @@ class Collector:
             self.own_transactions += 1
         procs, postmaster = self.procs.read([r.pid for r in rows])
         self.tracker.add(rows, procs, postmaster)
+        for _ in range(PROBES_PER_SAMPLE):
+            try:
+                self.round_trips.add(reader.time_round_trip(self.conn))
+            finally:
+                self.own_transactions += 1  # the server counts an empty statement as a committed transaction
 
     def read(self) -> Reading:
         # every transaction of the collector's sessions so far lands in this reading: without publishing, a
@@ -174,7 +182,7 @@ class Collector:
         run_queue = self.procs.take_run_queue()
         host = host_delta(before.host, after.host, run_queue) if before.host and after.host else None
         base = Interval(ordinal=self.intervals + 1, start=before.taken_at, end=after.taken_at, activity=cells,
-                        sessions=uses, activity_samples=samples, host=host,
+                        sessions=uses, activity_samples=samples, host=host, round_trips=self.round_trips.take(),
                         collector_transactions=after.own_transactions - before.own_transactions)
         broke = deltas.epoch_break(before.epoch, after.epoch)
         changed: dict[reader.StatementKey, dict[str, float]] = {}
@@ -280,6 +288,7 @@ class Collector:
     def _store_broken(self, before: Reading, end: float, reason: str) -> None:
         cells, uses, samples = self.tracker.take()
         self.procs.take_run_queue()
+        self.round_trips.take()  # probes across a break time the reconnecting, not the server
         self.store(Interval(ordinal=self.intervals + 1, start=before.taken_at, end=end, status=IntervalStatus.BROKEN,
                             reason=reason, activity=cells, sessions=uses, activity_samples=samples))
 

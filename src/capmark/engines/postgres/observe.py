@@ -8,10 +8,12 @@ Nothing here creates, sets or writes anything on the server: every statement is 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import pq
 
 from capmark.engines.base import Delta, Row, TargetInfo
 from capmark.engines.deltas import plain
@@ -170,6 +172,19 @@ def sample_activity(conn: psycopg.Connection, own_pids: list[int]) -> list[Activ
     rows = conn.execute(ACTIVITY_SQL, (own_pids,), prepare=True).fetchall()
     return [ActivityRow(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]),
                         int(r[11]) if r[11] is not None else None) for r in rows]
+
+
+def time_round_trip(conn: psycopg.Connection) -> float:
+    """Seconds for one empty statement to go to the server and back: the server plans and executes nothing for it
+    (pg_stat_database still counts it as a committed transaction). libpq's own blocking call keeps the collector's
+    Python out of the timing, as far as it can be."""
+    start = time.perf_counter()
+    result = conn.pgconn.exec_(b"")
+    elapsed = time.perf_counter() - start
+    if result.status != pq.ExecStatus.EMPTY_QUERY:
+        raise psycopg.OperationalError(conn.pgconn.error_message.decode(errors="replace").strip()
+                                       or "the server did not answer an empty statement")
+    return elapsed
 
 
 def own_query_ids(conn: psycopg.Connection, info: TargetInfo, with_text: bool) -> list[str]:
