@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from capmark.capacity.round_trips import wait_factor
 from capmark.observations import (
     ActivityCell,
     DeviceDelta,
@@ -17,6 +18,7 @@ from capmark.observations import (
     Observation,
     ObservationEvent,
     ObservationSettings,
+    RoundTrips,
     SessionKey,
     SessionUse,
     StatementDelta,
@@ -52,6 +54,10 @@ class Truth:
     # falls (cost_slope < 0) or rises as the host fills
     cost_slope: float = 0.0
     cost_at: float = 0.5
+    # the collector's round trips: idle_s + queue_s x the M/M/c wait factor at the interval's host busy, with a small
+    # deterministic noise; 0: not probed (an observation from before the probe)
+    round_trip_idle_s: float = 0.0
+    round_trip_queue_s: float = 0.0
 
     def device(self, name: str) -> float:
         return self.read_bytes[name] * self.read_s_per_byte + (self.dirtied[name] * BLOCK + self.wal[name]) * \
@@ -189,8 +195,13 @@ def build(truth: Truth | None = None, intervals: int = 60, length_s: float = 60.
                                               busy_s=0.01, read_time_s=0.005, write_time_s=0.005)],
                          memory={}, run_queue=None, pressure={})
         xacts = sum(units.values()) + collector_calls
+        trips = None
+        if truth.round_trip_idle_s > 0:
+            mean = (truth.round_trip_idle_s + truth.round_trip_queue_s * wait_factor(truth.cores, busy / total)) \
+                * (1 + 0.03 * math.sin(k * 2.3))
+            trips = RoundTrips(probes=180, mean_s=mean, p50_s=0.8 * mean, p90_s=1.5 * mean, max_s=5 * mean)
         out.append(Interval(ordinal=k, start=start, end=start + length_s, statements=statements, activity=cells,
-                            sessions=sessions, activity_samples=60, host=host,
+                            sessions=sessions, activity_samples=60, host=host, round_trips=trips,
                             database={"database": [{"datname": "shop", "xact_commit": xacts, "xact_rollback": 0}],
                                       **({"wal": [{"wal_sync_time": units["orders"] * truth.flush_s * 1e3}]}
                                          if truth.flush_s > 0 else {})}))

@@ -30,6 +30,7 @@ from capmark.errors import CapmarkError
 from capmark.observation_store import ObservationStore, is_observation, load_observation
 from capmark.observations import Interval, IntervalStatus, Observation, ObservationEvent
 from capmark.observe.collector import observe
+from capmark.observe.round_trips import PROBES_PER_SAMPLE
 from capmark.observe.spec import ObserveSpec
 from capmark.store import load_run
 
@@ -40,6 +41,7 @@ LOAD_APP = "observe-test-load"
 HEAVY_SQL = "select count(*) from generate_series(1, %s) g(i) where i %% 7 = 3"
 HEAVY_ROWS = 100_000
 CALLS = 60
+MAX_ROUND_TRIP_S = 0.05  # an empty statement over a Unix socket: about 20 us idle, a few ms with both cores busy
 # /proc's CPU times are whole ticks (USER_HZ, 10 ms): two readings of one process differ by up to a tick at each end
 TICK_S = 1.0 / procfs.USER_HZ
 
@@ -163,6 +165,10 @@ def test_statements_calls_and_cpu_are_charged_exactly_and_nothing_is_created(emb
     for i in obs.intervals:  # the load's one session was there at every sample, whatever it was doing
         seen = sum(c.samples for c in i.activity if c.session.application == LOAD_APP)
         assert seen == i.activity_samples > 0, (i.ordinal, seen, i.activity_samples)
+        # each sample's round-trip probes land in its own interval: none lost at a boundary, none counted twice
+        trips = i.round_trips
+        assert trips is not None and trips.probes == i.activity_samples * PROBES_PER_SAMPLE, (i.ordinal, trips)
+        assert 0 < trips.p50_s <= trips.p90_s <= trips.max_s < MAX_ROUND_TRIP_S, trips
 
 
 CHURN_APP = "observe-test-churn"

@@ -7,8 +7,11 @@ the collector, what no process explains) keeps its servers busy as background. W
 a workload's measured response time (lock waits, waits the model does not hold) is its residual delay, a constant
 added to its modelled response time.
 
-The measured response time of a unit is its statements' execution and planning time per unit (pg_stat_statements):
-the time the server worked or waited for it, without the client's think and network time between statements.
+The measured response time of a unit is its statements' execution and planning time per unit (pg_stat_statements),
+the time the server worked or waited for it, plus its round trips (capmark.capacity.round_trips) at the time the
+collector's probes measured for one: the unit's time as its client sees it, without the client's think time. The
+round trips grow with the CPU's queue in every solution; the residual is what the stations leave of the server's
+time alone.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from capmark.capacity import round_trips
 from capmark.capacity.demands import (
     COST_RANGE,
     CPU,
@@ -32,6 +36,7 @@ from capmark.capacity.demands import (
 )
 from capmark.capacity.document import CapacityDocument
 from capmark.capacity.peak import PeakOptions, PeakWindow, cpu_busy, find_peak, held_out
+from capmark.capacity.round_trips import RoundTripCurve
 from capmark.capacity.workloads import (
     Attribution,
     Reconciliation,
@@ -77,6 +82,8 @@ class BaselineModel:
     unattributed_fixed_cores: float = 0.0
     # the CPU cost of a unit as a line in the host's CPU utilisation (None: the same at every load)
     cpu_cost: CostByBusy | None = None
+    round_trips: dict[str, float] = field(default_factory=dict)  # workload -> its clients' round trips per unit
+    round_trip: RoundTripCurve | None = None  # one round trip's time by the host's CPU busy (None: not probed)
 
 
 @dataclass(kw_only=True)
@@ -87,9 +94,10 @@ class Solution:
     rates: dict[str, float]
     utilisation: dict[str, float]
     residence_s: dict[str, dict[str, float]]  # station -> workload -> seconds per unit
-    response_s: dict[str, float]
+    response_s: dict[str, float]  # residences, residual and round trips
     stretch: dict[str, float]  # residence over demand, summed over the stations
     saturated: list[str]
+    round_trips_s: dict[str, float] = field(default_factory=dict)  # of the response, the client's round trips
 
 
 def solve(model: BaselineModel, rates: dict[str, float] | None = None, *, cpus: int | None = None,
@@ -114,16 +122,21 @@ def solve(model: BaselineModel, rates: dict[str, float] | None = None, *, cpus: 
         residence[st.name] = dict(zip(names, r.residence_times, strict=True))
         if r.utilization >= 1:
             saturated.append(st.name)
+    cpu_station = next((st for st in model.stations if st.kind == "cpu"), None)
+    trip = 0.0
+    if model.round_trip is not None and cpu_station is not None:
+        trip = model.round_trip.at(utilisation[cpu_station.name], cpus)
+    trips = {n: model.round_trips.get(n, 0.0) * trip if model.round_trips.get(n, 0.0) > 0 else 0.0 for n in names}
     response: dict[str, float] = {}
     stretch: dict[str, float] = {}
     for n in names:
         demand = sum(st.demands.get(n, 0.0) * cost[st.name] / (cpu_speed if st.kind == "cpu" else disk_speed)
                      for st in model.stations)
         res = sum(residence[st.name][n] for st in model.stations)
-        response[n] = res + model.residual_s.get(n, 0.0)
+        response[n] = res + model.residual_s.get(n, 0.0) + trips[n]
         stretch[n] = res / demand if demand > 0 else math.nan
     return Solution(rates=rates, utilisation=utilisation, residence_s=residence, response_s=response,
-                    stretch=stretch, saturated=saturated)
+                    stretch=stretch, saturated=saturated, round_trips_s=trips)
 
 
 def _cost_at(line: CostByBusy, work: float, background: float, servers: int) -> float:
@@ -174,6 +187,8 @@ class WorkloadRow:
     response_measured_s: float
     response_modelled_s: float
     residual_s: float
+    round_trips: float  # the clients' round trips per unit (0: the observation holds no probe)
+    round_trips_s: float  # their time per unit, modelled at the peak
     demands_s: dict[str, float]  # resource -> seconds per unit (the model's estimator)
     utilisation_share: dict[str, float]  # resource -> its part of the resource's utilisation
     stretch: float
@@ -244,14 +259,30 @@ def calibrate(observation: Observation, attribution: Attribution, ordinals: Sequ
             background -= spread - fixed
         stations.append(Station(name=r.resource, kind=r.kind, servers=r.servers, background_busy=background,
                                 demands=demands))
-    measured = {n: use[n].exec_time_s / use[n].units for n in rates}
+    at_server = {n: use[n].exec_time_s / use[n].units for n in rates}
     model = BaselineModel(estimator=estimator, rates=rates, stations=stations, residual_s={},
-                          measured_response_s=measured, unattributed=unattributed,
+                          measured_response_s=at_server, unattributed=unattributed,
                           unattributed_fixed_cores=fixed, cpu_cost=_cost_line(observation, attribution, table, cores))
-    bare = solve(model)
-    model.residual_s = {n: max(0.0, measured[n] - (bare.response_s[n] if math.isfinite(bare.response_s[n]) else 0.0))
+    bare = solve(model)  # no round trips yet: the residual is what the stations leave of the server's time
+    model.residual_s = {n: max(0.0, at_server[n] - (bare.response_s[n] if math.isfinite(bare.response_s[n]) else 0.0))
                         for n in rates}
+    peak = [i for i in observation.usable() if i.ordinal in set(ordinals)]
+    model.round_trip, said = round_trips.fit(observation, peak, cores)
+    table.notes.append(said)
+    if model.round_trip is not None:
+        model.round_trips = {n: round_trips.per_unit(use[n]) for n in rates}
+        model.measured_response_s = {n: at_server[n] + model.round_trips[n] * model.round_trip.at_peak_s
+                                     for n in rates}
+        table.notes.append(_round_trips_said(model.round_trips))
     return model, table
+
+
+def _round_trips_said(per_unit: dict[str, float]) -> str:
+    """Each workload's round trips a unit, in words."""
+    parts = [f"{n} {trips:.2f}" for n, trips in per_unit.items()]
+    return ("each workload's mean response time holds its clients' round trips to the server, one a statement and a "
+            "transaction block's BEGIN and COMMIT where the statistics do not show them; a unit's round trips: "
+            + ", ".join(parts))
 
 
 def _cost_line(observation: Observation, attribution: Attribution, table: DemandTable,
@@ -332,8 +363,11 @@ def _validate(observation: Observation, attribution: Attribution, model: Baselin
         else:
             measured = sum(wal_flush_s(i) or 0.0 for i in intervals) / length
         resources.append(ResourceCheck(resource=st.name, measured=measured, modelled=solved.utilisation[st.name]))
+    trip = round_trips.measured_s(intervals) if model.round_trip is not None else None
     responses = [ResponseCheck(workload=n, rate=rates[n],
-                               measured_s=use[n].exec_time_s / use[n].units if use[n].units > 0 else math.nan,
+                               measured_s=(use[n].exec_time_s / use[n].units
+                                           + (round_trips.per_unit(use[n]) * trip if trip is not None else 0.0))
+                               if use[n].units > 0 else math.nan,
                                modelled_s=solved.response_s[n]) for n in model.rates]
     return Validation(window=window, start=intervals[0].start, end=intervals[-1].end, resources=resources,
                       responses=responses)
@@ -380,6 +414,7 @@ def baseline(observation: Observation, rules: WorkloadRules | None = None, peak:
         rows.append(WorkloadRow(name=n, unit=attribution.unit_names[n], rate=model.rates[n],
                                 response_measured_s=model.measured_response_s[n],
                                 response_modelled_s=solved.response_s[n], residual_s=model.residual_s[n],
+                                round_trips=model.round_trips.get(n, 0.0), round_trips_s=solved.round_trips_s[n],
                                 demands_s=demands, utilisation_share=share, stretch=solved.stretch[n]))
     cpu = next(r for r in table.resources if r.resource == CPU)
     notes: list[str] = list(table.notes) + list(window.notes)

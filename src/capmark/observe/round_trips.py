@@ -15,8 +15,8 @@ from capmark.observations import RoundTrips
 
 # Probes at each activity sample (1 Hz by default): the first wakes a backend idle since the last sample, the others
 # follow it at once, as the statements of a transaction follow one another. Each costs the host about 40 us of CPU
-# (backend and collector), so at the defaults the probe adds 0.01 % of one core.
-PROBES_PER_SAMPLE = 3
+# (backend and collector), so at the defaults the probe adds 0.02 % of one core.
+PROBES_PER_SAMPLE = 5
 
 
 @dataclass

@@ -203,10 +203,10 @@ def print_baseline(doc: BaselineDocument, console: Console) -> None:
                       f"pg_stat_database {rec.database_transactions:,.0f} ({pct(rec.gap_share, 1)} apart).")
 
     t = _table("Per workload at the peak (response: mean, ms)", "workload", "rate /s", "measured", "modelled",
-               "residual", "stretch")
+               "residual", "round trips", "stretch")
     for r in doc.at_peak:
         t.add_row(r.name, rate(r.rate), ms(r.response_measured_s), ms(r.response_modelled_s), ms(r.residual_s),
-                  number(r.stretch))
+                  f"{r.round_trips:.2f} ({ms(r.round_trips_s)})", number(r.stretch))
     console.print(t)
     stations = [st.name for st in doc.model.stations]
     t = _table("Demand per unit (ms) and share of each resource's utilisation", "workload",
