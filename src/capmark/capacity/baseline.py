@@ -266,7 +266,8 @@ def calibrate(observation: Observation, attribution: Attribution, ordinals: Sequ
     bare = solve(model)  # no round trips yet: the residual is what the stations leave of the server's time
     model.residual_s = {n: max(0.0, at_server[n] - (bare.response_s[n] if math.isfinite(bare.response_s[n]) else 0.0))
                         for n in rates}
-    peak = [i for i in observation.usable() if i.ordinal in set(ordinals)]
+    in_peak = set(ordinals)
+    peak = [i for i in observation.usable() if i.ordinal in in_peak]
     model.round_trip, said = round_trips.fit(observation, peak, cores)
     table.notes.append(said)
     if model.round_trip is not None:

@@ -14,8 +14,9 @@ import numpy as np
 from capmark.observations import RoundTrips
 
 # Probes at each activity sample (1 Hz by default): the first wakes a backend idle since the last sample, the others
-# follow it at once, as the statements of a transaction follow one another. Each costs the host about 40 us of CPU
-# (backend and collector), so at the defaults the probe adds 0.02 % of one core.
+# follow it at once, as the statements of a transaction follow one another. An idle probe's round trip takes about
+# 20 us (its CPU, the backend's and the collector's, is less), so at the defaults the probes keep well under 0.02 % of
+# one core busy; not measured by benchmarks/observe_cost.py yet.
 PROBES_PER_SAMPLE = 5
 
 
