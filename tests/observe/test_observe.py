@@ -182,7 +182,10 @@ def test_connections_that_start_and_end_between_samples_are_charged_their_cpu(em
     never seen by a sample and the others were seen once. Charging only between two readings of one process left
     nearly all of it unattributed. Autovacuum is paused, so the connections are the only processes that come
     and go: in the suite its workers took up to 0.49 s of the connections' CPU or gave them up to 0.57 s of
-    theirs, which the collector cannot tell apart (docs/production.md)."""
+    theirs, which the collector cannot tell apart (docs/production.md). Two clean-clone runs charged only 2.52 s of
+    3.23 s and 2.82 s of 3.45 s, most likely where a sample caught the one connection it saw still starting (no
+    database or user yet, and mostly no application): that nameless session took the CPU of every connection that
+    ended unseen after it. Such a connection is now charged nothing until its session shows (test_sessions.py)."""
     used: list[float] = []
     done = threading.Event()
 
@@ -201,8 +204,9 @@ def test_connections_that_start_and_end_between_samples_are_charged_their_cpu(em
 
     with psycopg.connect(embedded_dsn, autocommit=True) as admin, autovacuum.paused(admin):
         obs = _observe(embedded_dsn, tmp_path, 9.0, start_after_first)  # its whole 9 s: see below
+        ended_inside = done.is_set()
         loader.join()
-    assert done.is_set(), "the connections did not all end inside the observation"
+    assert ended_inside, "the connections did not all end inside the observation"
     truth = sum(used)
     charged = sum(u.cpu_user_s + u.cpu_system_s for i in obs.intervals for u in i.sessions
                   if u.session.application == CHURN_APP)

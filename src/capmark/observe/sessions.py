@@ -10,6 +10,8 @@ far is charged when it is first seen. The CPU of processes that ended since the 
 reading (and of those that started and ended unseen), is what the postmaster's reaped children's CPU grew by less
 those processes' last readings; it goes to the sessions they served, by their CPU between their last two readings.
 Without it a 5 s interval in which 48 pgbench connections ended lost a tenth of its CPU to the unattributed.
+A connection seen while it is still starting has no database or user yet, so whom it serves is not known: its CPU
+waits for a sample that shows its session (or, if it ends first, goes with the other ended processes' CPU).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from capmark.observations import NO_QUERY, ActivityCell, SessionKey, SessionUse
 from capmark.results import WaitClass, WaitKey
 
 CLIENT_BACKEND = "client backend"
+STARTING = "starting"  # a connection still authenticating: pg_stat_activity shows it without its database and user
 PARALLEL_WORKER = "parallel worker"  # serves its leader's session: charged to it
 POSTMASTER = "postmaster"  # the server's parent process, not in pg_stat_activity
 
@@ -99,6 +102,7 @@ class SessionTracker:
             self.cells[(key, row.query_id or NO_QUERY, row.state, row.in_transaction, wclass, event)] += 1
             if row.state == "active" and not key.is_background:
                 self.active_by_application[key.application or key.user or key.database] += 1
+        keyed = [(pid, key) for (pid, key), row in zip(keyed, rows, strict=True) if row.state != STARTING]
         if postmaster is not None:
             keyed.append((postmaster[0], SessionKey(backend_type=POSTMASTER)))
             procs = {**procs, postmaster[0]: postmaster[1]}
