@@ -126,26 +126,26 @@ def test_the_baseline_models_the_peaks_cpu(recorded: production.Recorded, base: 
     assert abs(cpu - peak.cpu_busy()) <= BASELINE_CPU_POINTS, (cpu, peak.cpu_busy())
 
 
-# The model's response time per workload is its time at the database host's resources: its share of the CPU (with
-# the clients' CPU spread over the workloads, as unattributed="load" does), the disk and the WAL flush, with their
-# queues. The like-for-like truth is pgbench's own time per transaction from its actual start (its schedule lag, the
-# wait of an open arrival for a free client, left out). Measured on the peak: reports 1.954 ms modelled against
-# 1.886 ms, lookups 0.034 against 0.094 ms, orders 0.435 against 0.631 ms; at 1.728x the rates 2.841 against 2.707,
-# 0.049 against 0.191 and 0.548 against 1.250 ms. What the model lacks is the client's round trips: a lookup is one,
-# an order four (BEGIN, UPDATE, INSERT, END), each about 60 us on this host at the peak and more as it fills, spent
-# in the kernel's loopback and in waking the two processes, which no database statistic times. An autocommit
-# lookup's round trip happens while its backend is idle, so the observation cannot see it at all; a model that holds
-# it needs the client's figures (a run's own driver has them).
-class RoundTripsMissing(AssertionError):
-    """Only the workloads with round trips the model does not hold (lookups, orders) missed; reports did not."""
+# The model's response time per workload is its time at the database host's resources (its share of the CPU, with
+# the clients' CPU spread over the workloads as unattributed="load" does, the disk and the WAL flush, with their
+# queues) and its clients' round trips (a lookup one, an order four), each at the collector's probed round trip grown
+# with the CPU's queue. The like-for-like truth is pgbench's own time per transaction from its actual start (its
+# schedule lag, the wait of an open arrival for a free client, left out). Recorded on 2026-12-03: on the peak, orders
+# 1.360 ms modelled against 1.345 ms, reports 4.333 against 3.918, lookups 0.233 against 0.279; at 1.728x the rates
+# 2.772 against 4.079, 7.793 against 7.579 and 0.597 against 0.749. What the model still lacks is the client's own
+# work inside each transaction, which no database statistic sees: pgbench used 57 us of CPU a lookup at the peak (one
+# thread serves 16 clients, reads each result and logs each transaction), beside the lookup's 98 us of server CPU and
+# its 90 us round trip. Only lookups, whose time is mostly the client's and the trip's, miss by more than the bound.
+class ClientTimeMissing(AssertionError):
+    """Only lookups, most of whose time the client spends, missed; orders and reports did not."""
 
 
-ROUND_TRIP_WORKLOADS = {production.LOOKUPS, production.ORDERS}
-RESPONSE_LACKS_ROUND_TRIPS = ("the model holds no time for the client's round trips (one per lookup, four per order, "
-                              "each about 60 us at the peak), which the database server cannot see")
+CLIENT_TIME_WORKLOADS = {production.LOOKUPS}
+RESPONSE_LACKS_CLIENT_TIME = ("the model holds no time for the client's own work inside a transaction (pgbench's 57 us "
+                              "of CPU a lookup at the peak), which the database server cannot see")
 
 
-@pytest.mark.xfail(strict=True, raises=RoundTripsMissing, reason=RESPONSE_LACKS_ROUND_TRIPS)
+@pytest.mark.xfail(strict=True, raises=ClientTimeMissing, reason=RESPONSE_LACKS_CLIENT_TIME)
 def test_the_baseline_models_each_workloads_response_time(recorded: production.Recorded, base: Any, capacity: Any) -> None:
     """The model at pgbench's own peak rates against pgbench's mean time per transaction from its start, over the
     real peak."""
@@ -160,11 +160,11 @@ def test_the_baseline_models_each_workloads_response_time(recorded: production.R
 
 
 def _judge_response(misses: dict[str, Any], what: str) -> None:
-    """A miss of a workload without client round trips fails the test; misses of only those with them are the
-    known gap (RoundTripsMissing)."""
-    assert not set(misses) - ROUND_TRIP_WORKLOADS, f"{what}: {misses}"
+    """A miss of a workload whose time is mostly the server's fails the test; a miss of only lookups is the known
+    gap (ClientTimeMissing)."""
+    assert not set(misses) - CLIENT_TIME_WORKLOADS, f"{what}: {misses}"
     if misses:
-        raise RoundTripsMissing(f"{what}: {misses}")
+        raise ClientTimeMissing(f"{what}: {misses}")
 
 
 def _carried(recorded: production.Recorded, base: Any, capacity: Any) -> list[tuple[Any, production.LevelRun]]:
@@ -245,7 +245,6 @@ def _as_it_ran(base: Any, capacity: Any, scenario: Any, speed: float) -> Any:
     return next(s for s in doc.scenarios if s.period == scenario.period)
 
 
-@pytest.mark.xfail(strict=True, raises=RoundTripsMissing, reason=RESPONSE_LACKS_ROUND_TRIPS)
 def test_the_what_if_predicts_the_grown_response_times(recorded: production.Recorded, base: Any,
                                                         capacity: Any) -> None:
     """Each workload's mean time per transaction from its start at each growth level the host carried, as run,
