@@ -157,7 +157,7 @@ def validate(r: Report, base: BaselineDocument, observation: Observation, runs: 
     r.add(f"**Peak by {by}**: starts {offset:+.1f} s from the real peak's start (goal: within {INTERVAL_S} s).")
     r.add()
     for note in base.notes:  # how the model grows the CPU: the fixed part of the unexplained, the cost per unit
-        if "CPU no database process explains" in note or "CPU cost per unit" in note:
+        if "CPU no database process explains" in note or "CPU cost per unit" in note or "round trip" in note:
             r.add(f"- The model: {note}.")
     first_miss = len(r.misses)
     if abs(offset) > INTERVAL_S:
@@ -189,6 +189,17 @@ def validate(r: Report, base: BaselineDocument, observation: Observation, runs: 
             r.misses.append(f"{app}: {seen:,.0f} transactions observed against pgbench's {truth:,}")
         if not (math.isfinite(model) and abs(model / a.mean_from_start_s - 1) <= BASELINE_RESPONSE):
             r.misses.append(_response_miss(app, "peak", model, a))
+    r.add()
+    r.add("What the model's time per transaction at the peak is made of (ms):")
+    for app in production.APPS:
+        parts = [f"{station} {_ms(by_workload[app])}" for station, by_workload in solved.residence_s.items()
+                 if by_workload.get(app)]
+        trips = base.model.round_trips.get(app)
+        if trips:
+            parts.append(f"round trips {_ms(solved.round_trips_s.get(app, 0.0))} ({trips:.2f} of "
+                         f"{solved.round_trips_s.get(app, 0.0) / trips * 1e6:.0f} us)")
+        parts.append(f"residual {_ms(base.model.residual_s.get(app, 0.0))}")
+        r.add(f"- {app}: {', '.join(parts)}.")
     cpu_model = solved.utilisation[CPU]
     r.add()
     r.add(f"CPU at the peak: host {_pct(peak.cpu_busy())}, model {_pct(cpu_model)} at pgbench's rates "

@@ -282,7 +282,7 @@ def _round_trips_said(per_unit: dict[str, float]) -> str:
     """Each workload's round trips a unit, in words."""
     parts = [f"{n} {trips:.2f}" for n, trips in per_unit.items()]
     return ("each workload's mean response time holds its clients' round trips to the server, one a statement and a "
-            "transaction block's BEGIN and COMMIT where the statistics do not show them; a unit's round trips: "
+            "transaction block's BEGIN and COMMIT; a unit's round trips: "
             + ", ".join(parts))
 
 
