@@ -194,10 +194,9 @@ def validate(r: Report, base: BaselineDocument, observation: Observation, runs: 
     for app in production.APPS:
         parts = [f"{station} {_ms(by_workload[app])}" for station, by_workload in solved.residence_s.items()
                  if by_workload.get(app)]
-        trips = base.model.round_trips.get(app)
+        trips, trips_s = base.model.round_trips.get(app), solved.round_trips_s.get(app, 0.0)
         if trips:
-            parts.append(f"round trips {_ms(solved.round_trips_s.get(app, 0.0))} ({trips:.2f} of "
-                         f"{solved.round_trips_s.get(app, 0.0) / trips * 1e6:.0f} us)")
+            parts.append(f"round trips {_ms(trips_s)} ({trips:.2f} of {trips_s / trips * 1e6:.0f} us)")
         parts.append(f"residual {_ms(base.model.residual_s.get(app, 0.0))}")
         r.add(f"- {app}: {', '.join(parts)}.")
     cpu_model = solved.utilisation[CPU]
