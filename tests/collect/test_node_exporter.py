@@ -442,7 +442,9 @@ def test_cpus_keep_their_numeric_order() -> None:
 SERIES_AGREE = 0.05  # the 1 s series and the window's readings are a few milliseconds apart at each end of 2 s
 # the model's CPU busy at its own calibration step lies below the host's by the work no job does (the kernel's, the
 # exporter's, the driver's, capmark's sampler): 1.3-2.2 points at one job here (51.3-52.2 % measured, 50.0 % modelled),
-# 4.0 in a run with per-process sampling on the host, 5.7 on a host whose speed swung 1.7x (that work takes longer)
+# 4.0 in a run with per-process sampling on the host, 5.7 on a host whose speed swung 1.7x (that work takes longer).
+# The host's busy share above what the jobs can keep busy (a core each) is other processes' work, which a closed
+# model of those jobs cannot show: a busy CI host measured 57.1 % at one job of two cores against the model's 50.0 %.
 CPU_POINTS = 7.0
 
 
@@ -484,4 +486,6 @@ def test_a_run_measured_through_the_exporter(exporter: tuple[str, int], embedded
         print(f"CPU busy at {row['jobs']} job(s): measured {row['measured']['cpu_busy_pct']:.1f} %, "
               f"model {row['model']['cpu_busy_pct']:.1f} %, driver {100 * driver / first.elapsed_s / cores:.1f} %, "
               f"throughput error {row['error_pct']['throughput']:.2f} %")
-        assert -CPU_POINTS <= row["cpu_error_points"] <= 0.5, row  # never more CPU than the host was busy
+        assert row["cpu_error_points"] <= 0.5, row  # never more CPU than the host was busy
+        jobs_can_keep_busy = 100 * min(row["jobs"], cores) / cores
+        assert row["model"]["cpu_busy_pct"] >= min(row["measured"]["cpu_busy_pct"], jobs_can_keep_busy) - CPU_POINTS, row
