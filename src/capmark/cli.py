@@ -306,13 +306,14 @@ class ObserveLine:
 @app.command()
 def observe(
     dsn: Annotated[str | None, typer.Option("--dsn", envvar="CAPMARK_DSN", show_envvar=True,
-                                            help="Observe this PostgreSQL 14-18 (default: the embedded one).")] = None,
+                                            help="Observe this PostgreSQL 14-18, MySQL 8.0+ or MariaDB 10.6+ "
+                                                 "(default: the embedded PostgreSQL).")] = None,
     data_dir: DataDir = None,
     interval: Annotated[str, typer.Option("--interval", help="Length of each stored interval: 5s, 60s, 10m.")] = "60s",
     for_: Annotated[str | None, typer.Option("--for", help="How long to observe, e.g. 8h (default: until Ctrl-C "
                                              "or SIGTERM, which keep everything collected).")] = None,
-    sample_hz: Annotated[float, typer.Option("--sample-hz", help="Activity samples per second "
-                                             "(pg_stat_activity and each server process's CPU and IO).")] = 1.0,
+    sample_hz: Annotated[float, typer.Option("--sample-hz", help="Activity samples per second (the server's "
+                                             "sessions and each server process's or thread's CPU and IO).")] = 1.0,
     top_statements: Annotated[int, typer.Option("--top-statements", help="Statements stored per interval, by "
                                                 "execution time; the rest are summed as one.")] = 200,
     store_query_text: Annotated[bool, typer.Option("--store-query-text", help="Store the first 300 characters of "
@@ -328,8 +329,9 @@ def observe(
         "environment variable CAPMARK_NODE_EXPORTER_TOKEN).")] = None,
     results_dir: ResultsDir = DEFAULT_RESULTS_DIR,
 ) -> None:
-    """Observe a live PostgreSQL server read-only (it creates nothing there): per interval, the statements', database
-    views' and host's deltas, and which application used the CPU and IO (sampled activity); stored like a run."""
+    """Observe a live PostgreSQL, MySQL or MariaDB server read-only (it creates nothing there): per interval, the
+    statements', database views' and host's deltas, and which application used the CPU and IO (sampled activity);
+    stored like a run."""
     if data_dir is not None:
         check_data_dir(data_dir)
     check_host_metrics(host_metrics, node_exporter, node_exporter_token_file)

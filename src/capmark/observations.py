@@ -20,6 +20,9 @@ OBSERVATION_FORMAT = 1
 OBSERVATION_KIND = "observation"  # the kind in the store's run table, beside ordinary runs
 OTHER_STATEMENTS = "other"  # query id of the sum of the statements that were not among an interval's top N
 NO_QUERY = ""  # an activity sample whose session had no query id (idle, or a utility statement not tracked)
+# Interval.database's rows of each user's statements by command over the interval ({user, command, calls}), where
+# the engine's statement statistics do not know the user (MySQL)
+STATEMENT_USERS = "statement_users"
 
 
 class IntervalStatus(StrEnum):
@@ -74,6 +77,9 @@ class StatementDelta:
     wal_fpi: float = 0.0
     wal_bytes: float = 0.0
     text: str | None = None  # only with --store-query-text, at most 300 characters
+    # the statement's command ("update", "select", ...) where the engine's statistics do not know its user
+    # (MySQL's digests): the analysis splits it by the users' counts of that command (statement_users)
+    command: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

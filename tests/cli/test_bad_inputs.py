@@ -554,7 +554,7 @@ CASES = [
     other("observe", "--host-metrics", "bogus", word="--host-metrics 'bogus' is unknown"),
     other("observe", "--node-exporter", "ftp://x", word="is not the address of a node_exporter"),
     other("observe", "--node-exporter-token-file", "{DIR}/missing", word="is the bearer token of a node_exporter"),
-    other("observe", "--dsn", "mysql://root@127.0.0.1:1/x", word="supports PostgreSQL for now"),
+    other("observe", "--dsn", "mysql://root@127.0.0.1:1/x", word="Cannot connect to MySQL/MariaDB"),
     other("observe", "--data-dir", "{FILE:latin1.toml}", word="is a file, not a folder"),
     other("observe", "--dsn", "postgresql://x@127.0.0.1:1/x", "--results-dir", "{FILE:latin1.toml}",
           word="Cannot write results"),

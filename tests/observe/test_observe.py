@@ -292,7 +292,7 @@ def test_sigkill_leaves_the_finished_intervals_readable(embedded_dsn: str, tmp_p
 
 @pytest.mark.parametrize(("dsn", "words"), [
     ("postgresql://nobody@127.0.0.1:1/none", ("Cannot connect",)),
-    ("mysql://root@127.0.0.1:1/none", ("PostgreSQL for now",)),
+    ("mysql://root@127.0.0.1:1/none", ("Cannot connect to MySQL/MariaDB",)),
 ])
 def test_a_server_that_cannot_be_observed_is_one_sentence_and_stores_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, dsn: str, words: Any):

@@ -286,6 +286,9 @@ def estimate(observation: Observation, attribution: Attribution, ordinals: Seque
     wal = _wal(intervals, use, modelled, rates, length)
     if wal is not None:
         resources.append(wal)
+    elif observation.target.get("engine") == "mysql":
+        notes.append("the redo log's flush time is not collected from MySQL or MariaDB: the commits' wait for it "
+                     "stays in each workload's residual delay")
     else:
         notes.append("the WAL flush time was not measured (track_wal_io_timing is off, or the collector had no "
                      "WAL statistics): the commits' wait for it stays in each workload's residual delay")

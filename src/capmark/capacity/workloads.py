@@ -30,6 +30,9 @@ Attribution, and what it assumes:
   sessions of the same user and database. This assumes a statement's
   calls are spread among workloads as its samples are: true for a statement only one workload runs, an estimate
   for a statement several run.
+- MySQL's and MariaDB's digests know no user (their user is ""): one no sample showed is split by each user's
+  statements of its command in the interval (the collector stores them under Interval.database[STATEMENT_USERS]),
+  and within a user by the samples of their sessions in the digest's schema.
 - A rule on query_id or statement text takes the whole statement (all its calls) for its workload. The CPU its
   calls used is moved from the session workloads that ran it in proportion to execution time.
 - Nested statements (toplevel false) are already inside their caller's time and are not counted again.
@@ -57,6 +60,7 @@ from capmark.errors import CapmarkError
 from capmark.observations import (
     NO_QUERY,
     OTHER_STATEMENTS,
+    STATEMENT_USERS,
     ActivityCell,
     Interval,
     Observation,
@@ -67,6 +71,7 @@ from capmark.observations import (
 # A workload is taken to run explicit transactions when at least this many of its samples, and this share of its
 # active ones, found it idle inside one (one stray sample, such as a tool's session, is not the workload's habit)
 MIN_EXPLICIT_SAMPLES = 2
+ANY_USER = ""  # the user of a statement whose engine does not tell users apart (MySQL's digests)
 MIN_EXPLICIT_SHARE = 0.02
 # A workload in explicit transactions whose COMMIT and END calls found explain less than this share of the commits the
 # database counted beyond the other workloads has not had its own ends counted (pgbench -M prepared's never reach
@@ -473,23 +478,36 @@ class _Samples:
         self.user_db: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.clients: dict[str, float] = defaultdict(float)
         self.in_transaction: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.user_db_any: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        # (interval, command) -> user -> statements: where the engine's statement statistics do not know the user
+        self.user_commands: dict[tuple[int, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for interval in observation.usable():
+            for row in interval.database.get(STATEMENT_USERS) or ():
+                if isinstance(row, dict) and row.get("command"):
+                    self.user_commands[(interval.ordinal, str(row["command"]))][str(row.get("user") or "")] += \
+                        float(row.get("calls") or 0.0)
             for cell in interval.activity:
                 name = rules.session_workload(cell.session)
                 if cell.session.is_background:
                     continue
-                key = (cell.session.database, cell.session.user, cell.query_id)
+                # a statement's samples by its user, and by its database alone for engines whose statement
+                # statistics do not know the user (MySQL's digests): their statements carry the user ""
+                keys = [(cell.session.database, cell.session.user, cell.query_id),
+                        (cell.session.database, ANY_USER, cell.query_id)]
                 if cell.query_id != NO_QUERY:
-                    self.any[(interval.ordinal, *key)][name] += cell.samples
-                    self.whole_any[key][name] += cell.samples
+                    for key in keys:
+                        self.any[(interval.ordinal, *key)][name] += cell.samples
+                        self.whole_any[key][name] += cell.samples
                 if in_explicit_transaction(cell):
                     self.in_transaction[(cell.session.database, cell.session.user)][name] += cell.samples
+                self.user_db_any[(cell.session.database, cell.session.user)][name] += cell.samples
                 if cell.state == "active":
                     self.user_db[(cell.session.database, cell.session.user)][name] += cell.samples
                     self.clients[name] += cell.samples
                     if cell.query_id != NO_QUERY:
-                        self.active[(interval.ordinal, *key)][name] += cell.samples
-                        self.whole_active[key][name] += cell.samples
+                        for key in keys:
+                            self.active[(interval.ordinal, *key)][name] += cell.samples
+                            self.whole_active[key][name] += cell.samples
         # never sampled: the sampled statement it runs with (needs the tables above)
         self.companions = _companions(observation, self)
 
@@ -508,6 +526,8 @@ class _Samples:
         if s.query_id != OTHER_STATEMENTS:
             if shares := self._by_samples(ordinal, key):
                 return shares
+            if s.user == ANY_USER and s.command and (shares := self._by_user_commands(ordinal, s)):
+                return shares
             companion = self.companions.get(key)
             if companion is not None and (shares := self._by_samples(ordinal, companion)):
                 return shares
@@ -517,6 +537,17 @@ class _Samples:
         if (s.user or s.database) and (shares := _shares(self._matching(self.user_db, s))):
             return shares
         return _shares(self.clients) or {OTHER: 1.0}
+
+    def _by_user_commands(self, ordinal: int, s: StatementDelta) -> dict[str, float]:
+        """A statement whose user the engine does not know, split by each user's statements of its command in the
+        interval, and within a user by the samples of that user's sessions in the statement's database (users with
+        none there ran the command elsewhere)."""
+        weights: dict[str, float] = defaultdict(float)
+        for user, calls in self.user_commands.get((ordinal, s.command), {}).items():
+            among = self.user_db.get((s.database, user)) or self.user_db_any.get((s.database, user)) or {}
+            for name, share in _shares(among).items():
+                weights[name] += calls * share
+        return _shares(weights)
 
     @staticmethod
     def _matching(table: dict[tuple[str, str], dict[str, float]], s: StatementDelta) -> dict[str, float]:
@@ -544,7 +575,8 @@ def _companions(observation: Observation, samples: _Samples) -> dict[tuple[str, 
                 calls[(st.database, st.user, st.query_id)][interval.ordinal] += st.calls
         for su in interval.sessions:
             if not su.session.is_background:
-                slack[(interval.ordinal, su.session.database, su.session.user)] += 2 * su.processes
+                for user in {su.session.user, ANY_USER}:
+                    slack[(interval.ordinal, su.session.database, user)] += 2 * su.processes
     # Candidates by total calls: a companion's total is within the whole observation's slack of the statement's, so
     # a day of statements compares each unsampled one with a few sampled ones, not with all of them.
     totals: dict[tuple[str, str], list[tuple[float, tuple[str, str, str]]]] = defaultdict(list)

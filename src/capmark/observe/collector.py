@@ -1,7 +1,8 @@
-"""`capmark observe`: a passive, read-only collector of a PostgreSQL server's interval deltas and activity.
+"""`capmark observe`: a passive, read-only collector of a server's interval deltas and activity (PostgreSQL, MySQL,
+MariaDB; the engine's side is a ServerSource).
 
-It connects once as 'capmark observe', learns the server and the host, then samples pg_stat_activity and the server
-processes' /proc at --sample-hz and, at each interval's end, reads the cumulative counters and hands the interval to
+It connects once, learns the server and the host, then samples the server's sessions and their processes' (or
+threads') /proc at --sample-hz and, at each interval's end, reads the cumulative counters and hands the interval to
 the sink (the store), which commits it at once. A restart, a statistics reset, counters going backwards or a lost
 connection make that interval broken (kept, with its reason, never differenced across); after a lost connection it
 reconnects with backoff and goes on. Ctrl-C or SIGTERM ends it cleanly: the interval in progress is closed and kept.
@@ -11,37 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import psycopg
-
-from capmark.collect import hosts
-from capmark.collect.hostsource import HostSource, NoHost
-from capmark.config import env_dsn, redact_dsn
-from capmark.engines import postgres as pg
+from capmark.collect.hostsource import NoHost
+from capmark.config import env_dsn
 from capmark.engines import registry
-from capmark.engines.base import Delta, TargetInfo
 from capmark.engines.postgres import embedded
-from capmark.engines.postgres import observe as reader
-from capmark.engines.postgres.stats import flush_own_stats
 from capmark.errors import CapmarkError
-from capmark.observations import (
-    Interval,
-    IntervalStatus,
-    Observation,
-    ObservationEvent,
-    ObservationSettings,
-)
-from capmark.observe import deltas
-from capmark.observe.host import HostReading, ProcessSampler, devices_of, host_delta, read_host
+from capmark.observations import Interval, IntervalStatus, Observation, ObservationEvent
+from capmark.observe import mysql_source, postgres_source
+from capmark.observe.host import HostReading, host_delta, read_host
 from capmark.observe.round_trips import PROBES_PER_SAMPLE, RoundTripLog
 from capmark.observe.sessions import SessionTracker
+from capmark.observe.source import Opened, ServerSource
 from capmark.observe.spec import ObserveSpec
 
 # Reconnecting after a lost connection: the first try at once, then waits doubling up to this, for as long as the
@@ -91,14 +79,11 @@ class QuietProgress:
 
 @dataclass
 class Reading:
-    """One reading of the server's cumulative counters and the host's, at an interval's edge."""
+    """One reading at an interval's edge: the server's counters (the source's own record) and the host's."""
 
     taken_at: float
-    epoch: reader.ServerEpoch
-    statements: dict[reader.StatementKey, reader.StatementRow]
-    views: Delta
+    server: Any
     host: HostReading | None
-    own_transactions: int  # the collector's own transactions (its sessions') counted when the views were read
 
 
 @dataclass
@@ -115,88 +100,51 @@ class Observed:
 @dataclass
 class Collector:
     spec: ObserveSpec
-    dsn: str
     sink: Sink
     progress: Progress
-    info: TargetInfo
-    conn: Any
-    host: HostSource
+    source: ServerSource
     devices: list[str]
-    statements: bool
     observation: Observation
     stop: threading.Event = field(default_factory=threading.Event)
-    tracker: SessionTracker = field(default_factory=SessionTracker)
+    tracker: SessionTracker = field(init=False)
     round_trips: RoundTripLog = field(default_factory=RoundTripLog)
     intervals: int = 0
     broken: int = 0
     busiest: str = ""
     notice: str = ""
     end: float | None = None  # monotonic time --for ends at
-    # The transactions the collector's own session committed: the server counts them with the applications' in
-    # pg_stat_database, and the analysis takes them out. Each sample, each round-trip probe, each publish and each
-    # reading is one; the first use of the prepared sampling statement commits one more, in the first reading, before
-    # any interval, and psycopg prepares nothing else by itself on these sessions (_connect), which would commit one
-    # more uncounted.
-    own_transactions: int = 0
 
     def __post_init__(self) -> None:
-        self.procs = ProcessSampler(self.host)
         self.started = time.monotonic()
+        self.tracker = SessionTracker(classify=self.source.wait_of)
 
     # --- readings -------------------------------------------------------------------------------------------
-    def own_pids(self) -> list[int]:
-        return [self.conn.info.backend_pid, *self.host.own_pids()]
-
     def sample(self) -> None:
-        try:
-            rows = reader.sample_activity(self.conn, self.own_pids())
-        finally:
-            self.own_transactions += 1
-        procs, postmaster = self.procs.read([r.pid for r in rows])
-        self.tracker.add(rows, procs, postmaster)
+        self.source.sample(self.tracker)
         for _ in range(PROBES_PER_SAMPLE):
-            try:
-                self.round_trips.add(reader.time_round_trip(self.conn))
-            finally:
-                self.own_transactions += 1  # the server counts an empty statement as a committed transaction
+            self.round_trips.add(self.source.round_trip())
 
     def read(self) -> Reading:
-        # every transaction of the collector's sessions so far lands in this reading: without publishing, a
-        # session's counts reach the views up to a second late, in the next interval
-        self.own_transactions += flush_own_stats(self.conn, self.info)
-        self.host.publish_statistics(self.info)
-        own = self.own_transactions + self.host.transactions()
-        with self.conn.transaction():  # one snapshot of the statistics for every view (stats_fetch_consistency)
-            self.conn.execute("select pg_stat_clear_snapshot()")
-            views = reader.read_views(self.conn, self.info)
-            statements = reader.read_statements(self.conn, self.info, self.spec.store_query_text) \
-                if self.statements else {}
-            epoch = reader.read_epoch(self.conn, self.info, self.statements, views)
-        self.own_transactions += 1
-        host = read_host(self.host, self.devices) if not isinstance(self.host, NoHost) else None
-        return Reading(time.time(), epoch, statements, views, host, own)
+        server = self.source.read()
+        host = self.source.host
+        return Reading(time.time(), server, read_host(host, self.devices) if not isinstance(host, NoHost) else None)
 
     # --- intervals ------------------------------------------------------------------------------------------
     def interval(self, before: Reading, after: Reading) -> Interval:
         cells, uses, samples = self.tracker.take()
-        run_queue = self.procs.take_run_queue()
+        run_queue = self.source.procs.take_run_queue()
         host = host_delta(before.host, after.host, run_queue) if before.host and after.host else None
         base = Interval(ordinal=self.intervals + 1, start=before.taken_at, end=after.taken_at, activity=cells,
-                        sessions=uses, activity_samples=samples, host=host, round_trips=self.round_trips.take(),
-                        collector_transactions=after.own_transactions - before.own_transactions)
-        broke = deltas.epoch_break(before.epoch, after.epoch)
-        changed: dict[reader.StatementKey, dict[str, float]] = {}
-        views: Delta = {}
-        if broke is None:
-            evicted = before.epoch.statements_dealloc != after.epoch.statements_dealloc
-            changed, broke = deltas.statement_deltas(before.statements, after.statements, evicted=evicted)
-        if broke is None:
-            views, broke = deltas.views_delta(before.views, after.views)
-        if broke is not None:
-            self.event(broke.kind, f"Interval {self.intervals + 1} is broken: {broke.text}.")
-            return dataclasses.replace(base, status=IntervalStatus.BROKEN, reason=broke.text)
-        top = deltas.top_statements(changed, after.statements, self.spec.top_statements)
-        return dataclasses.replace(base, statements=top, statements_total=len(changed), database=views)
+                        sessions=uses, activity_samples=samples, host=host, round_trips=self.round_trips.take())
+        counters, broke = self.source.counters(before.server, after.server)
+        if broke is not None or counters is None:
+            text = broke.text if broke is not None else "the server's counters could not be read"
+            self.event(broke.kind if broke is not None else "unreadable",
+                       f"Interval {self.intervals + 1} is broken: {text}.")
+            return dataclasses.replace(base, status=IntervalStatus.BROKEN, reason=text)
+        return dataclasses.replace(base, statements=counters.statements, statements_total=counters.statements_total,
+                                   database=counters.database,
+                                   collector_transactions=counters.collector_transactions)
 
     def store(self, interval: Interval) -> None:
         self.sink.save_interval(interval)
@@ -210,7 +158,7 @@ class Collector:
 
     def show(self) -> None:
         self.progress.update(ProgressState(time.monotonic() - self.started, self.intervals, self.broken,
-                                           self.procs.busy_pct, self.busiest, self.notice))
+                                           self.source.procs.busy_pct, self.busiest, self.notice))
 
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> tuple[str, str]:
@@ -238,7 +186,7 @@ class Collector:
                     boundary += self.spec.interval_s
                 else:
                     self.show()
-            except psycopg.Error as err:
+            except self.source.errors as err:
                 recovered = self._recover(before, err)
                 if recovered is None:
                     if self.stop.is_set():
@@ -261,33 +209,37 @@ class Collector:
         """The interval in progress when a signal came, closed and kept."""
         if time.time() - before.taken_at < MIN_TAIL_S:
             return
-        with contextlib.suppress(psycopg.Error):
+        with contextlib.suppress(*self.source.errors):
             self.sample()
             self.store(self.interval(before, self.read()))
 
-    def _recover(self, before: Reading, err: psycopg.Error) -> Reading | None:
+    def _recover(self, before: Reading, err: BaseException) -> Reading | None:
         """After a failed reading: the broken interval stored, a new connection (when the old one is gone) and a
         new first reading; None when a signal ended the observation meanwhile."""
-        lost = bool(self.conn.closed or self.conn.broken)
-        text = _first_line(err)
+        lost = self.source.lost()
+        text = self.error_text(err)
         reason = (f"the connection to the server was lost ({text})" if lost
                   else f"a statistics view could not be read ({text})")
         self.event("disconnected" if lost else "unreadable", f"{reason[0].upper()}{reason[1:]}.")
-        with contextlib.suppress(psycopg.Error):
-            self.conn.rollback()
+        self.source.rollback()
         reading = self._reconnect() if lost else self._retry_reading()
         if reading is None:
             self._store_broken(before, time.time(), reason)
             return None
-        if reading.epoch.started_at != before.epoch.started_at:
-            self.event("restart", f"The server restarted (its postmaster started at {reading.epoch.started_at}).")
+        restart = self.source.restart(before.server, reading.server)
+        if restart is not None:
+            self.event("restart", restart)
             reason += "; the server restarted"
         self._store_broken(before, reading.taken_at, reason)
         return reading
 
+    def error_text(self, err: BaseException) -> str:
+        explain = getattr(self.source, "error_text", None)
+        return str(explain(err)) if explain is not None else _first_line(err)
+
     def _store_broken(self, before: Reading, end: float, reason: str) -> None:
         cells, uses, samples = self.tracker.take()
-        self.procs.take_run_queue()
+        self.source.procs.take_run_queue()
         self.round_trips.take()  # probes across a break time the reconnecting, not the server
         self.store(Interval(ordinal=self.intervals + 1, start=before.taken_at, end=end, status=IntervalStatus.BROKEN,
                             reason=reason, activity=cells, sessions=uses, activity_samples=samples))
@@ -295,30 +247,24 @@ class Collector:
     def _retry_reading(self) -> Reading | None:
         try:
             return self._first_reading()
-        except psycopg.Error:
+        except self.source.errors:
             return self._reconnect()
 
     def _reconnect(self) -> Reading | None:
         wait = RECONNECT_FIRST_WAIT_S
         tries = 0
+        retried: tuple[type[BaseException], ...] = (CapmarkError, *self.source.errors)
         while not self.stop.is_set():
             tries += 1
-            with contextlib.suppress(Exception):
-                self.conn.close()
             try:
-                self.conn = _connect(self.dsn)
-                if isinstance(self.host, hosts.ProcHost) and self.host.name == "sql":
-                    with contextlib.suppress(Exception):
-                        self.host.close()
-                    self.host = hosts.sql_source(self.dsn)
-                    self.procs.host = self.host
+                self.source.reconnect()
                 self.tracker.last.clear()
                 reading = self._first_reading()
                 self.notice = ""
                 self.event("reconnected", f"Reconnected to the server after {tries} attempt{'s' * (tries > 1)}.")
                 return reading
-            except (CapmarkError, psycopg.Error) as err:
-                self.notice = f"connection lost ({_first_line(err)}); reconnecting in {wait:.0f} s"
+            except retried as err:
+                self.notice = f"connection lost ({self.error_text(err)}); reconnecting in {wait:.0f} s"
                 self.show()
             if self.end is not None and time.monotonic() + wait >= self.end:
                 break  # --for ends before the next try
@@ -368,28 +314,14 @@ def _target(spec: ObserveSpec, progress: Progress) -> tuple[str, bool]:
     return embedded.start(spec.data_dir, say=progress.say), True
 
 
-def _connect(dsn: str) -> Any:
+def _open(spec: ObserveSpec, dsn: str, is_embedded: bool, progress: Progress, observation_id: str) -> Opened:
     engine = registry.for_dsn(dsn)
+    if engine.name == "mysql":
+        return mysql_source.open_mysql(spec, dsn, progress, observation_id)
     if engine.name != "postgresql":
-        raise CapmarkError(f"capmark observe supports PostgreSQL for now, not {engine.label}; name a PostgreSQL server "
-                           "with --dsn.")
-    conn = pg.connect(dsn, application_name=reader.OBSERVE_APPLICATION)
-    conn.prepare_threshold = None  # see Collector.own_transactions
-    return conn
-
-
-def _statements_readable(conn: Any, info: TargetInfo, progress: Progress) -> bool:
-    if not info.has("pg_stat_statements"):
-        progress.say(reader.statements_hint(info))
-        return False
-    try:
-        reader.read_statements(conn, info, with_text=False)
-        return True
-    except psycopg.errors.InsufficientPrivilege:
-        role = conn.execute("select current_user").fetchone()[0]
-        progress.say(f"The role '{role}' may not read pg_stat_statements, so no statement is collected; a database "
-                     f"administrator runs GRANT {reader.MONITOR_ROLE} TO {role}.")
-        return False
+        raise CapmarkError(f"capmark observe supports PostgreSQL, MySQL and MariaDB, not {engine.label}; name one of "
+                           "them with --dsn.")
+    return postgres_source.open_postgres(spec, dsn, is_embedded, progress, observation_id)
 
 
 def observe(spec: ObserveSpec, sink: Sink, progress: Progress | None = None, stop: threading.Event | None = None,
@@ -399,51 +331,15 @@ def observe(spec: ObserveSpec, sink: Sink, progress: Progress | None = None, sto
     progress = progress or QuietProgress()
     spec.check()
     dsn, is_embedded = _target(spec, progress)
-    conn = _connect(dsn)
-    host: HostSource | None = None
-    collector: Collector | None = None
+    opened = _open(spec, dsn, is_embedded, progress, observation_id)
+    observation = opened.observation
     try:
-        info = pg.describe(conn, dsn, embedded=is_embedded)
-        role, all_stats, readable = reader.role_facts(conn)
-        if not readable:
-            raise CapmarkError(f"The role '{role}' may not read the server's statistics views; a database administrator "
-                               f"runs GRANT {reader.MONITOR_ROLE} TO {role}.")
-        notes = []
-        if not all_stats:
-            notes.append(f"The role '{role}' is not a member of {reader.MONITOR_ROLE}, so other roles' statements and "
-                         f"sessions are hidden; a database administrator runs GRANT {reader.MONITOR_ROLE} TO {role}.")
-        statements = _statements_readable(conn, info, progress)
-        if not statements:
-            notes.append(reader.statements_hint(info))
-        host = hosts.choose(spec.host_metrics, dsn, conn, info.data_directory, pg.connect, spec.node_exporter, None,
-                            spec.node_exporter_token)
-        info.host_metrics = host.name
-        data_device, device_note = host.data_device(info.data_directory)
-        devices = devices_of(host, data_device)
-        for note in notes:
-            if note.startswith("The role"):
-                progress.say(note)
-        if isinstance(host, NoHost):
-            notes.append(f"Host counters are not collected: {host.reason}.")
-            progress.say(notes[-1])
-        observation = Observation(
-            observation_id=observation_id, created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            status="running", reason="",
-            settings=ObservationSettings(interval_s=spec.interval_s, sample_hz=spec.sample_hz,
-                                         top_statements=spec.top_statements, store_query_text=spec.store_query_text,
-                                         host_metrics=host.name, planned_s=spec.planned_s),
-            target={**asdict(info), "dsn_redacted": redact_dsn(dsn),
-                    "started_at": str(conn.execute("select pg_postmaster_start_time()").fetchone()[0]),
-                    "collector_query_ids": reader.own_query_ids(conn, info, spec.store_query_text)},
-            host={**asdict(host.facts), "devices": devices, "data_device": data_device, "device_note": device_note,
-                  "postmaster_pid": getattr(host, "postmaster_pid", None)},
-            block_size=reader.block_size(conn), host_cores=host.facts.cores, statements_available=statements)
         stop = stop or threading.Event()
-        collector = Collector(spec=spec, dsn=dsn, sink=sink, progress=progress, info=info, conn=conn, host=host,
-                              devices=devices, statements=statements, observation=observation, stop=stop)
+        collector = Collector(spec=spec, sink=sink, progress=progress, source=opened.source, devices=opened.devices,
+                              observation=observation, stop=stop)
         with _signals_end(stop):
             sink.begin(observation)
-            for note in notes:
+            for note in opened.notes:
                 collector.event("missing", note)
             try:
                 status, reason = collector.run()
@@ -456,8 +352,4 @@ def observe(spec: ObserveSpec, sink: Sink, progress: Progress | None = None, sto
             observation.status, observation.reason = status, reason
         return Observed(observation, collector.intervals, collector.broken)
     finally:
-        later = (collector.conn, collector.host) if collector is not None else ()
-        for closing in (conn, host, *later):
-            if closing is not None:
-                with contextlib.suppress(Exception):
-                    closing.close()
+        opened.source.close()

@@ -19,6 +19,16 @@ Statements = dict[StatementKey, StatementRow]
 
 
 @dataclass(frozen=True)
+class Counters:
+    """An interval's server-side deltas, as the interval stores them."""
+
+    statements: list[StatementDelta]
+    statements_total: int  # distinct statements that changed, before the top N was kept
+    database: Delta  # the engine's own views' deltas
+    collector_transactions: int | None  # the collector's own transactions, where the engine counts them
+
+
+@dataclass(frozen=True)
 class Break:
     """Why an interval's counters cannot be differenced: its kind (an ObservationEvent kind) and one sentence."""
 
@@ -68,6 +78,7 @@ def top_statements(changed: dict[StatementKey, dict[str, float]], rows: Statemen
     ranked = sorted(changed.items(), key=lambda kv: (-kv[1]["exec_time_s"], -kv[1]["calls"], kv[0].query_id))
     kept = [StatementDelta(query_id=key.query_id, database=rows[key].database, user=rows[key].user,
                            toplevel=key.toplevel, text=rows[key].text,  # the reader reads only what may be kept
+                           command=rows[key].command,
                            **d)  # type: ignore[arg-type]  # d holds exactly the COUNTERS, each a float
             for key, d in ranked[:top_n]]
     rest = ranked[top_n:]

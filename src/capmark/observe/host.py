@@ -4,6 +4,7 @@ host-wide counters at each interval's edges, and each server process's /proc CPU
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -96,14 +97,7 @@ class ProcessSampler:
         every = [*pids, *([postmaster] if postmaster else [])]
         paths = ["/proc/stat", *(f"/proc/{pid}/{name}" for pid in every for name in ("stat", "io"))]
         texts = self.host.reader.read(paths)
-        stat = procfs.parse_stat(texts["/proc/stat"] or "") if texts["/proc/stat"] else None
-        if stat is not None:
-            self.run_queue.append(stat.procs_running)
-            if self._last_cpu is not None:
-                d = {k: v - self._last_cpu.get(k, 0) for k, v in stat.cpu.items()}
-                total = sum(d.values())
-                self.busy_pct = 100.0 * (total - d.get("idle", 0) - d.get("iowait", 0)) / total if total else None
-            self._last_cpu = stat.cpu
+        self._host_busy(texts["/proc/stat"])
         out: dict[int, ProcReading] = {}
         for pid in every:
             st = procfs.parse_pid_stat(texts.get(f"/proc/{pid}/stat") or "")
@@ -115,6 +109,57 @@ class ProcessSampler:
         pm = out.pop(postmaster, None) if postmaster else None
         return out, (postmaster, pm) if postmaster and pm else None
 
+    def _host_busy(self, text: str | None) -> None:
+        """The run queue, and the host's CPU busy since the last sample, from /proc/stat's text."""
+        stat = procfs.parse_stat(text) if text else None
+        if stat is None:
+            return
+        self.run_queue.append(stat.procs_running)
+        if self._last_cpu is not None:
+            d = {k: v - self._last_cpu.get(k, 0) for k, v in stat.cpu.items()}
+            total = sum(d.values())
+            self.busy_pct = 100.0 * (total - d.get("idle", 0) - d.get("iowait", 0)) / total if total else None
+        self._last_cpu = stat.cpu
+
     def take_run_queue(self) -> list[int]:
         taken, self.run_queue = self.run_queue, []
         return taken
+
+
+@dataclass
+class ThreadSampler(ProcessSampler):
+    """A threaded server's (MySQL's, MariaDB's) threads, each read as a process is: /proc/<pid>/task/<tid>/stat and
+    io for every thread the server has now, on this host only (a task list is not readable through SQL). The main
+    thread stands in the postmaster's place: its own CPU, and as 'reaped' what the server's threads that ended used
+    (the process's CPU less its live threads'), which the tracker charges as it does ended backends."""
+
+    tids: list[int] = field(default_factory=list)  # the server's threads at the last reading, the main one first
+
+    def read(self, pids: list[int]) -> tuple[dict[int, ProcReading], tuple[int, ProcReading] | None]:
+        server = self.host.postmaster_pid if isinstance(self.host, ProcHost) else None
+        if server is None or not isinstance(self.host, ProcHost):
+            return {}, None
+        try:
+            self.tids = sorted(int(t) for t in os.listdir(f"/proc/{server}/task"))
+        except OSError:
+            self.tids = []
+        task = f"/proc/{server}/task"
+        paths = ["/proc/stat", f"/proc/{server}/stat",
+                 *(f"{task}/{tid}/{name}" for tid in self.tids for name in ("stat", "io"))]
+        texts = self.host.reader.read(paths)
+        self._host_busy(texts["/proc/stat"])
+        whole = procfs.parse_pid_stat(texts.get(f"/proc/{server}/stat") or "")
+        out: dict[int, ProcReading] = {}
+        for tid in self.tids:
+            st = procfs.parse_pid_stat(texts.get(f"{task}/{tid}/stat") or "")
+            if st is None:
+                continue
+            read_bytes, write_bytes = parse_pid_io(texts.get(f"{task}/{tid}/io") or "")
+            out[tid] = ProcReading(st.start_ticks, st.user_s, st.sys_s, read_bytes, write_bytes)
+        main = out.pop(server, None)
+        if whole is None or main is None:
+            return out, None
+        ended_user = max(0.0, whole.user_s - main.user_s - sum(r.user_s for r in out.values()))
+        ended_sys = max(0.0, whole.sys_s - main.sys_s - sum(r.sys_s for r in out.values()))
+        return out, (server, ProcReading(whole.start_ticks, main.user_s, main.sys_s, main.read_bytes, main.write_bytes,
+                                         ended_user, ended_sys))

@@ -17,7 +17,7 @@ waits for a sample that shows its session (or, if it ends first, goes with the o
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from capmark.engines.postgres.observe import ActivityRow
@@ -90,6 +90,8 @@ class SessionTracker:
     # its reading rather than being charged its whole life again
     vanished: dict[int, ProcReading] = field(default_factory=dict)
     tail_shares: dict[SessionKey, float] = field(default_factory=dict)  # how the last ended processes' CPU went
+    # a sample's wait class and the engine's own wait: PostgreSQL's by default
+    classify: Callable[[ActivityRow], tuple[str, str]] = field(default_factory=lambda: wait_of)
 
     def add(self, rows: Iterable[ActivityRow], procs: dict[int, ProcReading],
             postmaster: tuple[int, ProcReading] | None = None) -> None:
@@ -98,7 +100,7 @@ class SessionTracker:
         leaders = {r.pid: session_of(r, {}) for r in rows if r.backend_type == CLIENT_BACKEND}
         keyed = [(r.pid, session_of(r, leaders)) for r in rows]
         for row, (_, key) in zip(rows, keyed, strict=True):
-            wclass, event = wait_of(row)
+            wclass, event = self.classify(row)
             self.cells[(key, row.query_id or NO_QUERY, row.state, row.in_transaction, wclass, event)] += 1
             if row.state == "active" and not key.is_background:
                 self.active_by_application[key.application or key.user or key.database] += 1

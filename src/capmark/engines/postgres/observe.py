@@ -47,6 +47,7 @@ class StatementRow:
     user: str
     counters: dict[str, float]
     text: str | None = None
+    command: str = ""  # see StatementDelta.command (MySQL's digests only)
 
 
 @dataclass
