@@ -12,11 +12,16 @@ busy over --sessions sessions, so that every interval holds a full top 200 and a
 Goals: at most 1 % of one core for collector and backend together; a day under 50 MB.
 
     python benchmarks/observe_cost.py [--dsn DSN] [--seconds 240] [--interval 60] [--statements 300]
+    python benchmarks/observe_cost.py --private-mariadb   # a MariaDB of its own, performance_schema on
+
+With a mysql:// DSN (or --private-mariadb, which starts one as the tests do) the load runs through mysqlclient and
+the collector's server side is the OS thread serving its connection.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import sqlite3
@@ -26,9 +31,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
+from capmark.engines import registry
 from capmark.engines.postgres import embedded
 from capmark.engines.postgres.observe import OBSERVE_APPLICATION
 from capmark.observation_store import DB_NAME, ObservationStore, load_observation
@@ -54,9 +61,24 @@ for part in range(sessions):
     threading.Thread(target=run, args=(part,), daemon=True).start()
 time.sleep(1e9)
 """
+MYSQL_LOAD = r"""
+import sys, time, threading
+from capmark.engines.mysql.connection import connect
+dsn, statements, sessions = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def run(part):
+    cur = connect(dsn).cursor()
+    while True:
+        for k in range(part, statements, sessions):
+            cur.execute("select " + " + ".join(["1"] * (k + 1)))
+            cur.fetchall()
+        time.sleep(0.2)
+for part in range(sessions):
+    threading.Thread(target=run, args=(part,), daemon=True).start()
+time.sleep(1e9)
+"""
 
 
-def _cpu_s(pid: int) -> float:
+def _cpu_s(pid: int | str) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         f = fh.read().rpartition(")")[2].split()
     return (int(f[11]) + int(f[12])) / 100
@@ -67,28 +89,79 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class PostgresCollectorSide:
+    """The collector's server backend, found by its application name."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def proc(self) -> str | None:
+        row = self.conn.execute("select pid from pg_stat_activity where application_name = %s",
+                                (OBSERVE_APPLICATION,)).fetchone()
+        return str(row[0]) if row else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class MysqlCollectorSide:
+    """The server thread serving the collector's connection (the one in the collector's schema)."""
+
+    def __init__(self, dsn: str) -> None:
+        from capmark.engines.mysql.connection import connect
+
+        self.conn = connect(dsn)
+
+    def proc(self) -> str | None:
+        cur = self.conn.cursor()
+        cur.execute("SELECT (SELECT THREAD_OS_ID FROM performance_schema.threads WHERE NAME = 'thread/sql/main'), "
+                    "THREAD_OS_ID FROM performance_schema.threads WHERE PROCESSLIST_DB = 'performance_schema' "
+                    "AND PROCESSLIST_ID <> CONNECTION_ID()")
+        row = cur.fetchone()
+        cur.close()
+        return f"{row[0]}/task/{row[1]}" if row else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def main() -> None:
+    with contextlib.ExitStack() as stack:
+        _main(stack)
+
+
+def _main(stack: contextlib.ExitStack) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn", help="observe this PostgreSQL (on this machine) instead of the embedded one")
     ap.add_argument("--seconds", type=float, default=240.0, help="how long to observe")
     ap.add_argument("--interval", type=float, default=60.0, help="the collector's interval (default: its default)")
     ap.add_argument("--statements", type=int, default=300, help="distinct statements the load keeps busy")
     ap.add_argument("--sessions", type=int, default=8, help="the load's sessions (each its own application)")
+    ap.add_argument("--private-mariadb", action="store_true",
+                    help="observe a MariaDB of its own with performance_schema on (tests/mariadbprivate.py)")
     args = ap.parse_args()
-    dsn = args.dsn or embedded.start(None)
-    load = subprocess.Popen([sys.executable, "-c", LOAD, dsn, str(args.statements), str(args.sessions)])
+    if args.private_mariadb:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        import mariadbprivate
+
+        consumers = [f"--performance-schema-consumer-{c}=ON" for c in ("events-statements-current",
+                                                                        "events-waits-current")]
+        dsn = stack.enter_context(mariadbprivate.running("--performance-schema=ON", *consumers))
+    else:
+        dsn = args.dsn or embedded.start(None)
+    mysql = registry.for_dsn(dsn).name == "mysql"
+    load = subprocess.Popen([sys.executable, "-c", MYSQL_LOAD if mysql else LOAD, dsn, str(args.statements),
+                             str(args.sessions)])
     results = Path(tempfile.mkdtemp(prefix="capmark-observe-cost-"))
     store = ObservationStore(results)
-    watcher = psycopg.connect(dsn, autocommit=True)
-    backend: dict[str, float] = {}
+    watcher = MysqlCollectorSide(dsn) if mysql else PostgresCollectorSide(dsn)
+    backend: dict[str, Any] = {}
 
     def watch_backend() -> None:
-        """The collector's backend: its CPU when first seen and last seen."""
+        """The collector's backend (or server thread): its CPU when first seen and last seen."""
         while not done.is_set():
-            row = watcher.execute("select pid from pg_stat_activity where application_name = %s",
-                                  (OBSERVE_APPLICATION,)).fetchone()
-            if row:
-                pid = int(row[0])
+            pid = watcher.proc()
+            if pid:
                 backend.setdefault("pid", pid)
                 if pid == backend["pid"]:
                     backend.setdefault("first", _cpu_s(pid))
