@@ -127,7 +127,8 @@ class Collector:
     def read(self) -> Reading:
         server = self.source.read()
         host = self.source.host
-        return Reading(time.time(), server, read_host(host, self.devices) if not isinstance(host, NoHost) else None)
+        counters = read_host(host, self.devices) if not isinstance(host, NoHost) else None
+        return Reading(time.time(), server, counters)
 
     # --- intervals ------------------------------------------------------------------------------------------
     def interval(self, before: Reading, after: Reading) -> Interval:

@@ -133,19 +133,26 @@ class ThreadSampler(ProcessSampler):
     thread stands in the postmaster's place: its own CPU, and as 'reaped' what the server's threads that ended used
     (the process's CPU less its live threads'), which the tracker charges as it does ended backends."""
 
-    tids: list[int] = field(default_factory=list)  # the server's threads at the last reading, the main one first
+    tids: list[int] = field(default_factory=list)  # the server's threads at the last reading
+    # CPU of the server's threads that ended, as the last reading put it: moved only when a thread has gone. The
+    # process's total less its live threads' is not a steady figure: each thread's time is cut to whole ticks on
+    # its own and the total once, so it wanders by up to a tick a thread from one reading to the next, and the
+    # tracker would charge every upward step as an ended thread's CPU.
+    ended: tuple[float, float] = (0.0, 0.0)
 
     def read(self, pids: list[int]) -> tuple[dict[int, ProcReading], tuple[int, ProcReading] | None]:
         server = self.host.postmaster_pid if isinstance(self.host, ProcHost) else None
         if server is None or not isinstance(self.host, ProcHost):
             return {}, None
+        before = set(self.tids)
         try:
             self.tids = sorted(int(t) for t in os.listdir(f"/proc/{server}/task"))
         except OSError:
             self.tids = []
         task = f"/proc/{server}/task"
-        paths = ["/proc/stat", f"/proc/{server}/stat",
-                 *(f"{task}/{tid}/{name}" for tid in self.tids for name in ("stat", "io"))]
+        # the process's total read after its threads, so that it holds at least what they used
+        paths = ["/proc/stat", *(f"{task}/{tid}/{name}" for tid in self.tids for name in ("stat", "io")),
+                 f"/proc/{server}/stat"]
         texts = self.host.reader.read(paths)
         self._host_busy(texts["/proc/stat"])
         whole = procfs.parse_pid_stat(texts.get(f"/proc/{server}/stat") or "")
@@ -159,7 +166,16 @@ class ThreadSampler(ProcessSampler):
         main = out.pop(server, None)
         if whole is None or main is None:
             return out, None
-        ended_user = max(0.0, whole.user_s - main.user_s - sum(r.user_s for r in out.values()))
-        ended_sys = max(0.0, whole.sys_s - main.sys_s - sum(r.sys_s for r in out.values()))
+        now = (whole.user_s - main.user_s - sum(r.user_s for r in out.values()),
+               whole.sys_s - main.sys_s - sum(r.sys_s for r in out.values()))
+        if not before:  # the first reading: what ended before it is nobody's in this observation
+            self.ended = now
+        elif before - set(self.tids):  # a thread ended since the last reading
+            self.ended = (max(self.ended[0], now[0]), max(self.ended[1], now[1]))
         return out, (server, ProcReading(whole.start_ticks, main.user_s, main.sys_s, main.read_bytes, main.write_bytes,
-                                         ended_user, ended_sys))
+                                         *self.ended))
+
+    def read_host_only(self) -> None:
+        """The run queue and the host's busy, where the server's threads cannot be told apart."""
+        if isinstance(self.host, ProcHost):
+            self._host_busy(self.host.reader.read(["/proc/stat"])["/proc/stat"])

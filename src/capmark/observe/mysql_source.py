@@ -10,6 +10,8 @@ among the workloads by the samples that showed it, as it does every statement.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -102,9 +104,12 @@ class MysqlSource:
     def sample(self, tracker: SessionTracker) -> None:
         if not self.threads:
             tracker.add(reader.sample_processlist(self.conn), {}, None)
+            self.procs.read_host_only()
             return
         rows, own = reader.sample_threads(self.conn)
         procs, main = self.procs.read([])
+        if main is not None:  # the main thread is the tracker's 'postmaster', charged once as that
+            rows = [r for r in rows if r.pid != main[0]]
         listed = {r.pid for r in rows}
         rows += [ActivityRow(tid, "", "", "", "", UNLISTED_THREAD, "", "", "", "", False, None)
                  for tid in procs if tid not in listed and tid not in own]
@@ -154,13 +159,21 @@ class MysqlSource:
         return my.error_text(err)
 
     def rollback(self) -> None:
-        with contextlib.suppress(*self.errors):
-            self.conn.rollback()
+        """Nothing to roll back: the session is in autocommit, and a ROLLBACK would be a digest of no known owner."""
+
+    def _server_pid(self) -> int | None:
+        rows = reader.q.rows(self.conn, reader.MAIN_THREAD_SQL) if self.threads else []
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def reconnect(self) -> None:
+        """A new session; after a restart the server's new process is the one whose threads are read."""
         with contextlib.suppress(Exception):
             self.conn.close()
         self.conn = connect(self.dsn)
+        pid = self._server_pid()
+        if isinstance(self.host, hosts.ProcHost) and pid is not None and pid != self.host.postmaster_pid:
+            self.host.postmaster_pid = pid
+            self.procs.tids = []
 
     def close(self) -> None:
         for closing in (self.conn, self.host):
@@ -199,7 +212,8 @@ def open_mysql(spec: ObserveSpec, dsn: str, progress: Say, observation_id: str) 
             observation_id=observation_id, created_at=now_iso(), status="running", reason="",
             settings=settings_of(spec, host),
             target={**asdict(info), "dsn_redacted": my.parse(dsn).redacted(),
-                    "started_at": str(first.epoch.started_at),
+                    "started_at": dt.datetime.fromtimestamp(time.time() - first.epoch.uptime_s, dt.UTC).isoformat(
+                        timespec="seconds"),
                     "collector_query_ids": reader.own_digests(conn) if statements else []},
             host=facts, block_size=reader.page_size(conn), host_cores=host.facts.cores,
             statements_available=statements)

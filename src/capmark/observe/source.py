@@ -73,8 +73,11 @@ def settings_of(spec: ObserveSpec, host: HostSource) -> ObservationSettings:
                                planned_s=spec.planned_s)
 
 
+HostFactsRecord = dict[str, Any]  # open-ended: HostFacts' fields and the devices, as Observation.host keeps them
+
+
 def host_facts(host: HostSource, info: TargetInfo, progress: Say, notes: list[str]) -> tuple[list[str],
-                                                                                           dict[str, Any]]:
+                                                                                           HostFactsRecord]:
     """The devices to read and the host's facts as the observation keeps them; a host without counters noted."""
     info.host_metrics = host.name
     data_device, device_note = host.data_device(info.data_directory)

@@ -53,7 +53,11 @@ THREADS_SQL = """
     LEFT JOIN performance_schema.events_waits_current w
            ON w.THREAD_ID = t.THREAD_ID AND w.END_EVENT_ID IS NULL AND w.EVENT_NAME <> 'idle'
     LEFT JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = t.PROCESSLIST_ID
-    WHERE t.PROCESSLIST_ID IS NULL OR t.PROCESSLIST_ID <> CONNECTION_ID()"""
+    WHERE t.PROCESSLIST_ID IS NULL OR t.PROCESSLIST_ID <> CONNECTION_ID()
+    ORDER BY t.THREAD_ID, s.NESTING_EVENT_LEVEL, w.EVENT_ID DESC"""
+# the first row of a thread is its top-level statement (a stored program's statements nest under it) and its
+# innermost wait
+MAIN_THREAD_SQL = "SELECT THREAD_OS_ID FROM performance_schema.threads WHERE NAME = 'thread/sql/main'"
 PROCESSLIST_SQL = """
     SELECT p.ID, COALESCE(p.DB, ''), COALESCE(p.USER, ''), COALESCE(p.HOST, ''), COALESCE(p.COMMAND, ''),
            COALESCE(p.STATE, ''), x.trx_state
@@ -65,9 +69,14 @@ DIGESTS_SQL = """
     FROM performance_schema.events_statements_summary_by_digest"""
 USER_COMMANDS_SQL = ("SELECT USER, EVENT_NAME, COUNT_STAR FROM performance_schema."
                      "events_statements_summary_by_user_by_event_name WHERE COUNT_STAR > 0 AND USER IS NOT NULL")
+OWN_COMMANDS_SQL = ("SELECT EVENT_NAME, COUNT_STAR FROM performance_schema.events_statements_summary_by_thread_by_"
+                    "event_name WHERE COUNT_STAR > 0 AND THREAD_ID = (SELECT THREAD_ID FROM performance_schema.threads "
+                    "WHERE PROCESSLIST_ID = CONNECTION_ID())")
 # Event names whose digests start with another command's word
 COMMAND_FAMILIES = {"insert_select": "insert", "replace_select": "replace", "update_multi": "update",
-                    "delete_multi": "delete"}
+                    "delete_multi": "delete", "set_option": "set", "call_procedure": "call"}
+# Digests whose first word is not their command's
+TEXT_COMMANDS = {"start": "begin", "with": "select"}
 CONSUMERS_SQL = "SELECT NAME, ENABLED FROM performance_schema.setup_consumers"
 # performance_schema's consumers the collector reads: without the first two no thread is listed, without the third
 # no digest is counted; the last two say which statement each session runs and what it waits for (both off by
@@ -80,7 +89,7 @@ SYSTEM_USERS = ("system user", "event_scheduler")
 
 @dataclass(frozen=True)
 class Epoch:
-    """When the server started, by the collector's clock, and its uptime at the reading."""
+    """When the server started, by the collector's monotonic clock, and its uptime at the reading."""
 
     started_at: float
     uptime_s: float
@@ -119,8 +128,9 @@ def performance_schema_hint() -> str:
 
 
 def read_epoch(conn: Any) -> Epoch:
+    """The server's start by the collector's monotonic clock (a step of the wall clock is no restart)."""
     uptime = float(q.rows(conn, "SHOW GLOBAL STATUS LIKE 'Uptime'")[0][1])
-    return Epoch(started_at=time.time() - uptime, uptime_s=uptime)
+    return Epoch(started_at=time.monotonic() - uptime, uptime_s=uptime)
 
 
 def restarted(before: Epoch, after: Epoch) -> bool:
@@ -160,7 +170,8 @@ def read_digests(conn: Any, with_text: bool) -> dict[StatementKey, StatementRow]
 def command_of_text(text: str) -> str:
     """A digest's command: the first word of its text, lower case ("update" for UPDATE `t` SET ...)."""
     words = text.split(None, 1)
-    return words[0].lower().strip("(") if words else ""
+    word = words[0].lower().strip("(") if words else ""
+    return TEXT_COMMANDS.get(word, word)
 
 
 def command_of_event(event_name: str) -> str:
@@ -171,11 +182,17 @@ def command_of_event(event_name: str) -> str:
 
 
 def read_user_commands(conn: Any) -> dict[tuple[str, str], float]:
-    """Each user's statements by command, cumulative (performance_schema's summary by user and event name)."""
+    """Each user's statements by command, cumulative (performance_schema's summary by user and event name), less
+    the collector's own session's: its readings would otherwise count as its user's work."""
     out: dict[tuple[str, str], float] = {}
     for user, event, count in q.rows(conn, USER_COMMANDS_SQL):
         key = (str(user or ""), command_of_event(str(event)))
         out[key] = out.get(key, 0.0) + float(count or 0)
+    me = str(q.scalar(conn, "SELECT SUBSTRING_INDEX(USER(), '@', 1)"))
+    for event, count in q.rows(conn, OWN_COMMANDS_SQL):
+        key = (me, command_of_event(str(event)))
+        if key in out:
+            out[key] = max(0.0, out[key] - float(count or 0))
     return out
 
 
