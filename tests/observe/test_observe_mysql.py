@@ -241,6 +241,41 @@ def test_a_killed_connection_breaks_its_interval_and_the_collector_reconnects(pr
     assert [e.kind for e in obs.events if e.kind in ("disconnected", "reconnected")] == ["disconnected", "reconnected"]
 
 
+def test_a_truncated_digest_table_breaks_exactly_its_interval(private_mariadb: str, tmp_path: Path):
+    """TRUNCATE of the digest summary after interval 2, while a session keeps running one statement: interval 3 is
+    broken (its digest's calls went backwards), the reset is an event, and the intervals after it count again."""
+    admin, load = connect(private_mariadb), connect(_as(private_mariadb, HEAVY_USER))
+    stop = threading.Event()
+
+    def run() -> None:
+        cur = load.cursor()
+        while not stop.is_set():
+            cur.execute(f"SELECT v FROM {SCHEMA}.items WHERE id = 7")
+            cur.fetchall()
+            time.sleep(0.01)
+
+    def truncate(n: int) -> None:
+        if n == 2:
+            cur = admin.cursor()
+            cur.execute("TRUNCATE performance_schema.events_statements_summary_by_digest")
+            cur.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        obs = _observe(private_mariadb, tmp_path, 8.0, truncate, lambda n: n == 5)
+    finally:
+        stop.set()
+        thread.join()
+    load.close()
+    admin.close()
+    statuses = [i.status.value for i in obs.intervals]
+    assert statuses[:5] == ["ok", "ok", "broken", "ok", "ok"], [(i.status, i.reason) for i in obs.intervals]
+    assert "digests were reset" in obs.intervals[2].reason, obs.intervals[2].reason
+    assert [e.kind for e in obs.events if e.kind == "reset"] == ["reset"]
+    assert any(s.database == SCHEMA and s.calls > 0 for s in obs.intervals[3].statements)
+
+
 def test_without_performance_schema_it_says_what_to_enable_and_samples_the_sessions(tmp_path: Path):
     """A MariaDB with performance_schema off (its default): one event says what to switch on, no statement is
     stored, and a session sleeping through the observation is in every sample, active."""

@@ -69,14 +69,14 @@ def connect(dsn: str, *, in_schema: bool = True) -> Any:
 
 
 def status_delta(before: dict[str, float], after: dict[str, float]) -> tuple[dict[str, float], deltas.Break | None]:
-    """The status counters over the interval (the gauges as at its end); a counter lower than before was reset."""
+    """The status counters over the interval (the gauges as at its end); a counter lower than before breaks it."""
     out: dict[str, float] = {}
     for name in reader.STATUS_COUNTERS:
         if name in after and name in before:
             d = after[name] - before[name]
             if d < 0:
-                return {}, deltas.Break("reset", f"the server's status counters were reset ({name} went from "
-                                                 f"{before[name]:.0f} to {after[name]:.0f}: FLUSH STATUS)")
+                return {}, deltas.Break("backwards", f"the server's status counter {name} went backwards (from "
+                                                     f"{before[name]:.0f} to {after[name]:.0f})")
             out[name] = d
     out.update({name: after[name] for name in reader.STATUS_GAUGES if name in after})
     return out, None
