@@ -280,7 +280,28 @@ def test_without_performance_schema_it_says_what_to_enable_and_samples_the_sessi
     """A MariaDB with performance_schema off (its default): one event says what to switch on, no statement is
     stored, and a session sleeping through the observation is in every sample, active."""
     with mariadbprivate.running("--performance-schema=OFF") as dsn:
+        _host_metrics_through_sql_is_refused_before_anything_is_said(dsn, tmp_path / "refused")
         _observe_without_performance_schema(dsn, tmp_path)
+
+
+def _host_metrics_through_sql_is_refused_before_anything_is_said(dsn: str, results: Path) -> None:
+    """MySQL cannot read the host's files through SQL: the option is refused in one sentence, and the note about
+    performance_schema, which would otherwise come first, is not said."""
+    said: list[str] = []
+
+    class Say:
+        def say(self, message: str) -> None:
+            said.append(message)
+
+        def update(self, state: Any) -> None:
+            pass
+
+    store = ObservationStore(results)
+    with pytest.raises(CapmarkError, match=r"--host-metrics sql .* MySQL/MariaDB does not have; use"):
+        observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=2.0, host_metrics="sql", results_dir=results),
+                store, Say())
+    store.close()
+    assert said == []
 
 
 def _observe_without_performance_schema(dsn: str, tmp_path: Path) -> None:
@@ -320,3 +341,4 @@ def test_a_user_without_process_hears_the_grant_and_nothing_is_stored(private_ma
                             results_dir=tmp_path), store)
     store.close()
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size > 0 and "obs-" in str(p)]
+

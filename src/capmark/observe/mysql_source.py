@@ -197,10 +197,10 @@ def open_mysql(spec: ObserveSpec, dsn: str, progress: Say, observation_id: str) 
             notes.append(reader.consumers_hint(missing))
             threads = not {"thread_instrumentation", "global_instrumentation"} & set(missing)
             statements = threads and "statements_digest" not in missing
-        for note in notes:
-            progress.say(note)
         host = hosts.choose(spec.host_metrics, dsn, conn, info.data_directory, None, spec.node_exporter,
                             hosts.ThreadedServer.of(registry.for_dsn(dsn), info), spec.node_exporter_token)
+        for note in notes:  # once the options are known to be good: a refused one is the only sentence
+            progress.say(note)
         devices, facts = host_facts(host, info, progress, notes)
         source = MysqlSource(spec=spec, dsn=dsn, info=info, conn=conn, host=host, threads=threads,
                              statements=statements)
