@@ -19,7 +19,15 @@ from capmark.capacity.workloads import (
     reconcile,
 )
 from capmark.errors import CapmarkError
-from capmark.observations import ActivityCell, Interval, Observation, ObservationSettings, SessionKey, StatementDelta
+from capmark.observations import (
+    STATEMENT_USERS,
+    ActivityCell,
+    Interval,
+    Observation,
+    ObservationSettings,
+    SessionKey,
+    StatementDelta,
+)
 
 RULES = """
 [[workload]]
@@ -172,6 +180,35 @@ def test_a_shared_statement_is_split_by_its_samples_and_an_unsampled_one_by_user
     assert use["b"].calls == pytest.approx(250 + 800 * 50 / 80)
     assert use["a"].exec_time_s == pytest.approx(3.0 + 1.0 * 30 / 80)  # the nested statement is not counted again
 
+
+
+def test_a_digest_without_a_user_is_split_by_the_users_counts_of_its_command():
+    """MySQL's digests have no user. A sampled one goes by its samples; one no sample showed goes by each user's
+    statements of its command in the interval (here only orders' user updated), and within the user by the samples
+    of its sessions in the digest's schema (two applications 3:1); a user with statements of that command but no
+    session in the schema ran them elsewhere. By the schema's active samples alone the always-busy report would
+    have taken most of the UPDATEs."""
+    report, web, batch = (key(application="report", user="bi", database="shop"),
+                          key(application="web", user="app", database="shop"),
+                          key(application="batch", user="app", database="shop"))
+    cells = [ActivityCell(session=report, query_id="sel", state="active", in_transaction=False, wait_class="cpu",
+                          wait_event="", samples=50),
+             ActivityCell(session=web, query_id="commit", state="idle", in_transaction=False, wait_class="client",
+                          wait_event="", samples=9),
+             ActivityCell(session=batch, query_id="commit", state="idle", in_transaction=False, wait_class="client",
+                          wait_event="", samples=3)]
+    statements = [StatementDelta(query_id="sel", database="shop", user="", calls=40, exec_time_s=20.0,
+                                 command="select"),
+                  StatementDelta(query_id="upd", database="shop", user="", calls=300, exec_time_s=0.3,
+                                 command="update")]
+    obs = observation(cells, statements)
+    obs.intervals[0] = dataclasses.replace(obs.intervals[0], database={STATEMENT_USERS: [
+        {"user": "app", "command": "update", "calls": 300.0}, {"user": "ops", "command": "update", "calls": 50.0},
+        {"user": "bi", "command": "select", "calls": 40.0}]})
+    use = attribute(obs, WorkloadRules()).intervals[0].workloads
+    assert use["report"].calls == pytest.approx(40)
+    assert use["web"].calls == pytest.approx(300 * 9 / 12)
+    assert use["batch"].calls == pytest.approx(300 * 3 / 12)
 
 def _two_apps_one_user(insert_calls: list[float]) -> Observation:
     """Four intervals of a long-running report and an order whose UPDATE is sampled and whose INSERT (given calls)
