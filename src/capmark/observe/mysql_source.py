@@ -20,6 +20,7 @@ from capmark.collect.hostsource import HostSource
 from capmark.engines import registry
 from capmark.engines.base import TargetInfo
 from capmark.engines.mysql import connection as my
+from capmark.engines.mysql import grants
 from capmark.engines.mysql import observe as reader
 from capmark.engines.mysql.describe import describe
 from capmark.engines.mysql.waits import wait_class
@@ -222,11 +223,21 @@ def open_mysql(spec: ObserveSpec, dsn: str, progress: Say, observation_id: str) 
         _close(conn, host)
         raise
     except BaseException as err:
+        if not isinstance(err, _driver_errors()):
+            _close(conn, host)
+            raise
+        account = _account(conn)
         _close(conn, host)
-        if isinstance(err, _driver_errors()):
-            raise CapmarkError(f"The server could not be read ({my.error_text(err)}); check that the user may read "
-                               "performance_schema and information_schema.") from None
-        raise
+        raise CapmarkError(f"The server could not be read ({my.error_text(err)}); run GRANT PROCESS ON *.* TO "
+                           f"{account} and GRANT SELECT ON performance_schema.* TO {account}.") from None
+
+
+def _account(conn: Any) -> str:
+    """The session's account as a GRANT names it, or 'the user' where the session cannot say."""
+    try:
+        return grants.account(reader.q.scalar(conn, "SELECT CURRENT_USER()"))
+    except Exception:  # noqa: BLE001 - a lost session: the sentence names no account
+        return "the user"
 
 
 def _close(*closing: Any) -> None:

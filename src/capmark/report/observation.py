@@ -51,9 +51,9 @@ def unattributed_modelled(model: BaselineModel, unattributed_cores: float) -> st
     return UNATTRIBUTED_MODELLED[model.unattributed]
 
 
-RESPONSE_NOTE = ("response time: the server's execution and planning time per unit (pg_stat_statements, or "
-                 "performance_schema's digests) and, where the collector timed its round trips to the server, the "
-                 "clients' round trips; without the clients' own time")
+RESPONSE_NOTE = ("response time: the server's execution and planning time per unit (pg_stat_statements; "
+                 "performance_schema's digests time execution only) and, where the collector timed its round trips "
+                 "to the server, the clients' round trips; without the clients' own time")
 
 
 # ---------------------------------------------------------------------------------------------------- formatting

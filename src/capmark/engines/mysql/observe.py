@@ -108,23 +108,27 @@ def missing_consumers(conn: Any) -> list[str]:
 def consumers_hint(missing: list[str]) -> str:
     needed = [m for m in missing if m in NEEDED_CONSUMERS]
     if "global_instrumentation" in needed or "thread_instrumentation" in needed:
-        lost = "connections' threads are not listed, so their CPU is not told apart and no statement is collected"
+        lost = "connections' threads are not listed, so no connection's CPU is measured and no statement is collected"
     elif needed:
         lost = "statement digests are not counted, so no statement is collected"
+    elif "events_statements_current" in missing:
+        lost = ("the statement each session runs is not shown, so each statement's calls are split by each user's "
+                "statements of that kind, then by their sessions in its schema")
     else:
-        lost = ("which statement each session runs is not shown, so each statement's counts are split among the "
-                "workloads by the sessions of its schema")
+        lost = "what each session waits for is not shown, so its waits are told only from its state"
     names = ", ".join(f"'{m}'" for m in missing)
+    settings = ", ".join(f"performance-schema-consumer-{m.replace('_', '-')} = ON" for m in missing)
     return (f"performance_schema's consumers {', '.join(missing)} are off: {lost}; a database administrator enables "
             f"them (UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' WHERE NAME IN ({names}), or "
-            "performance-schema-consumer-NAME = ON in the server's configuration), and observation goes on meanwhile "
-            "with what the server shows.")
+            f"{settings} in the server's configuration), and observation goes on meanwhile with what the server "
+            "shows.")
 
 
 def performance_schema_hint() -> str:
-    return ("performance_schema is off, so statements are not collected and connections' CPU is not told apart; a "
-            "database administrator sets performance_schema = ON in the server's configuration (a restart), and "
-            "observation continues meanwhile with information_schema.PROCESSLIST and the status counters.")
+    return ("performance_schema is off, so statements are not collected and no connection's CPU is measured; a "
+            "database administrator sets performance_schema = ON in the server's configuration and restarts the "
+            "server, and observation continues meanwhile with information_schema.PROCESSLIST and the status "
+            "counters.")
 
 
 def read_epoch(conn: Any) -> Epoch:
