@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,36 +38,65 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass
+class Server:
+    """A private MariaDB: its URL, and a restart in place (the same data, port and options)."""
+
+    url: str
+    command: list[str]
+    folder: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.folder / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        _wait_for(self.url, self.proc, self.folder)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
 @contextlib.contextmanager
-def running(*options: str) -> Iterator[str]:
-    """A private MariaDB with `options` (mariadbd's command line); yields its mysql:// URL for root (no password).
-    The calling test skips, saying why, where this machine has no MariaDB server programs."""
+def server(*options: str) -> Iterator[Server]:
+    """A private MariaDB with `options` (mariadbd's command line), root without a password. The calling test skips,
+    saying why, where this machine has no MariaDB server programs."""
     pytest.importorskip("MySQLdb", reason="mysqlclient (capmark's MySQL extra) is not installed")
-    server, install = _program(SERVER_PROGRAMS), _program(INSTALL_PROGRAMS)
-    if server is None or install is None:
+    found, install = _program(SERVER_PROGRAMS), _program(INSTALL_PROGRAMS)
+    if found is None or install is None:
         pytest.skip("this machine has no MariaDB server programs (mariadbd and mariadb-install-db)")
     folder = Path(tempfile.mkdtemp(prefix="capmark-test-mariadb-"))
     data, sock, port = folder / "data", folder / "mysqld.sock", _free_port()
     subprocess.run([install, "--no-defaults", f"--datadir={data}", "--user=root", "--skip-test-db",
                     "--auth-root-authentication-method=normal"], check=True, capture_output=True, timeout=120)
-    log = open(folder / "server.log", "wb")  # noqa: SIM115 - open for the server's whole life
-    proc = subprocess.Popen([server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
-                             "--bind-address=127.0.0.1", "--user=root", f"--pid-file={folder / 'mysqld.pid'}",
-                             "--innodb-buffer-pool-size=64M", "--skip-log-bin", *options],
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"mysql://root@127.0.0.1:{port}/"
+    private = Server(f"mysql://root@127.0.0.1:{port}/",
+                     [found, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
+                      "--bind-address=127.0.0.1", "--user=root", f"--pid-file={folder / 'mysqld.pid'}",
+                      "--innodb-buffer-pool-size=64M", "--skip-log-bin", *options], folder)
     try:
-        _wait_for(url, proc, folder)
-        yield url
+        private.start()
+        yield private
     finally:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        private.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(*options: str) -> Iterator[str]:
+    """A private MariaDB with `options`; yields its mysql:// URL for root (no password)."""
+    with server(*options) as private:
+        yield private.url
 
 
 def _wait_for(url: str, proc: subprocess.Popen[bytes], folder: Path) -> None:

@@ -276,6 +276,21 @@ def test_a_truncated_digest_table_breaks_exactly_its_interval(private_mariadb: s
     assert any(s.database == SCHEMA and s.calls > 0 for s in obs.intervals[3].statements)
 
 
+def test_a_server_restart_breaks_exactly_its_interval_and_the_new_servers_threads_are_read(tmp_path: Path):
+    """The server restarted after interval 2: interval 3 is broken, the restart is an event, the collector
+    reconnects, and the intervals after it read the new server process's threads (the old one's are gone)."""
+    with mariadbprivate.server("--performance-schema=ON") as private:
+        obs = _observe(private.url, tmp_path, 12.0, lambda n: private.restart() if n == 2 else None,
+                       lambda n: n == 5)
+    statuses = [i.status.value for i in obs.intervals]
+    assert statuses[:2] == ["ok", "ok"] and statuses[2] == "broken", [(i.status, i.reason) for i in obs.intervals]
+    assert "restarted" in obs.intervals[2].reason, obs.intervals[2].reason
+    assert "restart" in [e.kind for e in obs.events], obs.events
+    assert statuses[3:] and set(statuses[3:]) == {"ok"}, statuses
+    for i in obs.intervals[3:]:
+        assert sum(u.processes for u in i.sessions) > 0, f"interval {i.ordinal} read no thread of the new server"
+
+
 def test_without_performance_schema_it_says_what_to_enable_and_samples_the_sessions(tmp_path: Path):
     """A MariaDB with performance_schema off (its default): one event says what to switch on, no statement is
     stored, and a session sleeping through the observation is in every sample, active."""
