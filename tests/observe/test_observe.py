@@ -13,7 +13,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import autovacuum
 import psycopg
 import pytest
 from commandline import assert_one_sentence, invoke
+from observing import Said, observe_for
 
 from capmark.capacity.workloads import COLLECTOR, WorkloadRules, application_transactions, attribute
 from capmark.collect import procfs
@@ -28,7 +28,7 @@ from capmark.engines.postgres import embedded
 from capmark.engines.postgres import observe as reader
 from capmark.errors import CapmarkError
 from capmark.observation_store import ObservationStore, is_observation, load_observation
-from capmark.observations import Interval, IntervalStatus, Observation, ObservationEvent
+from capmark.observations import IntervalStatus, Observation
 from capmark.observe.collector import observe
 from capmark.observe.round_trips import PROBES_PER_SAMPLE
 from capmark.observe.spec import ObserveSpec
@@ -44,45 +44,6 @@ CALLS = 60
 MAX_ROUND_TRIP_S = 0.05  # an empty statement over a Unix socket: about 20 us idle, a few ms with both cores busy
 # /proc's CPU times are whole ticks (USER_HZ, 10 ms): two readings of one process differ by up to a tick at each end
 TICK_S = 1.0 / procfs.USER_HZ
-
-
-@dataclass
-class Recorder:
-    """The store, and each interval as it is stored, so that the test can act between intervals."""
-
-    store: ObservationStore
-    stored: list[Interval] = field(default_factory=list)
-    on_interval: Callable[[int], None] = lambda n: None
-    enough: Callable[[int], bool] = lambda n: False  # the test has what it checks once n intervals are stored
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def begin(self, observation: Observation) -> None:
-        self.store.begin(observation)
-
-    def save_interval(self, interval: Interval) -> None:
-        self.store.save_interval(interval)
-        self.stored.append(interval)
-        self.on_interval(len(self.stored))
-        if self.enough(len(self.stored)):
-            self.stop.set()  # as Ctrl-C does: the collector ends at its next wait, keeping every stored interval
-
-    def save_event(self, event: ObservationEvent) -> None:
-        self.store.save_event(event)
-
-    def finish(self, status: str, reason: str) -> None:
-        self.store.finish(status, reason)
-
-
-def _observe(dsn: str, results: Path, seconds: float, on_interval: Callable[[int], None],
-             enough: Callable[[int], bool] = lambda n: False) -> Observation:
-    """Observed at 1 s intervals for `seconds` at most, or until `enough` says the test has what it checks."""
-    recorder = Recorder(ObservationStore(results), on_interval=on_interval, enough=enough)
-    try:
-        observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=seconds, results_dir=results), recorder,
-                stop=recorder.stop)
-    finally:
-        recorder.store.close()
-    return load_observation(recorder.store.folder)
 
 
 def _two_intervals_after(done: threading.Event) -> Callable[[int], bool]:
@@ -141,7 +102,7 @@ def test_statements_calls_and_cpu_are_charged_exactly_and_nothing_is_created(emb
             loader.start()
 
     cpu_before = _cpu_s(backend)
-    obs = _observe(embedded_dsn, tmp_path, 6.0, start_after_first, _two_intervals_after(done))
+    obs = observe_for(embedded_dsn, tmp_path, 6.0, start_after_first, _two_intervals_after(done))
     cpu_used = _cpu_s(backend) - cpu_before
     loader.join()
     assert done.is_set()
@@ -203,7 +164,7 @@ def test_connections_that_start_and_end_between_samples_are_charged_their_cpu(em
             loader.start()
 
     with psycopg.connect(embedded_dsn, autocommit=True) as admin, autovacuum.paused(admin):
-        obs = _observe(embedded_dsn, tmp_path, 9.0, start_after_first)  # its whole 9 s: see below
+        obs = observe_for(embedded_dsn, tmp_path, 9.0, start_after_first)  # its whole 9 s: see below
         ended_inside = done.is_set()
         loader.join()
     assert ended_inside, "the connections did not all end inside the observation"
@@ -229,7 +190,7 @@ def test_a_statistics_reset_breaks_exactly_its_interval(embedded_dsn: str, tmp_p
         elif n == 4:
             admin.execute("select pg_stat_reset()")
 
-    obs = _observe(embedded_dsn, tmp_path, 7.0, reset, lambda n: n == 6)
+    obs = observe_for(embedded_dsn, tmp_path, 7.0, reset, lambda n: n == 6)
     admin.close()
     statuses = [i.status.value for i in obs.intervals]
     assert statuses[:6] == ["ok", "ok", "broken", "ok", "broken", "ok"], [(i.status, i.reason) for i in obs.intervals]
@@ -305,19 +266,11 @@ def test_a_server_that_cannot_be_observed_is_one_sentence_and_stores_nothing(
 
 def _observe_two_intervals(dsn: str, results: Path) -> tuple[Observation, list[str]]:
     """Two 1 s intervals of the server at dsn, and every sentence the collector said meanwhile."""
-    said: list[str] = []
-
-    class Say:
-        def say(self, message: str) -> None:
-            said.append(message)
-
-        def update(self, state: Any) -> None:
-            pass
-
+    said = Said()
     store = ObservationStore(results)
-    observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=2.0, results_dir=results), store, Say())
+    observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=2.0, results_dir=results), store, said)
     store.close()
-    return load_observation(store.folder), said
+    return load_observation(store.folder), said.sentences
 
 
 def _create_once(dsn: str, exists: str, create: str) -> None:
@@ -351,7 +304,7 @@ def test_a_lost_connection_breaks_its_interval_and_the_collector_reconnects(embe
             admin.execute("select pg_terminate_backend(pid) from pg_stat_activity where application_name = %s",
                           ("capmark observe",))
 
-    obs = _observe(embedded_dsn, tmp_path, 6.0, terminate, lambda n: n == 5)
+    obs = observe_for(embedded_dsn, tmp_path, 6.0, terminate, lambda n: n == 5)
     admin.close()
     statuses = [i.status.value for i in obs.intervals]
     assert statuses[:2] == ["ok", "ok"] and statuses[2] == "broken", statuses
@@ -375,7 +328,7 @@ def test_a_server_restart_breaks_exactly_its_interval_and_the_collector_goes_on(
             embedded.start(data_dir)
 
     try:
-        obs = _observe(dsn, tmp_path, 8.0, restart, lambda n: n == 5)
+        obs = observe_for(dsn, tmp_path, 8.0, restart, lambda n: n == 5)
     finally:
         embedded.stop(data_dir)
         shutil.rmtree(base, ignore_errors=True)
@@ -414,7 +367,7 @@ def test_the_collectors_own_statements_are_named_and_commits_keep_their_text(emb
                 with load.transaction():
                     load.execute("select 1 + %s", (n,))
 
-    obs = _observe(embedded_dsn, tmp_path, 3.0, commit_some)
+    obs = observe_for(embedded_dsn, tmp_path, 3.0, commit_some)
     own = set(obs.target["collector_query_ids"])
     assert len(own) >= 6, own  # activity, postmaster start, database, wal, bgwriter, block size at least
     calls: dict[str, float] = {}

@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import mariadbprivate
 import pytest
+from observing import Said, observe_for
 
 from capmark.capacity.workloads import COLLECTOR, WorkloadRules, attribute
 from capmark.collect import procfs
 from capmark.engines.mysql import observe as reader
 from capmark.engines.mysql.connection import connect
 from capmark.errors import CapmarkError
-from capmark.observation_store import ObservationStore, load_observation
-from capmark.observations import Interval, IntervalStatus, Observation, ObservationEvent
+from capmark.observation_store import ObservationStore
+from capmark.observations import IntervalStatus
 from capmark.observe.collector import observe
 from capmark.observe.round_trips import PROBES_PER_SAMPLE
 from capmark.observe.spec import ObserveSpec
@@ -54,42 +55,6 @@ def private_mariadb() -> Iterator[str]:
 
 def _as(url: str, user: str) -> str:
     return url.replace("root@", f"{user}@").rstrip("/") + f"/{SCHEMA}"
-
-
-class Recorder:
-    """The store, and each interval as it is stored, so that the test can act between intervals."""
-
-    def __init__(self, store: ObservationStore, on_interval: Callable[[int], None], enough: Callable[[int], bool]):
-        self.store, self.on_interval, self.enough = store, on_interval, enough
-        self.stop = threading.Event()
-        self.stored = 0
-
-    def begin(self, observation: Observation) -> None:
-        self.store.begin(observation)
-
-    def save_interval(self, interval: Interval) -> None:
-        self.store.save_interval(interval)
-        self.stored += 1
-        self.on_interval(self.stored)
-        if self.enough(self.stored):
-            self.stop.set()
-
-    def save_event(self, event: ObservationEvent) -> None:
-        self.store.save_event(event)
-
-    def finish(self, status: str, reason: str) -> None:
-        self.store.finish(status, reason)
-
-
-def _observe(dsn: str, results: Path, seconds: float, on_interval: Callable[[int], None],
-             enough: Callable[[int], bool]) -> Observation:
-    recorder = Recorder(ObservationStore(results), on_interval, enough)
-    try:
-        observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=seconds, results_dir=results), recorder,
-                stop=recorder.stop)
-    finally:
-        recorder.store.close()
-    return load_observation(recorder.store.folder)
 
 
 def _server_pid(conn: Any) -> int:
@@ -178,7 +143,7 @@ def test_digests_thread_cpu_and_commits_are_charged_to_their_users(private_maria
         return len(seen_after) >= 2
 
     cpu_before, server_before = _thread_cpu_s(server, tid), _process_cpu_s(server)
-    obs = _observe(private_mariadb, tmp_path, 30.0, start, enough)
+    obs = observe_for(private_mariadb, tmp_path, 30.0, start, enough)
     assert done.is_set()
     loader.join()
     cpu_used, server_used = _thread_cpu_s(server, tid) - cpu_before, _process_cpu_s(server) - server_before
@@ -232,7 +197,7 @@ def test_a_killed_connection_breaks_its_interval_and_the_collector_reconnects(pr
                 cur.execute(f"KILL {int(pid)}")
             cur.close()
 
-    obs = _observe(private_mariadb, tmp_path, 8.0, kill, lambda n: n == 5)
+    obs = observe_for(private_mariadb, tmp_path, 8.0, kill, lambda n: n == 5)
     admin.close()
     statuses = [i.status.value for i in obs.intervals]
     assert statuses[:2] == ["ok", "ok"] and statuses[2] == "broken", statuses
@@ -263,7 +228,7 @@ def test_a_truncated_digest_table_breaks_exactly_its_interval(private_mariadb: s
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        obs = _observe(private_mariadb, tmp_path, 8.0, truncate, lambda n: n == 5)
+        obs = observe_for(private_mariadb, tmp_path, 8.0, truncate, lambda n: n == 5)
     finally:
         stop.set()
         thread.join()
@@ -280,7 +245,7 @@ def test_a_server_restart_breaks_exactly_its_interval_and_the_new_servers_thread
     """The server restarted after interval 2: interval 3 is broken, the restart is an event, the collector
     reconnects, and the intervals after it read the new server process's threads (the old one's are gone)."""
     with mariadbprivate.server("--performance-schema=ON") as private:
-        obs = _observe(private.url, tmp_path, 12.0, lambda n: private.restart() if n == 2 else None,
+        obs = observe_for(private.url, tmp_path, 12.0, lambda n: private.restart() if n == 2 else None,
                        lambda n: n == 5)
     statuses = [i.status.value for i in obs.intervals]
     assert statuses[:2] == ["ok", "ok"] and statuses[2] == "broken", [(i.status, i.reason) for i in obs.intervals]
@@ -302,21 +267,13 @@ def test_without_performance_schema_it_says_what_to_enable_and_samples_the_sessi
 def _host_metrics_through_sql_is_refused_before_anything_is_said(dsn: str, results: Path) -> None:
     """MySQL cannot read the host's files through SQL: the option is refused in one sentence, and the note about
     performance_schema, which would otherwise come first, is not said."""
-    said: list[str] = []
-
-    class Say:
-        def say(self, message: str) -> None:
-            said.append(message)
-
-        def update(self, state: Any) -> None:
-            pass
-
+    said = Said()
     store = ObservationStore(results)
     with pytest.raises(CapmarkError, match=r"--host-metrics sql .* MySQL/MariaDB does not have; use"):
         observe(ObserveSpec(dsn=dsn, interval_s=1.0, planned_s=2.0, host_metrics="sql", results_dir=results),
-                store, Say())
+                store, said)
     store.close()
-    assert said == []
+    assert said.sentences == []
 
 
 def _observe_without_performance_schema(dsn: str, tmp_path: Path) -> None:
@@ -332,7 +289,7 @@ def _observe_without_performance_schema(dsn: str, tmp_path: Path) -> None:
     thread = threading.Thread(target=sleep)
     thread.start()
     time.sleep(0.3)
-    obs = _observe(dsn, tmp_path, 3.0, lambda n: None, lambda n: n == 2)
+    obs = observe_for(dsn, tmp_path, 3.0, lambda n: None, lambda n: n == 2)
     thread.join()
     sleeper.close()
     assert not obs.statements_available

@@ -29,7 +29,7 @@ from capmark.observe import mysql_source, postgres_source
 from capmark.observe.host import HostReading, host_delta, read_host
 from capmark.observe.round_trips import PROBES_PER_SAMPLE, RoundTripLog
 from capmark.observe.sessions import SessionTracker
-from capmark.observe.source import Opened, ServerSource
+from capmark.observe.source import Opened, ServerSource, first_line
 from capmark.observe.spec import ObserveSpec
 
 # Reconnecting after a lost connection: the first try at once, then waits doubling up to this, for as long as the
@@ -218,7 +218,7 @@ class Collector:
         """After a failed reading: the broken interval stored, a new connection (when the old one is gone) and a
         new first reading; None when a signal ended the observation meanwhile."""
         lost = self.source.lost()
-        text = self.error_text(err)
+        text = self.source.error_text(err)
         reason = (f"the connection to the server was lost ({text})" if lost
                   else f"a statistics view could not be read ({text})")
         self.event("disconnected" if lost else "unreadable", f"{reason[0].upper()}{reason[1:]}.")
@@ -233,10 +233,6 @@ class Collector:
             reason += "; the server restarted"
         self._store_broken(before, reading.taken_at, reason)
         return reading
-
-    def error_text(self, err: BaseException) -> str:
-        explain = getattr(self.source, "error_text", None)
-        return str(explain(err)) if explain is not None else _first_line(err)
 
     def _store_broken(self, before: Reading, end: float, reason: str) -> None:
         cells, uses, samples = self.tracker.take()
@@ -265,7 +261,7 @@ class Collector:
                 self.event("reconnected", f"Reconnected to the server after {tries} attempt{'s' * (tries > 1)}.")
                 return reading
             except retried as err:
-                self.notice = f"connection lost ({self.error_text(err)}); reconnecting in {wait:.0f} s"
+                self.notice = f"connection lost ({self.source.error_text(err)}); reconnecting in {wait:.0f} s"
                 self.show()
             if self.end is not None and time.monotonic() + wait >= self.end:
                 break  # --for ends before the next try
@@ -273,11 +269,6 @@ class Collector:
                 break
             wait = min(wait * 2, RECONNECT_MAX_WAIT_S)
         return None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0].rstrip(".") if text else type(err).__name__
 
 
 def _duration(seconds: float) -> str:
@@ -347,7 +338,7 @@ def observe(spec: ObserveSpec, sink: Sink, progress: Progress | None = None, sto
             except KeyboardInterrupt:
                 status, reason = "ended", "ended by a second Ctrl-C or SIGTERM; the interval in progress was not kept"
             except Exception as err:
-                sink.finish("failed", _first_line(err))
+                sink.finish("failed", first_line(err))
                 raise
             sink.finish(status, reason)
             observation.status, observation.reason = status, reason

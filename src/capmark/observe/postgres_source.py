@@ -23,7 +23,7 @@ from capmark.observations import Observation, StatementDelta
 from capmark.observe import deltas
 from capmark.observe.host import ProcessSampler
 from capmark.observe.sessions import SessionTracker, wait_of
-from capmark.observe.source import Opened, Say, host_facts, now_iso, settings_of
+from capmark.observe.source import Opened, Say, first_line, host_facts, now_iso, settings_of
 from capmark.observe.spec import ObserveSpec
 
 
@@ -124,8 +124,7 @@ class PostgresSource:
         return bool(self.conn.closed or self.conn.broken)
 
     def error_text(self, err: BaseException) -> str:
-        text = str(err).strip()
-        return text.splitlines()[0].rstrip(".") if text else type(err).__name__
+        return first_line(err)
 
     def rollback(self) -> None:
         with contextlib.suppress(psycopg.Error):

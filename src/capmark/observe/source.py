@@ -89,5 +89,11 @@ def host_facts(host: HostSource, info: TargetInfo, progress: Say, notes: list[st
                      "postmaster_pid": getattr(host, "postmaster_pid", None)}
 
 
+def first_line(err: BaseException) -> str:
+    """An error's first line without its closing full stop (it goes inside a sentence), or its type's name."""
+    text = str(err).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(err).__name__
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
